@@ -1,0 +1,128 @@
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gradcomm/config.hpp"
+#include "gradcomm/error.hpp"
+#include "gradcomm/export.hpp"
+#include "gradcomm/types.hpp"
+
+namespace gradcomm {
+
+namespace detail {
+struct OperationState;
+class CommunicatorImpl;
+}  // namespace detail
+
+/// Per-call options. Empty fields mean "use the communicator's choice".
+struct CollectiveOptions {
+  /// Force an algorithm by name for this call ("ring", "rd", "hd", "tree",
+  /// "native", ...). An algorithm that cannot run the call falls back to the
+  /// default with a warning; an unknown name is an InvalidArgument.
+  std::string algorithm;
+};
+
+/// Handle to one asynchronous collective. Copies refer to the same operation.
+class GRADCOMM_API Work {
+ public:
+  Work() = default;
+  /// True once the operation completed; never blocks. Rethrows its error.
+  bool test();
+  /// Blocks until the operation completes; rethrows its error (a
+  /// TimeoutError when it made no progress for GRADCOMM_TIMEOUT).
+  void wait();
+  /// Blocks at most `timeout`; false if the operation is still running
+  /// (it continues). Rethrows its error.
+  bool wait(std::chrono::milliseconds timeout);
+  /// False for a default-constructed Work.
+  bool valid() const { return state_ != nullptr; }
+  /// Name of the algorithm that runs (or ran) the operation.
+  std::string algorithm() const;
+  /// Communicator-local sequence number of the operation.
+  uint64_t sequence() const;
+
+ private:
+  friend class detail::CommunicatorImpl;
+  explicit Work(std::shared_ptr<detail::OperationState> s) : state_(std::move(s)) {}
+  std::shared_ptr<detail::OperationState> state_;
+};
+
+/// A group of ranks that run collectives together. Every collective is
+/// asynchronous and returns a Work; all ranks must issue the same
+/// collectives in the same order (as with MPI and NCCL). Collectives run one
+/// at a time, in issue order, on the communicator's progress thread (or on
+/// the thread waiting for them). Copies of a Communicator share one state.
+///
+/// Buffers are host memory. Counts are elements. A call with bad arguments
+/// throws on the calling rank and aborts the communicator, so the other
+/// ranks get a RemoteError instead of waiting for a call that never comes.
+class GRADCOMM_API Communicator {
+ public:
+  /// Over MPI_COMM_WORLD. Initialises MPI (MPI_THREAD_MULTIPLE) if the
+  /// caller has not. Collective over the MPI communicator.
+  Communicator();
+  explicit Communicator(const Options& options);
+  ~Communicator();
+  Communicator(const Communicator&) = default;
+  Communicator& operator=(const Communicator&) = default;
+  Communicator(Communicator&&) noexcept = default;
+  Communicator& operator=(Communicator&&) noexcept = default;
+
+  int rank() const;
+  int size() const;
+  /// Transport in use ("mpi", "inproc").
+  std::string transportName() const;
+
+  /// out[i] = OP over ranks of in[i]. in == out is in place.
+  Work allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                 const CollectiveOptions& options = {});
+  /// Copies root's `in` into every rank's `out` (in == out is in place;
+  /// non-roots may pass in = nullptr).
+  Work broadcast(const void* in, void* out, size_t count, DataType type, int root,
+                 const CollectiveOptions& options = {});
+  /// out (at root only; may be null elsewhere) = OP over ranks of in.
+  Work reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root,
+              const CollectiveOptions& options = {});
+  /// out (size * count elements) = every rank's `in` (count elements), in
+  /// rank order. In place when in == out + rank * count.
+  Work allgather(const void* in, void* out, size_t count, DataType type, const CollectiveOptions& options = {});
+  /// in holds size * count elements; out (count elements) = OP over ranks of
+  /// block `rank` of in. In place when out == in + rank * count.
+  Work reduceScatter(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                     const CollectiveOptions& options = {});
+  /// Completes once every rank has called it.
+  Work barrier(const CollectiveOptions& options = {});
+
+  /// Which algorithm the communicator would choose for such a call.
+  std::string algorithmFor(Collective collective, size_t count, DataType type) const;
+
+  /// Ends the communicator for every handle: stops its progress thread and
+  /// fails pending operations. Later calls throw InvalidUsage. Local: it
+  /// does not synchronise with other ranks. Called by the last handle's
+  /// destructor.
+  void destroy();
+  /// False after destroy() or for a moved-from handle.
+  bool valid() const;
+
+  /// For the library's own frontends and tests: the implementation.
+  std::shared_ptr<detail::CommunicatorImpl> impl() const { return impl_; }
+  explicit Communicator(std::shared_ptr<detail::CommunicatorImpl> impl) : impl_(std::move(impl)) {}
+
+ private:
+  detail::CommunicatorImpl& checked() const;
+  std::shared_ptr<detail::CommunicatorImpl> impl_;
+};
+
+/// DataType of a C++ element type: dataTypeOf<float>() == DataType::kFloat32.
+template <typename T> constexpr DataType dataTypeOf();
+template <> constexpr DataType dataTypeOf<float>() { return DataType::kFloat32; }
+template <> constexpr DataType dataTypeOf<double>() { return DataType::kFloat64; }
+template <> constexpr DataType dataTypeOf<int8_t>() { return DataType::kInt8; }
+template <> constexpr DataType dataTypeOf<uint8_t>() { return DataType::kUInt8; }
+template <> constexpr DataType dataTypeOf<int32_t>() { return DataType::kInt32; }
+template <> constexpr DataType dataTypeOf<int64_t>() { return DataType::kInt64; }
+
+}  // namespace gradcomm

@@ -1,0 +1,7 @@
+#pragma once
+/// Umbrella header of gradcomm's C++ API (MPI-free).
+#include "gradcomm/communicator.hpp"
+#include "gradcomm/config.hpp"
+#include "gradcomm/error.hpp"
+#include "gradcomm/types.hpp"
+#include "gradcomm/version.hpp"

@@ -1,0 +1,86 @@
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/plan.hpp"
+#include "algorithms/schedule.hpp"
+#include "gradcomm/types.hpp"
+#include "kernels/reduce.hpp"
+#include "transport/transport.hpp"
+
+namespace gradcomm::algorithms {
+
+/// One collective call as an algorithm sees it. Counts follow NCCL: for
+/// allgather `count` is per rank (output holds size * count); for
+/// reduce-scatter `count` is per rank (input holds size * count).
+struct CollectiveCall {
+  Collective collective = Collective::kAllreduce;
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t count = 0;
+  int root = 0;
+  const void* input = nullptr;
+  void* output = nullptr;
+  bool inPlace = false;
+};
+
+/// What a planner may know about the team and the tuning.
+struct Tuning {
+  size_t segmentBytes = 256 * 1024;
+  int pipelineDepth = 4;
+  size_t shmChunkBytes = 128 * 1024;
+};
+
+/// Everything a schedule needs to run: the transport, the kernels, the
+/// operation's tag and a scratch arena that outlives the schedule.
+struct RunContext {
+  transport::Transport* transport = nullptr;
+  transport::Tag tag;  ///< seq and fingerprint; message filled per step
+  kernels::ReduceFn reduce = nullptr;
+  kernels::DivideFn divide = nullptr;
+  kernels::SimdLevel simd = kernels::SimdLevel::kScalar;
+  Tuning tuning;
+  /// Returns at least `bytes` of 64-byte aligned scratch, reused between
+  /// operations (only one schedule runs at a time).
+  std::function<char*(size_t bytes)> scratch;
+};
+
+/// An algorithm for one collective: describes itself and creates the
+/// schedule for one call.
+class Algorithm {
+ public:
+  virtual ~Algorithm() = default;
+  virtual const char* name() const = 0;
+  virtual Collective collective() const = 0;
+  /// Empty when the algorithm can run this call on this transport, else why not.
+  virtual std::string unsupportedReason(const CollectiveCall& call, const transport::Transport& t) const {
+    (void)call;
+    (void)t;
+    return {};
+  }
+  virtual SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const = 0;
+};
+
+/// Algorithms written in the plan vocabulary: a pure planner plus the
+/// generic executor.
+class PlannedAlgorithm : public Algorithm {
+ public:
+  /// This rank's plan; pure function of its arguments.
+  virtual Plan plan(const CollectiveCall& call, int rank, int size, const Tuning& tuning) const = 0;
+  SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override;
+};
+
+/// Every algorithm of the library, for every collective.
+const std::vector<const Algorithm*>& allAlgorithms();
+/// The algorithm called `name` for `collective`, or null.
+const Algorithm* findAlgorithm(Collective collective, const std::string& name);
+/// "ring, rd, hd, tree, native" for one collective.
+std::string algorithmNames(Collective collective);
+
+/// The plan used when count is 0: one empty message to the next rank, so
+/// that even empty calls are matched (and mismatches detected) across ranks.
+Plan emptyPlan(int rank, int size);
+
+}  // namespace gradcomm::algorithms

@@ -1,0 +1,170 @@
+// Recursive halving-doubling allreduce (Rabenseifner): a reduce-scatter by
+// recursive vector halving (distance halving, so core rank i ends up owning
+// chunk i), then an allgather by recursive doubling. Bandwidth-optimal like
+// the ring with log2(p) instead of p-1 latency terms. Non-power-of-two
+// sizes fold the first 2(p - p2) ranks in pairs first and unfold after.
+// Every exchange is cut into pipeline segments.
+#include <vector>
+
+#include "algorithms/catalog.hpp"
+#include "algorithms/patterns/binomial_tree.hpp"
+#include "algorithms/patterns/partition.hpp"
+#include "algorithms/plan_helpers.hpp"
+
+namespace gradcomm::algorithms {
+namespace {
+
+using patterns::Partition;
+using patterns::Segments;
+using Id = PlanBuilder::Id;
+constexpr Id kNone = PlanBuilder::kNone;
+
+class HalvingDoublingAllreduce final : public PlannedAlgorithm {
+ public:
+  const char* name() const override { return "hd"; }
+  Collective collective() const override { return Collective::kAllreduce; }
+
+  Plan plan(const CollectiveCall& call, int r, int p, const Tuning& tuning) const override {
+    PlanBuilder b;
+    const size_t n = call.count;
+    const size_t seg = patterns::segmentElements(tuning.segmentBytes, dataTypeSize(call.type));
+    const int depth = std::max(2, tuning.pipelineDepth);
+    const auto f = patterns::fold(r, p);
+    SlotPool slots(b, depth, seg);
+    uint32_t msg = 0;  // identical sequence on both sides of every exchange
+
+    // Segmented transfer of [off, off+count) helpers.
+    auto sendRange = [&](int peer, Span src, uint32_t base, std::vector<Id> deps) {
+      Window w(depth);
+      std::vector<Id> ids;
+      Segments segs{src.count, seg};
+      Id gate = b.nop(deps);
+      for (size_t s = 0; s < segs.number(); ++s) {
+        Span part{src.buf, src.offset + segs.offsetOf(s), segs.sizeOf(s)};
+        Id id = b.send(peer, part, base + static_cast<uint32_t>(s), {gate, w.gate()});
+        w.push(id);
+        ids.push_back(id);
+      }
+      return ids;
+    };
+    // Receive [dst] from peer segment by segment and reduce into dst with
+    // `local` (same offsets); lowerFirst orders operands.
+    auto recvReduceRange = [&](int peer, Span dst, Span local, bool peerFirst, uint32_t base, std::vector<Id> deps) {
+      std::vector<Id> ids;
+      Segments segs{dst.count, seg};
+      Id gate = b.nop(deps);
+      for (size_t s = 0; s < segs.number(); ++s) {
+        const size_t off = segs.offsetOf(s), cnt = segs.sizeOf(s);
+        auto slot = slots.acquire();
+        Id rv = b.recv(peer, slots.span(slot, cnt), base + static_cast<uint32_t>(s), {slot.freeAfter, gate});
+        Span d{dst.buf, dst.offset + off, cnt};
+        Span l{local.buf, local.offset + off, cnt};
+        Id red = peerFirst ? b.reduce(d, slots.span(slot, cnt), l, {rv}) : b.reduce(d, l, slots.span(slot, cnt), {rv});
+        slots.release(slot, red);
+        ids.push_back(red);
+      }
+      return ids;
+    };
+    auto recvRange = [&](int peer, Span dst, uint32_t base, std::vector<Id> deps) {
+      Window w(2 * depth);
+      std::vector<Id> ids;
+      Segments segs{dst.count, seg};
+      Id gate = b.nop(deps);
+      for (size_t s = 0; s < segs.number(); ++s) {
+        Span part{dst.buf, dst.offset + segs.offsetOf(s), segs.sizeOf(s)};
+        Id id = b.recv(peer, part, base + static_cast<uint32_t>(s), {gate, w.gate()});
+        w.push(id);
+        ids.push_back(id);
+      }
+      return ids;
+    };
+    const uint32_t stride = static_cast<uint32_t>(Segments{n, seg}.number() + 1);
+
+    // Phase 0: fold. Even ranks of the first 2*extra hand their vector to r+1.
+    bool haveOut = false;  // does out hold our current data (else input)?
+    // Phases are joined coarsely: every step of a round waits for `barrier`,
+    // a nop that follows every step of the rounds before.
+    Id barrier = kNone;
+    std::vector<Id> round;
+    auto join = [&](const std::vector<Id>& more) { round.insert(round.end(), more.begin(), more.end()); };
+    auto closeRound = [&] {
+      round.push_back(barrier);
+      barrier = b.nop(round);
+      round.clear();
+    };
+    if (r < 2 * f.extra && r % 2 == 0) {
+      auto sends = sendRange(r + 1, in(0, n), 0, {});
+      // In place, the result overwrites the input we are still sending.
+      recvRange(r + 1, out(0, n), stride, call.inPlace ? sends : std::vector<Id>{});
+      return b.finish();
+    }
+    if (r < 2 * f.extra) {
+      join(recvReduceRange(r - 1, out(0, n), in(0, n), true, 0, {}));
+      haveOut = true;
+      closeRound();
+    }
+    msg = 2 * stride;
+
+    // Phase 1: reduce-scatter by recursive halving over core ranks.
+    const Partition chunks{n, static_cast<size_t>(f.p2)};
+    int lo = 0, hi = f.p2;  // window of chunk indices we are responsible for
+    for (int mask = f.p2 / 2; mask >= 1; mask /= 2) {
+      const int partner = patterns::unfold(f.newRank ^ mask, f);
+      const int mid = lo + (hi - lo) / 2;
+      const bool keepLower = (f.newRank & mask) == 0;
+      const int keepLo = keepLower ? lo : mid, keepHi = keepLower ? mid : hi;
+      const int sendLo = keepLower ? mid : lo, sendHi = keepLower ? hi : mid;
+      const size_t keepOff = chunks.offsetOf(static_cast<size_t>(keepLo));
+      const size_t keepCnt = chunks.offsetOf(static_cast<size_t>(keepHi)) - keepOff;
+      const size_t sendOff = chunks.offsetOf(static_cast<size_t>(sendLo));
+      const size_t sendCnt = chunks.offsetOf(static_cast<size_t>(sendHi)) - sendOff;
+      Span cur = haveOut ? out(sendOff, sendCnt) : in(sendOff, sendCnt);
+      Span keepCur = haveOut ? out(keepOff, keepCnt) : in(keepOff, keepCnt);
+      join(sendRange(partner, cur, msg, {barrier}));
+      join(recvReduceRange(partner, out(keepOff, keepCnt), keepCur, partner < r, msg, {barrier}));
+      closeRound();
+      msg += stride;
+      haveOut = true;
+      lo = keepLo;
+      hi = keepHi;
+    }
+    // We own chunk newRank: divide it once, here, for avg.
+    const size_t ownOff = chunks.offsetOf(static_cast<size_t>(lo));
+    const size_t ownCnt = chunks.offsetOf(static_cast<size_t>(hi)) - ownOff;
+    if (!haveOut && !call.inPlace) join({b.copy(out(ownOff, ownCnt), in(ownOff, ownCnt), {barrier})});
+    closeRound();
+    if (call.op == ReduceOp::kAvg) join({b.divide(out(ownOff, ownCnt), {barrier})});
+    closeRound();
+
+    // Phase 2: allgather by recursive doubling; windows grow back.
+    for (int mask = 1; mask < f.p2; mask *= 2) {
+      const int partner = patterns::unfold(f.newRank ^ mask, f);
+      const int size = hi - lo;
+      const bool partnerAbove = (f.newRank & mask) == 0;
+      const int pLo = partnerAbove ? hi : lo - size, pHi = partnerAbove ? hi + size : lo;
+      const size_t myOff = chunks.offsetOf(static_cast<size_t>(lo));
+      const size_t myCnt = chunks.offsetOf(static_cast<size_t>(hi)) - myOff;
+      const size_t pOff = chunks.offsetOf(static_cast<size_t>(pLo));
+      const size_t pCnt = chunks.offsetOf(static_cast<size_t>(pHi)) - pOff;
+      join(sendRange(partner, out(myOff, myCnt), msg, {barrier}));
+      join(recvRange(partner, out(pOff, pCnt), msg, {barrier}));
+      closeRound();
+      msg += stride;
+      lo = std::min(lo, pLo);
+      hi = std::max(hi, pHi);
+    }
+
+    // Phase 3: unfold: odd ranks of the first 2*extra return the result.
+    if (r < 2 * f.extra) sendRange(r - 1, out(0, n), stride, {barrier});
+    return b.finish();
+  }
+};
+
+}  // namespace
+
+const Algorithm& halvingDoublingAllreduce() {
+  static const HalvingDoublingAllreduce algorithm;
+  return algorithm;
+}
+
+}  // namespace gradcomm::algorithms

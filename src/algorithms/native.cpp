@@ -1,0 +1,123 @@
+// The "native" algorithm of every collective: MPI's own nonblocking
+// collective on the communicator's private duplicate. Before the data moves,
+// the ranks agree on the call signature (one small MPI_Iallreduce), because
+// MPI itself may corrupt memory or hang when ranks pass different counts.
+#include <cstring>
+#include <functional>
+
+#include "algorithms/catalog.hpp"
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::algorithms {
+namespace {
+
+/// Runs a sequence of requests, each started after the previous completed,
+/// then a local finishing step.
+class StagedSchedule final : public Schedule {
+ public:
+  using Stage = std::function<transport::RequestPtr()>;
+  StagedSchedule(std::vector<Stage> stages, std::function<void()> finish, std::string what)
+      : stages_(std::move(stages)), finish_(std::move(finish)), what_(std::move(what)) {}
+  bool advance() override {
+    bool moved = false;
+    while (!done_) {
+      if (!current_) {
+        if (next_ == stages_.size()) {
+          if (finish_) finish_();
+          done_ = true;
+          return true;
+        }
+        current_ = stages_[next_++]();
+        moved = true;
+      }
+      if (!current_->test()) return moved;
+      current_.reset();
+      moved = true;
+    }
+    return moved;
+  }
+  bool done() const override { return done_; }
+  std::string waitingFor() const override {
+    return "MPI " + what_ + " (stage " + std::to_string(next_) + " of " + std::to_string(stages_.size()) + ")";
+  }
+
+ private:
+  std::vector<Stage> stages_;
+  std::function<void()> finish_;
+  std::string what_;
+  size_t next_ = 0;
+  transport::RequestPtr current_;
+  bool done_ = false;
+};
+
+class Native final : public Algorithm {
+ public:
+  explicit Native(Collective c) : collective_(c) {}
+  const char* name() const override { return "native"; }
+  Collective collective() const override { return collective_; }
+  std::string unsupportedReason(const CollectiveCall&, const transport::Transport& t) const override {
+    if (const_cast<transport::Transport&>(t).native() == nullptr) {
+      return "the native algorithm needs MPI; transport '" + t.name() + "' has no native collectives";
+    }
+    return {};
+  }
+
+  SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
+    transport::NativeCollectives* nat = ctx.transport->native();
+    if (!nat) throw UnsupportedError(unsupportedReason(call, *ctx.transport));
+    const uint64_t fp = (static_cast<uint64_t>(ctx.tag.seq) << 32) | ctx.tag.fingerprint;
+    const std::string what = std::string("ranks called different collectives (") + toString(call.collective) +
+                             " #" + std::to_string(ctx.tag.seq) + ": " + toString(call.type) + " " +
+                             toString(call.op) + ", " + std::to_string(call.count) +
+                             " elements on this rank; the signatures differ on at least one other rank)";
+    std::vector<StagedSchedule::Stage> stages;
+    stages.push_back([nat, fp, what] { return nat->agree(fp, what); });
+    std::function<void()> finish;
+    const CollectiveCall c = call;
+    const int rank = ctx.transport->rank();
+    const int size = ctx.transport->size();
+    switch (call.collective) {
+      case Collective::kAllreduce:
+        stages.push_back([nat, c] { return nat->allreduce(c.input, c.output, c.count, c.type, c.op); });
+        if (c.op == ReduceOp::kAvg) finish = [c, ctx, size] { ctx.divide(c.output, c.count, size); };
+        break;
+      case Collective::kBroadcast:
+        if (rank == c.root && !c.inPlace) {
+          std::memcpy(c.output, c.input, c.count * dataTypeSize(c.type));
+        }
+        stages.push_back([nat, c] { return nat->broadcast(c.output, c.count, c.type, c.root); });
+        break;
+      case Collective::kReduce:
+        stages.push_back([nat, c] { return nat->reduce(c.input, c.output, c.count, c.type, c.op, c.root); });
+        if (c.op == ReduceOp::kAvg && rank == c.root) {
+          finish = [c, ctx, size] { ctx.divide(c.output, c.count, size); };
+        }
+        break;
+      case Collective::kAllgather:
+        stages.push_back([nat, c] { return nat->allgather(c.input, c.output, c.count, c.type); });
+        break;
+      case Collective::kReduceScatter:
+        stages.push_back([nat, c] { return nat->reduceScatter(c.input, c.output, c.count, c.type, c.op); });
+        if (c.op == ReduceOp::kAvg) finish = [c, ctx, size] { ctx.divide(c.output, c.count, size); };
+        break;
+      case Collective::kBarrier:
+        stages.push_back([nat] { return nat->barrier(); });
+        break;
+    }
+    return std::make_unique<StagedSchedule>(std::move(stages), std::move(finish), toString(call.collective));
+  }
+
+ private:
+  Collective collective_;
+};
+
+}  // namespace
+
+const Algorithm& nativeAlgorithm(Collective collective) {
+  static const Native algorithms[kNumCollectives] = {
+      Native(Collective::kAllreduce),     Native(Collective::kBroadcast), Native(Collective::kReduce),
+      Native(Collective::kAllgather),     Native(Collective::kReduceScatter), Native(Collective::kBarrier)};
+  return algorithms[static_cast<int>(collective)];
+}
+
+}  // namespace gradcomm::algorithms

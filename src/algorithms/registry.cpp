@@ -1,0 +1,33 @@
+#include "algorithms/catalog.hpp"
+
+namespace gradcomm::algorithms {
+
+const std::vector<const Algorithm*>& allAlgorithms() {
+  static const std::vector<const Algorithm*> all = [] {
+    std::vector<const Algorithm*> v = {
+        &ringAllreduce(),   &recursiveDoublingAllreduce(), &halvingDoublingAllreduce(), &treeAllreduce(),
+        &treeBroadcast(),   &treeReduce(),                 &ringAllgather(),            &ringReduceScatter(),
+        &disseminationBarrier(),
+    };
+    for (int c = 0; c < kNumCollectives; ++c) v.push_back(&nativeAlgorithm(static_cast<Collective>(c)));
+    return v;
+  }();
+  return all;
+}
+
+const Algorithm* findAlgorithm(Collective collective, const std::string& name) {
+  for (const Algorithm* a : allAlgorithms()) {
+    if (a->collective() == collective && name == a->name()) return a;
+  }
+  return nullptr;
+}
+
+std::string algorithmNames(Collective collective) {
+  std::string out;
+  for (const Algorithm* a : allAlgorithms()) {
+    if (a->collective() == collective) out += (out.empty() ? "" : ", ") + std::string(a->name());
+  }
+  return out;
+}
+
+}  // namespace gradcomm::algorithms

@@ -1,0 +1,136 @@
+#include "algorithms/selector.hpp"
+
+#include <cstdint>
+
+#include "algorithms/catalog.hpp"
+#include "core/units.hpp"
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::algorithms {
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      parts.push_back(std::string(core::trim(cur)));
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  parts.push_back(std::string(core::trim(cur)));
+  return parts;
+}
+
+std::string allNames() {
+  std::string out;
+  for (int c = 0; c < kNumCollectives; ++c) {
+    out += std::string(c ? "; " : "") + toString(static_cast<Collective>(c)) + ": " +
+           algorithmNames(static_cast<Collective>(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+Selector::Selector(const std::string& spec, DefaultRule rule) : default_(rule) {
+  std::string s = core::toLower(core::trim(spec));
+  if (s.empty() || s == "auto" || s == "default") return;
+  for (const std::string& entry : split(s, ',')) {
+    if (entry.empty()) continue;
+    auto parts = split(entry, ':');
+    Rule r;
+    r.name = parts.back();
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      const std::string& part = parts[i];
+      auto dash = part.find('-');
+      if (dash != std::string::npos && part.find_first_of("0123456789") != std::string::npos) {
+        std::string lo = part.substr(0, dash), hi = part.substr(dash + 1);
+        r.lo = lo.empty() ? 0 : core::parseBytes(lo, "GRADCOMM_ALGO range start");
+        r.hi = (hi.empty() || hi == "inf") ? SIZE_MAX : core::parseBytes(hi, "GRADCOMM_ALGO range end");
+        if (r.hi <= r.lo) {
+          throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': empty size range (the end is exclusive)");
+        }
+      } else {
+        try {
+          r.collective = parseCollective(part);
+        } catch (const InvalidArgument&) {
+          throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': '" + part +
+                            "' is neither a collective nor a size range LO-HI; expected [COLL:][LO-HI:]NAME");
+        }
+      }
+    }
+    bool known = false;
+    for (int c = 0; c < kNumCollectives; ++c) {
+      auto coll = static_cast<Collective>(c);
+      if (r.collective && *r.collective != coll) continue;
+      known = known || findAlgorithm(coll, r.name) != nullptr;
+    }
+    if (!known) {
+      if (r.collective) {
+        throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': '" + r.name + "' is not a " +
+                          toString(*r.collective) + " algorithm; valid: " + algorithmNames(*r.collective));
+      }
+      throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': unknown algorithm '" + r.name + "'; valid: " +
+                        allNames());
+    }
+    rules_.push_back(r);
+  }
+}
+
+size_t Selector::callBytes(const CollectiveCall& call, int size) {
+  size_t bytes = call.count * dataTypeSize(call.type);
+  if (call.collective == Collective::kAllgather || call.collective == Collective::kReduceScatter) {
+    bytes *= static_cast<size_t>(size);
+  }
+  return bytes;
+}
+
+const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport::Transport& t) const {
+  switch (call.collective) {
+    case Collective::kAllreduce: {
+      const size_t bytes = callBytes(call, t.size());
+      if (bytes <= default_.smallMessageBytes) return recursiveDoublingAllreduce();
+      if (bytes <= default_.treeMaxBytes) return treeAllreduce();
+      return ringAllreduce();
+    }
+    case Collective::kBroadcast: return treeBroadcast();
+    case Collective::kReduce: return treeReduce();
+    case Collective::kAllgather: return ringAllgather();
+    case Collective::kReduceScatter: return ringReduceScatter();
+    case Collective::kBarrier: return disseminationBarrier();
+  }
+  return ringAllreduce();
+}
+
+Selector::Choice Selector::select(const CollectiveCall& call, const transport::Transport& t,
+                                  const std::string& forced) const {
+  if (!forced.empty()) {
+    const Algorithm* a = findAlgorithm(call.collective, core::toLower(forced));
+    if (!a) {
+      throw InvalidArgument("unknown " + std::string(toString(call.collective)) + " algorithm '" + forced +
+                            "'; valid: " + algorithmNames(call.collective));
+    }
+    std::string why = a->unsupportedReason(call, t);
+    if (why.empty()) return {a, {}};
+    const Algorithm& d = byDefault(call, t);
+    return {&d, "algorithm '" + forced + "' cannot run this call (" + why + "); using '" + d.name() + "'"};
+  }
+  const size_t bytes = callBytes(call, t.size());
+  for (const Rule& r : rules_) {
+    if (r.collective && *r.collective != call.collective) continue;
+    if (bytes < r.lo || bytes >= r.hi) continue;
+    const Algorithm* a = findAlgorithm(call.collective, r.name);
+    if (!a) continue;  // a bare name that this collective lacks
+    std::string why = a->unsupportedReason(call, t);
+    if (why.empty()) return {a, {}};
+    const Algorithm& d = byDefault(call, t);
+    return {&d, "GRADCOMM_ALGO chose '" + r.name + "' but it cannot run this call (" + why + "); using '" +
+                    d.name() + "'"};
+  }
+  return {&byDefault(call, t), {}};
+}
+
+}  // namespace gradcomm::algorithms

@@ -1,0 +1,61 @@
+#include <mpi.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/build_config.hpp"
+#include "gradcomm/config.hpp"
+#include "gradcomm/version.hpp"
+#include "kernels/reduce.hpp"
+
+#if GRADCOMM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#if GRADCOMM_HAVE_NCCL
+#include <nccl.h>
+#endif
+#if GRADCOMM_HAVE_UCX
+#include <ucp/api/ucp_version.h>
+#endif
+
+namespace gradcomm {
+
+std::vector<std::pair<std::string, std::string>> buildInfo() {
+  std::vector<std::pair<std::string, std::string>> info;
+  info.emplace_back("gradcomm", GRADCOMM_VERSION_STRING);
+  info.emplace_back("compiler", __VERSION__);
+  info.emplace_back("cpu kernels", std::string("scalar, avx2, avx512 (this CPU: ") +
+                                       kernels::toString(kernels::detectSimd()) + ")");
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  std::string mpi(version, static_cast<size_t>(len));
+  if (auto nl = mpi.find_first_of("\n,"); nl != std::string::npos) mpi.resize(nl);
+  info.emplace_back("mpi", mpi + " (MPI " + std::to_string(MPI_VERSION) + "." + std::to_string(MPI_SUBVERSION) + ")");
+#if GRADCOMM_HAVE_CUDA
+  info.emplace_back("cuda", "yes, runtime API " + std::to_string(CUDART_VERSION / 1000) + "." +
+                                std::to_string((CUDART_VERSION % 1000) / 10) + ", kernels for " GRADCOMM_CUDA_ARCHS);
+  int devices = 0;
+  cudaError_t rc = cudaGetDeviceCount(&devices);
+  info.emplace_back("cuda devices", rc == cudaSuccess ? std::to_string(devices)
+                                                      : std::string("none usable (cudaGetDeviceCount: ") +
+                                                            cudaGetErrorString(rc) + ")");
+#else
+  info.emplace_back("cuda", "no");
+#endif
+#if GRADCOMM_HAVE_NCCL
+  info.emplace_back("nccl", "yes, " + std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
+                                std::to_string(NCCL_PATCH));
+#else
+  info.emplace_back("nccl", "no");
+#endif
+#if GRADCOMM_HAVE_UCX
+  info.emplace_back("ucx", "yes, " + std::to_string(UCP_API_MAJOR) + "." + std::to_string(UCP_API_MINOR));
+#else
+  info.emplace_back("ucx", "no");
+#endif
+  return info;
+}
+
+}  // namespace gradcomm

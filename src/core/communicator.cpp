@@ -1,0 +1,248 @@
+#include <mpi.h>
+
+#include <cstring>
+
+#include "core/communicator_impl.hpp"
+#include "core/units.hpp"
+#include "gradcomm/mpi.hpp"
+#include "transport/mpi_transport.hpp"
+
+namespace gradcomm {
+
+using algorithms::CollectiveCall;
+using detail::Clock;
+
+// ---- Work ----------------------------------------------------------------------
+
+bool Work::test() {
+  if (!state_) return true;
+  if (!state_->finished()) {
+    if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::now() + std::chrono::microseconds(1));
+  }
+  state_->rethrowIfFailed();
+  return state_->finished();
+}
+
+void Work::wait() {
+  if (!state_) return;
+  if (!state_->finished()) {
+    if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::time_point::max());
+  }
+  state_->rethrowIfFailed();
+}
+
+bool Work::wait(std::chrono::milliseconds timeout) {
+  if (!state_) return true;
+  if (!state_->finished()) {
+    if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::now() + timeout);
+  }
+  state_->rethrowIfFailed();
+  return state_->finished();
+}
+
+std::string Work::algorithm() const { return state_ ? state_->algorithm : std::string(); }
+
+uint64_t Work::sequence() const { return state_ ? state_->seq : 0; }
+
+// ---- Communicator ----------------------------------------------------------------
+
+namespace {
+
+/// Element size, or 0 for an invalid enum value (validation reports it).
+size_t sizeOrZero(DataType type) {
+  return static_cast<int>(type) < kNumDataTypes ? dataTypeSize(type) : 0;
+}
+
+/// What every rank tells the others when a communicator is created over MPI.
+struct Agreement {
+  char ok = 0;
+  char message[383] = {0};
+  char params[640] = {0};  // NAME=value;... of parameters that must agree
+};
+
+constexpr const char* kAgreedParams[] = {
+    "GRADCOMM_ALGO",        "GRADCOMM_SEGMENT_SIZE", "GRADCOMM_PIPELINE_DEPTH", "GRADCOMM_SMALL_MESSAGE",
+    "GRADCOMM_TREE_MAX",    "GRADCOMM_SHM",          "GRADCOMM_SHM_CHUNK",      "GRADCOMM_COMPRESSION",
+    "GRADCOMM_BUCKET_CAP",  "GRADCOMM_FIRST_BUCKET", "GRADCOMM_PARTITION_SIZE",
+};
+
+std::string agreedParams(const Options& options) {
+  std::string out;
+  for (const auto& p : describeParameters(options)) {
+    for (const char* name : kAgreedParams) {
+      if (p.name == name) out += p.name + "=" + p.value + ";";
+    }
+  }
+  return out;
+}
+
+std::string field(const std::string& params, const std::string& name) {
+  auto pos = params.find(name + "=");
+  if (pos == std::string::npos) return {};
+  auto end = params.find(';', pos);
+  return params.substr(pos + name.size() + 1, end - pos - name.size() - 1);
+}
+
+}  // namespace
+
+Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
+  auto env = transport::MpiEnvironment::acquire();
+  if (env->threadLevel() < MPI_THREAD_SERIALIZED) {
+    throw UnsupportedError(
+        "MPI was initialised with a thread level below MPI_THREAD_SERIALIZED, but gradcomm drives MPI from its "
+        "progress thread: initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let gradcomm do it");
+  }
+  if (comm == MPI_COMM_NULL) throw InvalidArgument("communicatorFromMpi: the MPI communicator is MPI_COMM_NULL");
+
+  // Validate locally, then agree: a rank whose configuration is bad must
+  // not leave the others blocked in the collective setup below.
+  Agreement mine;
+  core::Config config;
+  try {
+    config = core::Config::resolve(options);
+    algorithms::Selector check(config.algo, {});
+    (void)check;
+    std::string params = agreedParams(options);
+    std::strncpy(mine.params, params.c_str(), sizeof mine.params - 1);
+    mine.ok = 1;
+  } catch (const Error& e) {
+    std::strncpy(mine.message, e.what(), sizeof mine.message - 1);
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  std::vector<Agreement> all(static_cast<size_t>(size));
+  transport::checkMpi(MPI_Allgather(&mine, sizeof(Agreement), MPI_BYTE, all.data(), sizeof(Agreement), MPI_BYTE, comm),
+                      "MPI_Allgather (configuration agreement)");
+  if (!mine.ok) throw ConfigError(mine.message);
+  for (int r = 0; r < size; ++r) {
+    const Agreement& a = all[static_cast<size_t>(r)];
+    if (!a.ok) {
+      throw ConfigError("rank " + std::to_string(r) + " has an invalid configuration: " + std::string(a.message));
+    }
+  }
+  for (int r = 0; r < size; ++r) {
+    std::string theirs = all[static_cast<size_t>(r)].params;
+    if (theirs == mine.params) continue;
+    for (const char* name : kAgreedParams) {
+      std::string a = field(mine.params, name), b = field(theirs, name);
+      if (a != b) {
+        throw ConfigError(std::string(name) + " differs between ranks: rank " + std::to_string(rank) + " has '" + a +
+                          "', rank " + std::to_string(r) + " has '" + b +
+                          "'; every rank must use the same value");
+      }
+    }
+  }
+  auto t = std::make_unique<transport::MpiTransport>(comm, env);
+  return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), std::move(config)));
+}
+
+Communicator::Communicator() : Communicator(Options{}) {}
+
+Communicator::Communicator(const Options& options) : impl_(communicatorFromMpi(MPI_COMM_WORLD, options).impl_) {}
+
+Communicator::~Communicator() {
+  // The last handle ends the communicator.
+  if (impl_ && impl_.use_count() == 1) impl_->destroy();
+}
+
+detail::CommunicatorImpl& Communicator::checked() const {
+  if (!impl_) throw InvalidUsage("this Communicator handle is empty (moved from, or never created)");
+  if (impl_->destroyed()) throw InvalidUsage("this communicator was destroyed; create a new Communicator");
+  return *impl_;
+}
+
+int Communicator::rank() const { return checked().rank(); }
+int Communicator::size() const { return checked().size(); }
+std::string Communicator::transportName() const { return checked().engine().transport().name(); }
+bool Communicator::valid() const { return impl_ && !impl_->destroyed(); }
+
+void Communicator::destroy() {
+  if (impl_) impl_->destroy();
+}
+
+Work Communicator::allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                             const CollectiveOptions& options) {
+  CollectiveCall c;
+  c.collective = Collective::kAllreduce;
+  c.type = type;
+  c.op = op;
+  c.count = count;
+  c.input = in;
+  c.output = out;
+  c.inPlace = in == out;
+  return checked().submit(c, options);
+}
+
+Work Communicator::broadcast(const void* in, void* out, size_t count, DataType type, int root,
+                             const CollectiveOptions& options) {
+  CollectiveCall c;
+  c.collective = Collective::kBroadcast;
+  c.type = type;
+  c.count = count;
+  c.root = root;
+  c.input = in;
+  c.output = out;
+  c.inPlace = in == out || (in == nullptr && checked().rank() != root);
+  return checked().submit(c, options);
+}
+
+Work Communicator::reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root,
+                          const CollectiveOptions& options) {
+  CollectiveCall c;
+  c.collective = Collective::kReduce;
+  c.type = type;
+  c.op = op;
+  c.count = count;
+  c.root = root;
+  c.input = in;
+  c.output = out;
+  c.inPlace = in == out;
+  return checked().submit(c, options);
+}
+
+Work Communicator::allgather(const void* in, void* out, size_t count, DataType type,
+                             const CollectiveOptions& options) {
+  auto& impl = checked();
+  CollectiveCall c;
+  c.collective = Collective::kAllgather;
+  c.type = type;
+  c.count = count;
+  c.input = in;
+  c.output = out;
+  c.inPlace = out != nullptr &&
+              in == static_cast<const char*>(out) + static_cast<size_t>(impl.rank()) * count * sizeOrZero(type);
+  return impl.submit(c, options);
+}
+
+Work Communicator::reduceScatter(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                                 const CollectiveOptions& options) {
+  auto& impl = checked();
+  CollectiveCall c;
+  c.collective = Collective::kReduceScatter;
+  c.type = type;
+  c.op = op;
+  c.count = count;
+  c.input = in;
+  c.output = out;
+  c.inPlace = in != nullptr &&
+              out == static_cast<const char*>(in) + static_cast<size_t>(impl.rank()) * count * sizeOrZero(type);
+  return impl.submit(c, options);
+}
+
+Work Communicator::barrier(const CollectiveOptions& options) {
+  CollectiveCall c;
+  c.collective = Collective::kBarrier;
+  c.count = 0;
+  return checked().submit(c, options);
+}
+
+std::string Communicator::algorithmFor(Collective collective, size_t count, DataType type) const {
+  CollectiveCall c;
+  c.collective = collective;
+  c.count = count;
+  c.type = type;
+  return checked().algorithmFor(c);
+}
+
+}  // namespace gradcomm

@@ -1,0 +1,215 @@
+#include "core/communicator_impl.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/log.hpp"
+#include "kernels/reduce.hpp"
+
+namespace gradcomm::detail {
+
+using algorithms::CollectiveCall;
+
+char* ScratchArena::get(size_t bytes) {
+  if (bytes <= size_) return data_;
+  std::free(data_);
+  size_t rounded = (bytes + 63) / 64 * 64;
+  data_ = static_cast<char*>(std::aligned_alloc(64, rounded));
+  if (!data_) {
+    size_ = 0;
+    throw std::bad_alloc();
+  }
+  size_ = rounded;
+  return data_;
+}
+
+ScratchArena::~ScratchArena() { std::free(data_); }
+
+namespace {
+
+uint32_t fnv(uint32_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 16777619u;
+  }
+  return h;
+}
+
+bool rangesOverlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return aBytes && bBytes && x < y + bBytes && y < x + aBytes;
+}
+
+bool isReduction(Collective c) {
+  return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kReduceScatter;
+}
+
+}  // namespace
+
+uint32_t callFingerprint(const CollectiveCall& call, const std::string& algorithm) {
+  uint32_t h = 2166136261u;
+  const uint8_t fields[3] = {static_cast<uint8_t>(call.collective), static_cast<uint8_t>(call.type),
+                             static_cast<uint8_t>(isReduction(call.collective) ? call.op : ReduceOp::kSum)};
+  h = fnv(h, fields, sizeof fields);
+  const uint64_t count = call.count;
+  h = fnv(h, &count, sizeof count);
+  const int32_t root = (call.collective == Collective::kBroadcast || call.collective == Collective::kReduce) ? call.root : 0;
+  h = fnv(h, &root, sizeof root);
+  h = fnv(h, algorithm.data(), algorithm.size());
+  return h;
+}
+
+CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transport, core::Config config)
+    : config_(std::move(config)),
+      rank_(transport->rank()),
+      size_(transport->size()),
+      simd_(kernels::resolveSimd(config_.simd)),
+      selector_(config_.algo, algorithms::DefaultRule{config_.smallMessageBytes, config_.treeMaxBytes}),
+      arena_(std::make_shared<ScratchArena>()) {
+  core::setLogLevel(config_.logLevel);
+  core::EngineSettings settings;
+  settings.timeout = config_.timeout;
+  settings.pollSpins = config_.pollSpins;
+  settings.pollMaxSleep = config_.pollMaxSleep;
+  engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), settings);
+  engine_->start();
+}
+
+CommunicatorImpl::~CommunicatorImpl() { destroy(); }
+
+void CommunicatorImpl::destroy() {
+  if (destroyed_.exchange(true)) return;
+  engine_->shutdown("the communicator was destroyed");
+}
+
+void CommunicatorImpl::validate(const CollectiveCall& c) const {
+  const size_t elem = dataTypeSize(c.type);  // throws for an invalid enum
+  if (isReduction(c.collective)) kernels::checkSupported(c.type, c.op);
+  if ((c.collective == Collective::kBroadcast || c.collective == Collective::kReduce) &&
+      (c.root < 0 || c.root >= size_)) {
+    throw InvalidArgument(std::string(toString(c.collective)) + ": root " + std::to_string(c.root) +
+                          " is not a rank of this communicator (size " + std::to_string(size_) + ")");
+  }
+  const bool perRank = c.collective == Collective::kAllgather || c.collective == Collective::kReduceScatter;
+  const size_t factor = perRank ? static_cast<size_t>(size_) : 1;
+  if (c.count > SIZE_MAX / 2 / elem / factor) {
+    throw InvalidArgument(std::string(toString(c.collective)) + ": count " + std::to_string(c.count) +
+                          " is too large to address");
+  }
+  if (c.count == 0 || c.collective == Collective::kBarrier) return;
+  const bool root = c.root == rank_;
+  const bool needIn = c.collective != Collective::kBroadcast || root;
+  const bool needOut = c.collective != Collective::kReduce || root;
+  auto what = [&](const char* which) {
+    return std::string(toString(c.collective)) + ": " + which + " buffer is null but count is " +
+           std::to_string(c.count) + " (pass a valid host pointer, or count 0)";
+  };
+  if (needIn && !c.input) throw InvalidArgument(what("input"));
+  if (needOut && !c.output) throw InvalidArgument(what("output"));
+  const size_t bytes = c.count * elem;
+  size_t inBytes = bytes, outBytes = bytes;
+  if (c.collective == Collective::kAllgather) outBytes = bytes * factor;
+  if (c.collective == Collective::kReduceScatter) inBytes = bytes * factor;
+  if (needIn && needOut && !c.inPlace && rangesOverlap(c.input, inBytes, c.output, outBytes)) {
+    throw InvalidArgument(std::string(toString(c.collective)) +
+                          ": input and output overlap without being the in-place layout (use separate buffers, "
+                          "or the exact in-place pointer)");
+  }
+}
+
+void CommunicatorImpl::reject(const Error& e, const CollectiveCall& call) {
+  const std::string reason = "rank " + std::to_string(rank_) + " rejected its " + toString(call.collective) +
+                             " call: " + e.what();
+  engine_->abort(e.code(), reason, true);
+  rethrowAs(e.code(), e.what());
+}
+
+algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, const transport::Tag& tag) const {
+  algorithms::RunContext ctx;
+  ctx.transport = &engine_->transport();
+  ctx.tag = tag;
+  ctx.simd = simd_;
+  if (isReduction(call.collective)) {
+    ctx.reduce = kernels::reduceFunction(call.type, call.op, simd_);
+    if (call.op == ReduceOp::kAvg) ctx.divide = kernels::divideFunction(call.type, simd_);
+  }
+  ctx.tuning.segmentBytes = config_.segmentBytes;
+  ctx.tuning.pipelineDepth = config_.pipelineDepth;
+  ctx.tuning.shmChunkBytes = config_.shmChunkBytes;
+  auto arena = arena_;
+  ctx.scratch = [arena](size_t bytes) { return arena->get(bytes); };
+  return ctx;
+}
+
+Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOptions& options) {
+  if (destroyed_.load()) {
+    throw InvalidUsage(std::string(toString(call.collective)) +
+                       " called on a destroyed communicator; create a new Communicator");
+  }
+  engine_->throwIfFailed();
+  algorithms::Selector::Choice choice{nullptr, {}};
+  try {
+    validate(call);
+    choice = selector_.select(call, engine_->transport(), options.algorithm);
+  } catch (const Error& e) {
+    reject(e, call);
+  }
+  if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
+  const algorithms::Algorithm* algo = choice.algorithm;
+
+  auto op = std::make_shared<OperationState>();
+  op->algorithm = algo->name();
+  op->fingerprint = callFingerprint(call, op->algorithm);
+  op->bytes = algorithms::Selector::callBytes(call, size_);
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    op->seq = nextSeq_++;
+  }
+  op->description = std::string(toString(call.collective)) + " #" + std::to_string(op->seq) + " (" +
+                    toString(call.type) +
+                    (isReduction(call.collective) ? std::string(" ") + toString(call.op) : std::string()) + ", " +
+                    std::to_string(call.count) + " elements, algorithm " + op->algorithm + ")";
+  transport::Tag tag;
+  tag.seq = op->seq;
+  tag.fingerprint = op->fingerprint;
+  auto self = shared_from_this();
+  op->makeSchedule = [self, algo, call, tag] { return algo->schedule(call, self->runContext(call, tag)); };
+  engine_->submit(op);
+  return Work(op);
+}
+
+Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature, size_t bytes,
+                                    const std::string& algorithm,
+                                    std::function<algorithms::SchedulePtr(algorithms::RunContext)> make,
+                                    std::function<void()> onComplete) {
+  if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");
+  engine_->throwIfFailed();
+  auto op = std::make_shared<OperationState>();
+  op->algorithm = algorithm;
+  op->fingerprint = signature;
+  op->bytes = bytes;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    op->seq = nextSeq_++;
+  }
+  op->description = what + " #" + std::to_string(op->seq) + " (algorithm " + algorithm + ")";
+  transport::Tag tag;
+  tag.seq = op->seq;
+  tag.fingerprint = signature;
+  auto self = shared_from_this();
+  op->makeSchedule = [self, make, tag] {
+    CollectiveCall none;
+    none.collective = Collective::kBarrier;
+    return make(self->runContext(none, tag));
+  };
+  op->onComplete = std::move(onComplete);
+  engine_->submit(op);
+  return Work(op);
+}
+
+std::string CommunicatorImpl::algorithmFor(const CollectiveCall& call) const {
+  return selector_.select(call, engine_->transport(), {}).algorithm->name();
+}
+
+}  // namespace gradcomm::detail

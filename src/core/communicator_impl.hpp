@@ -1,0 +1,72 @@
+#pragma once
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/selector.hpp"
+#include "core/params.hpp"
+#include "core/progress_engine.hpp"
+#include "gradcomm/communicator.hpp"
+
+namespace gradcomm::detail {
+
+/// Reusable 64-byte aligned scratch memory; only the driving thread uses it.
+class ScratchArena {
+ public:
+  char* get(size_t bytes);
+  ~ScratchArena();
+
+ private:
+  char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// The state behind every Communicator handle.
+class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
+ public:
+  CommunicatorImpl(std::unique_ptr<transport::Transport> transport, core::Config config);
+  ~CommunicatorImpl();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const core::Config& config() const { return config_; }
+  kernels::SimdLevel simd() const { return simd_; }
+  core::ProgressEngine& engine() { return *engine_; }
+  std::shared_ptr<core::ProgressEngine> enginePtr() { return engine_; }
+
+  /// Validates, selects an algorithm, and queues the call. Invalid
+  /// arguments throw here and abort the communicator on every rank.
+  Work submit(const algorithms::CollectiveCall& call, const CollectiveOptions& options);
+  /// Queues a custom schedule (used by frontends such as compression).
+  Work submitCustom(const std::string& what, uint32_t signature, size_t bytes, const std::string& algorithm,
+                    std::function<algorithms::SchedulePtr(algorithms::RunContext)> make,
+                    std::function<void()> onComplete = {});
+  std::string algorithmFor(const algorithms::CollectiveCall& call) const;
+  algorithms::RunContext runContext(const algorithms::CollectiveCall& call, const transport::Tag& tag) const;
+
+  void destroy();
+  bool destroyed() const { return destroyed_.load(); }
+
+ private:
+  void validate(const algorithms::CollectiveCall& call) const;
+  [[noreturn]] void reject(const Error& e, const algorithms::CollectiveCall& call);
+
+  std::unique_ptr<transport::Transport> pendingTransport_;
+  core::Config config_;
+  int rank_;
+  int size_;
+  kernels::SimdLevel simd_;
+  algorithms::Selector selector_;
+  std::shared_ptr<ScratchArena> arena_;
+  std::shared_ptr<core::ProgressEngine> engine_;
+  std::mutex submitMu_;
+  uint64_t nextSeq_ = 0;  // guarded by submitMu_
+  std::atomic<bool> destroyed_{false};
+};
+
+/// 32-bit FNV-1a of a call signature: equal on every rank iff the calls match.
+uint32_t callFingerprint(const algorithms::CollectiveCall& call, const std::string& algorithm);
+
+}  // namespace gradcomm::detail

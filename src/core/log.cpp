@@ -1,0 +1,44 @@
+#include "core/log.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+
+namespace gradcomm::core {
+namespace {
+std::atomic<int> gLevel{static_cast<int>(LogLevel::kWarn)};
+const char* levelName(LogLevel l) {
+  switch (l) {
+    case LogLevel::kError: return "error";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kDebug: return "debug";
+  }
+  return "?";
+}
+}  // namespace
+
+void setLogLevel(LogLevel level) { gLevel.store(static_cast<int>(level)); }
+
+bool logEnabled(LogLevel level) { return static_cast<int>(level) <= gLevel.load(); }
+
+void log(LogLevel level, int rank, const std::string& message) {
+  if (!logEnabled(level)) return;
+  std::string line = "gradcomm[rank " + std::to_string(rank) + "] " + levelName(level) + ": " + message + "\n";
+  ssize_t ignored = ::write(2, line.data(), line.size());
+  (void)ignored;
+}
+
+void logOnce(LogLevel level, int rank, const std::string& message) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!seen.insert(message).second) return;
+  }
+  log(level, rank, message);
+}
+
+}  // namespace gradcomm::core

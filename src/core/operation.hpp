@@ -1,0 +1,54 @@
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "algorithms/algorithm.hpp"
+
+namespace gradcomm::core {
+class ProgressEngine;
+}
+
+namespace gradcomm::detail {
+
+using Clock = std::chrono::steady_clock;
+
+/// One submitted collective, shared by its Work handles and the engine.
+struct OperationState {
+  enum Status : int { kQueued, kRunning, kDone, kFailed };
+
+  uint64_t seq = 0;
+  uint32_t fingerprint = 0;  ///< hash of the call signature, equal on matching ranks
+  std::string description;  ///< "allreduce #12 (float32 sum, 1000 elements, ring)"
+  std::string algorithm;
+  size_t bytes = 0;
+  /// Builds the schedule when the operation starts (on the driving thread).
+  std::function<algorithms::SchedulePtr()> makeSchedule;
+  algorithms::SchedulePtr schedule;
+  /// Runs on the driving thread after the schedule completes (for example
+  /// decompression); may throw.
+  std::function<void()> onComplete;
+
+  std::atomic<int> status{kQueued};
+  std::exception_ptr error;  ///< set before status becomes kFailed
+
+  Clock::time_point queuedAt{};
+  Clock::time_point startedAt{};
+  Clock::time_point finishedAt{};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::weak_ptr<core::ProgressEngine> engine;
+
+  bool finished() const { return status.load(std::memory_order_acquire) >= kDone; }
+  void finish(std::exception_ptr e);
+  /// Rethrows the stored error if the operation failed.
+  void rethrowIfFailed() const;
+};
+
+}  // namespace gradcomm::detail

@@ -1,0 +1,230 @@
+#include "core/params.hpp"
+
+#include <cctype>
+#include <cstdlib>
+#include <functional>
+
+#include "core/units.hpp"
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::core {
+namespace {
+
+using Apply = std::function<void(Config&, const std::string& value, const std::string& name)>;
+using Show = std::function<std::string(const Config&)>;
+
+struct ParamDef {
+  const char* name;
+  const char* defaultValue;
+  const char* units;
+  const char* doc;
+  Apply apply;
+  Show show;
+};
+
+ParamDef bytesParam(const char* name, const char* def, size_t Config::*field, size_t minimum,
+                    const char* doc) {
+  return ParamDef{name, def, "bytes (K/M/G suffix)", doc,
+                  [field, minimum](Config& c, const std::string& v, const std::string& n) {
+                    size_t b = parseBytes(v, n);
+                    if (b < minimum) {
+                      throw ConfigError(n + "='" + v + "' is too small: the minimum is " +
+                                        formatBytes(minimum));
+                    }
+                    c.*field = b;
+                  },
+                  [field](const Config& c) { return formatBytes(c.*field); }};
+}
+
+ParamDef durationParam(const char* name, const char* def, std::chrono::nanoseconds Config::*field,
+                       const char* doc) {
+  return ParamDef{name, def, "duration (s/ms/us/m/h)", doc,
+                  [field](Config& c, const std::string& v, const std::string& n) {
+                    c.*field = parseDuration(v, n);
+                  },
+                  [field](const Config& c) { return formatDuration(c.*field); }};
+}
+
+ParamDef intParam(const char* name, const char* def, int Config::*field, int lo, int hi,
+                  const char* doc) {
+  return ParamDef{name, def, "integer", doc,
+                  [field, lo, hi](Config& c, const std::string& v, const std::string& n) {
+                    c.*field = static_cast<int>(parseInteger(v, n, lo, hi));
+                  },
+                  [field](const Config& c) { return std::to_string(c.*field); }};
+}
+
+ParamDef boolParam(const char* name, const char* def, bool Config::*field, const char* doc) {
+  return ParamDef{name, def, "boolean (1/0)", doc,
+                  [field](Config& c, const std::string& v, const std::string& n) {
+                    c.*field = parseBool(v, n);
+                  },
+                  [field](const Config& c) { return std::string(c.*field ? "1" : "0"); }};
+}
+
+ParamDef stringParam(const char* name, const char* def, const char* units, std::string Config::*field,
+                     const char* doc) {
+  return ParamDef{name, def, units, doc,
+                  [field](Config& c, const std::string& v, const std::string&) {
+                    c.*field = std::string(trim(v));
+                  },
+                  [field](const Config& c) { return c.*field; }};
+}
+
+ParamDef choiceParam(const char* name, const char* def, std::string Config::*field,
+                     std::vector<std::string> choices, const char* doc) {
+  std::string units = "one of ";
+  for (size_t i = 0; i < choices.size(); ++i) units += (i ? "|" : "") + choices[i];
+  static std::vector<std::string> keepAlive;  // ParamDef holds const char*
+  keepAlive.push_back(units);
+  return ParamDef{name, def, keepAlive.back().c_str(), doc,
+                  [field, choices, units](Config& c, const std::string& v, const std::string& n) {
+                    std::string s = toLower(trim(v));
+                    for (const auto& choice : choices) {
+                      if (s == choice) {
+                        c.*field = s;
+                        return;
+                      }
+                    }
+                    throw ConfigError(n + "='" + v + "' is not valid: expected " + units);
+                  },
+                  [field](const Config& c) { return c.*field; }};
+}
+
+const std::vector<ParamDef>& registry() {
+  static const std::vector<ParamDef> defs = [] {
+    std::vector<ParamDef> d;
+    d.push_back(stringParam(
+        "GRADCOMM_ALGO", "auto", "auto | NAME | rules [COLL:][LO-HI:]NAME,...", &Config::algo,
+        "Force algorithms: 'ring' everywhere it exists, or rules such as "
+        "'allreduce:0-64K:rd,allreduce:ring' (first match wins; unmatched calls use the default rule)"));
+    d.push_back(durationParam("GRADCOMM_TIMEOUT", "300s", &Config::timeout,
+                              "Fail an operation (on every rank) when it makes no progress for this long"));
+    d.push_back(bytesParam("GRADCOMM_SEGMENT_SIZE", "256K", &Config::segmentBytes, 64,
+                                   "Pipeline segment: largest single message of ring, tree and "
+                                   "halving-doubling, so transfer of one segment overlaps reduction of the last"));
+    d.push_back(intParam("GRADCOMM_PIPELINE_DEPTH", "4", &Config::pipelineDepth, 1, 64,
+                         "Segments in flight per peer (receive slots) in pipelined algorithms"));
+    d.push_back(bytesParam("GRADCOMM_SMALL_MESSAGE", "16K", &Config::smallMessageBytes, 0,
+                                   "Default rule: allreduce up to this size uses recursive doubling (latency-bound)"));
+    d.push_back(bytesParam("GRADCOMM_TREE_MAX", "0", &Config::treeMaxBytes, 0,
+                                   "Default rule: allreduce above SMALL_MESSAGE and up to this size uses the "
+                                   "pipelined tree (0 disables)"));
+    d.push_back(intParam("GRADCOMM_POLL_SPINS", "200", &Config::pollSpins, 0, 1000000,
+                         "Idle polls of the progress loop before it starts to yield and then sleep"));
+    d.push_back(durationParam("GRADCOMM_POLL_MAX_SLEEP", "200us", &Config::pollMaxSleep,
+                              "Longest sleep between polls while an operation waits on the network"));
+    d.push_back(ParamDef{
+        "GRADCOMM_LOG_LEVEL", "warn", "one of error|warn|info|debug",
+        "Messages printed to stderr, prefixed with the rank",
+        [](Config& c, const std::string& v, const std::string& n) {
+          std::string s = toLower(trim(v));
+          if (s == "error") c.logLevel = LogLevel::kError;
+          else if (s == "warn" || s == "warning") c.logLevel = LogLevel::kWarn;
+          else if (s == "info") c.logLevel = LogLevel::kInfo;
+          else if (s == "debug") c.logLevel = LogLevel::kDebug;
+          else throw ConfigError(n + "='" + v + "' is not valid: expected one of error|warn|info|debug");
+        },
+        [](const Config& c) {
+          switch (c.logLevel) {
+            case LogLevel::kError: return std::string("error");
+            case LogLevel::kWarn: return std::string("warn");
+            case LogLevel::kInfo: return std::string("info");
+            case LogLevel::kDebug: return std::string("debug");
+          }
+          return std::string("warn");
+        }});
+    d.push_back(choiceParam("GRADCOMM_SIMD", "auto", &Config::simd, {"auto", "avx512", "avx2", "scalar"},
+                            "Highest SIMD level the CPU kernels may use (auto: the best this CPU has)"));
+    d.push_back(boolParam("GRADCOMM_SHM", "1", &Config::shm,
+                          "Allow the shared-memory algorithm between ranks on the same host"));
+    d.push_back(bytesParam("GRADCOMM_SHM_CHUNK", "128K", &Config::shmChunkBytes, 4096,
+                                   "Shared-memory algorithm: bytes per rank per pipeline chunk"));
+    d.push_back(stringParam("GRADCOMM_COMPRESSION", "none", "none | fp16 | bf16 | topk:RATIO[:ef=0|1]",
+                            &Config::compression, "Default gradient compression of allreduce"));
+    d.push_back(bytesParam("GRADCOMM_BUCKET_CAP", "25M", &Config::bucketCapBytes, 1,
+                                   "Reducer: largest bucket of gradients"));
+    d.push_back(bytesParam("GRADCOMM_FIRST_BUCKET", "1M", &Config::firstBucketBytes, 1,
+                                   "Reducer: cap of the first bucket (the last gradients of backward)"));
+    d.push_back(bytesParam("GRADCOMM_PARTITION_SIZE", "0", &Config::partitionBytes, 0,
+                                   "Reducer: send buckets in partitions of this size (0: whole buckets)"));
+    d.push_back(stringParam("GRADCOMM_TIMELINE", "", "path", &Config::timelinePath,
+                            "Write a Chrome trace per rank to PATH.rankN.json (empty: off)"));
+    d.push_back(boolParam("GRADCOMM_STATS", "0", &Config::stats,
+                          "Print per-step communication statistics of each Reducer to stderr"));
+    return d;
+  }();
+  return defs;
+}
+
+}  // namespace
+
+std::string canonicalParamName(const std::string& name) {
+  std::string upper;
+  for (char ch : name) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  std::string full = upper.rfind("GRADCOMM_", 0) == 0 ? upper : "GRADCOMM_" + upper;
+  for (const auto& def : registry()) {
+    if (full == def.name) return full;
+  }
+  return {};
+}
+
+std::string knownParamNames() {
+  std::string out;
+  for (const auto& def : registry()) out += (out.empty() ? "" : ", ") + std::string(def.name);
+  return out;
+}
+
+Config Config::resolve(const Options& explicitOptions) {
+  Config c;
+  for (const auto& def : registry()) {
+    def.apply(c, def.defaultValue, def.name);
+    ParamOrigin origin = ParamOrigin::kDefault;
+    std::string value;
+    auto it = explicitOptions.values().find(def.name);
+    if (it != explicitOptions.values().end()) {
+      value = it->second;
+      origin = ParamOrigin::kExplicit;
+    } else if (const char* env = std::getenv(def.name)) {
+      value = env;
+      origin = ParamOrigin::kEnvironment;
+    }
+    if (origin != ParamOrigin::kDefault) def.apply(c, value, def.name);
+    c.origins[def.name] = origin;
+  }
+  return c;
+}
+
+}  // namespace gradcomm::core
+
+namespace gradcomm {
+
+const char* toString(ParamOrigin origin) {
+  switch (origin) {
+    case ParamOrigin::kDefault: return "default";
+    case ParamOrigin::kEnvironment: return "environment";
+    case ParamOrigin::kExplicit: return "explicit";
+  }
+  return "?";
+}
+
+Options& Options::set(const std::string& name, const std::string& value) {
+  std::string canonical = core::canonicalParamName(name);
+  if (canonical.empty()) {
+    throw ConfigError("unknown parameter '" + name + "'; known parameters: " + core::knownParamNames());
+  }
+  values_[canonical] = value;
+  return *this;
+}
+
+std::vector<ParamDescription> describeParameters(const Options& explicitOptions) {
+  core::Config c = core::Config::resolve(explicitOptions);
+  std::vector<ParamDescription> out;
+  for (const auto& def : core::registry()) {
+    out.push_back(ParamDescription{def.name, def.show(c), def.defaultValue, def.units, def.doc,
+                                   c.origins.at(def.name)});
+  }
+  return out;
+}
+
+}  // namespace gradcomm

@@ -1,0 +1,50 @@
+#pragma once
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gradcomm/config.hpp"
+
+namespace gradcomm::core {
+
+enum class LogLevel { kError, kWarn, kInfo, kDebug };
+
+/// Every tunable of the library, resolved once from defaults, the
+/// environment and explicit Options (in rising priority). Each field is
+/// registered exactly once in params.cpp with its GRADCOMM_* name, default,
+/// units and doc line.
+struct Config {
+  std::string algo;                       // GRADCOMM_ALGO: "auto" or override rules
+  std::chrono::nanoseconds timeout{};     // GRADCOMM_TIMEOUT
+  size_t segmentBytes = 0;                // GRADCOMM_SEGMENT_SIZE
+  int pipelineDepth = 0;                  // GRADCOMM_PIPELINE_DEPTH
+  size_t smallMessageBytes = 0;           // GRADCOMM_SMALL_MESSAGE
+  size_t treeMaxBytes = 0;                // GRADCOMM_TREE_MAX
+  int pollSpins = 0;                      // GRADCOMM_POLL_SPINS
+  std::chrono::nanoseconds pollMaxSleep{};  // GRADCOMM_POLL_MAX_SLEEP
+  LogLevel logLevel = LogLevel::kWarn;    // GRADCOMM_LOG_LEVEL
+  std::string simd;                       // GRADCOMM_SIMD
+  bool shm = true;                        // GRADCOMM_SHM
+  size_t shmChunkBytes = 0;               // GRADCOMM_SHM_CHUNK
+  std::string compression;                // GRADCOMM_COMPRESSION
+  size_t bucketCapBytes = 0;              // GRADCOMM_BUCKET_CAP
+  size_t firstBucketBytes = 0;            // GRADCOMM_FIRST_BUCKET
+  size_t partitionBytes = 0;              // GRADCOMM_PARTITION_SIZE
+  std::string timelinePath;               // GRADCOMM_TIMELINE
+  bool stats = false;                     // GRADCOMM_STATS
+
+  std::map<std::string, ParamOrigin> origins;
+
+  /// Resolves every parameter; throws ConfigError on a malformed value or an
+  /// unknown explicit option name.
+  static Config resolve(const Options& explicitOptions = {});
+};
+
+/// Canonical "GRADCOMM_X" form of "X" or "GRADCOMM_X"; empty when unknown.
+std::string canonicalParamName(const std::string& name);
+/// Comma-separated list of every parameter name, for error messages.
+std::string knownParamNames();
+
+}  // namespace gradcomm::core

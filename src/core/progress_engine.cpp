@@ -1,0 +1,275 @@
+#include "core/progress_engine.hpp"
+
+#include <immintrin.h>
+
+#include "core/units.hpp"
+
+namespace gradcomm::core {
+
+using detail::Clock;
+using detail::OperationState;
+
+void Backoff::idle() {
+  ++idle_;
+  if (idle_ <= spins_) {
+    _mm_pause();
+    return;
+  }
+  if (idle_ <= spins_ + 16) {
+    std::this_thread::yield();
+    return;
+  }
+  // 1us, 2us, 4us, ... up to the cap.
+  int doublings = std::min(idle_ - spins_ - 16, 30);
+  auto sleep = std::chrono::nanoseconds(1000LL << std::min(doublings, 20));
+  if (sleep > maxSleep_) sleep = maxSleep_;
+  std::this_thread::sleep_for(sleep);
+}
+
+ProgressEngine::ProgressEngine(std::unique_ptr<transport::Transport> transport, EngineSettings settings)
+    : transport_(std::move(transport)), settings_(settings) {}
+
+ProgressEngine::~ProgressEngine() { shutdown("the communicator was destroyed"); }
+
+void ProgressEngine::start() {
+  thread_ = std::thread([this] { threadMain(); });
+}
+
+void ProgressEngine::submit(const std::shared_ptr<OperationState>& op) {
+  op->engine = weak_from_this();
+  op->queuedAt = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    if (failed_) {
+      op->finish(std::make_exception_ptr(
+          Error(failCode_, "communicator is unusable after an earlier failure: " + failReason_)));
+      return;
+    }
+    if (stop_.load()) {
+      op->finish(std::make_exception_ptr(InvalidUsage("the communicator was destroyed")));
+      return;
+    }
+    queue_.push_back(op);
+    busy_.store(true);
+  }
+  queueCv_.notify_one();
+}
+
+void ProgressEngine::throwIfFailed() const {
+  std::lock_guard<std::mutex> lock(queueMu_);
+  if (failed_) rethrowAs(failCode_, "communicator is unusable after an earlier failure: " + failReason_);
+}
+
+void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellPeers) {
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    if (failed_) return;
+    failed_ = true;
+    failCode_ = code;
+    failReason_ = reason;
+  }
+  if (tellPeers) {
+    std::lock_guard<std::mutex> drive(driveMu_);
+    transport_->broadcastAbort(reason);
+  }
+  queueCv_.notify_all();
+}
+
+void ProgressEngine::failQueued() {
+  std::deque<std::shared_ptr<OperationState>> pending;
+  std::string reason;
+  ErrorCode code;
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    pending.swap(queue_);
+    reason = failReason_;
+    code = failCode_;
+  }
+  for (auto& op : pending) {
+    op->finish(std::make_exception_ptr(Error(code, "communicator is unusable after an earlier failure: " + reason)));
+  }
+}
+
+void ProgressEngine::failActive(std::exception_ptr e) {
+  std::string reason = "unknown error";
+  ErrorCode code = ErrorCode::kInternal;
+  bool remote = false;
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    reason = err.what();
+    code = err.code();
+    remote = code == ErrorCode::kRemote;
+  } catch (const std::exception& err) {
+    reason = err.what();
+    e = std::make_exception_ptr(InternalError(reason));
+  }
+  auto op = std::move(active_);
+  active_.reset();
+  if (op) {
+    op->schedule.reset();  // cancels outstanding transfers
+    if (listener_) listener_(*op, false);
+    op->finish(e);
+  }
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    if (!failed_) {
+      failed_ = true;
+      failCode_ = code;
+      failReason_ = reason;
+    }
+  }
+  // A failure that came from a peer need not be echoed back.
+  if (!remote) transport_->broadcastAbort(reason);
+  failQueued();
+}
+
+bool ProgressEngine::drive() {
+  if (!active_) {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    if (queue_.empty()) {
+      busy_.store(false);
+      return false;
+    }
+    active_ = queue_.front();
+    queue_.pop_front();
+  }
+  auto now = Clock::now();
+  try {
+    if (!active_->schedule) {
+      active_->startedAt = now;
+      active_->status.store(OperationState::kRunning);
+      if (listener_) listener_(*active_, true);
+      active_->schedule = active_->makeSchedule();
+      lastProgress_ = now;
+      lastHealthCheck_ = now;
+      lastProbe_ = now;
+    }
+    bool moved = active_->schedule->advance();
+    if (active_->schedule->done()) {
+      if (active_->onComplete) active_->onComplete();
+      auto op = std::move(active_);
+      active_.reset();
+      op->schedule.reset();
+      if (listener_) listener_(*op, false);
+      op->finish(nullptr);
+      return true;
+    }
+    if (moved) {
+      lastProgress_ = Clock::now();
+    } else {
+      checkHealth(Clock::now());
+    }
+    return moved;
+  } catch (...) {
+    failActive(std::current_exception());
+    return true;
+  }
+}
+
+void ProgressEngine::checkHealth(Clock::time_point now) {
+  using std::chrono::milliseconds;
+  if (now - lastHealthCheck_ < milliseconds(1)) return;
+  lastHealthCheck_ = now;
+  if (auto remote = transport_->pollAbort()) {
+    throw RemoteError(active_->description + " failed because " + *remote);
+  }
+  const auto stalled = now - lastProgress_;
+  if (stalled >= milliseconds(20) && now - lastProbe_ >= milliseconds(20)) {
+    lastProbe_ = now;
+    transport::Tag expected;
+    expected.seq = active_->seq;
+    expected.fingerprint = active_->fingerprint;
+    for (int peer : active_->schedule->awaitedPeers()) {
+      if (transport_->probeMismatch(peer, expected)) {
+        throw MismatchError("rank " + std::to_string(transport_->rank()) + ": " + active_->description +
+                            " does not match rank " + std::to_string(peer) +
+                            "'s call number " + std::to_string(active_->seq) +
+                            " (a different collective, data type, op, count, root or algorithm): every rank must "
+                            "issue the same collectives in the same order");
+      }
+    }
+  }
+  if (stalled >= settings_.timeout) {
+    throw TimeoutError("rank " + std::to_string(transport_->rank()) + ": " + active_->description +
+                       " made no progress for " + formatDuration(std::chrono::duration_cast<std::chrono::nanoseconds>(stalled)) +
+                       " (GRADCOMM_TIMEOUT); waiting for " + active_->schedule->waitingFor() +
+                       ". A peer may have died or stopped calling collectives, or the ranks issued different "
+                       "collectives: check that every rank makes the same calls in the same order");
+  }
+}
+
+bool ProgressEngine::waitFor(OperationState& op, Clock::time_point deadline) {
+  Backoff backoff(settings_.pollSpins, settings_.pollMaxSleep);
+  while (!op.finished()) {
+    if (Clock::now() >= deadline) return false;
+    std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
+    if (drive.owns_lock()) {
+      bool moved = this->drive();
+      drive.unlock();
+      if (moved) {
+        backoff.reset();
+      } else {
+        backoff.idle();
+      }
+      continue;
+    }
+    // The background thread is driving: sleep until it finishes `op`.
+    std::unique_lock<std::mutex> lock(op.mu);
+    op.cv.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(1)),
+                     [&] { return op.finished(); });
+  }
+  return true;
+}
+
+void ProgressEngine::threadMain() {
+  Backoff backoff(settings_.pollSpins, settings_.pollMaxSleep);
+  while (!stop_.load()) {
+    {
+      std::unique_lock<std::mutex> lock(queueMu_);
+      queueCv_.wait(lock, [&] { return stop_.load() || busy_.load(); });
+    }
+    if (stop_.load()) break;
+    std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
+    if (!drive.owns_lock()) {
+      // A waiting caller drives; look again shortly.
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    bool moved = this->drive();
+    drive.unlock();
+    if (moved) {
+      backoff.reset();
+    } else {
+      backoff.idle();
+    }
+  }
+}
+
+void ProgressEngine::shutdown(const std::string& reason) {
+  if (!stop_.exchange(true)) {
+    queueCv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard<std::mutex> drive(driveMu_);
+    bool pending = false;
+    {
+      std::lock_guard<std::mutex> lock(queueMu_);
+      pending = active_ != nullptr || !queue_.empty();
+      if (!failed_) {
+        failed_ = true;
+        failCode_ = ErrorCode::kInvalidUsage;
+        failReason_ = reason;
+      }
+    }
+    if (pending) transport_->broadcastAbort(reason + " with operations pending");
+    if (active_) {
+      auto op = std::move(active_);
+      active_.reset();
+      op->schedule.reset();
+      op->finish(std::make_exception_ptr(InvalidUsage(reason + " before the operation completed")));
+    }
+    failQueued();
+  }
+}
+
+}  // namespace gradcomm::core

@@ -1,0 +1,99 @@
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/operation.hpp"
+#include "gradcomm/error.hpp"
+#include "transport/transport.hpp"
+
+namespace gradcomm::core {
+
+struct EngineSettings {
+  std::chrono::nanoseconds timeout{std::chrono::seconds(300)};
+  int pollSpins = 200;
+  std::chrono::nanoseconds pollMaxSleep{std::chrono::microseconds(200)};
+};
+
+/// Exponential back-off of an idle polling loop: spin, then yield, then
+/// sleep for doubling intervals up to a cap, so that a waiting rank does
+/// not steal the core the computation needs.
+class Backoff {
+ public:
+  Backoff(int spins, std::chrono::nanoseconds maxSleep) : spins_(spins), maxSleep_(maxSleep) {}
+  void reset() { idle_ = 0; }
+  void idle();
+
+ private:
+  int spins_;
+  std::chrono::nanoseconds maxSleep_;
+  int idle_ = 0;
+};
+
+/// Runs a communicator's operations one at a time, in submission order.
+/// Progress is driven by the communicator's background thread or, while a
+/// caller waits, by the waiting thread itself (whoever holds the drive
+/// lock), so a small collective completes with no thread hand-off.
+/// Failures are sticky: the first failed operation aborts the engine, its
+/// peers are told, and every later operation fails with the same reason.
+class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
+ public:
+  ProgressEngine(std::unique_ptr<transport::Transport> transport, EngineSettings settings);
+  ~ProgressEngine();
+  ProgressEngine(const ProgressEngine&) = delete;
+  ProgressEngine& operator=(const ProgressEngine&) = delete;
+
+  void start();
+  void submit(const std::shared_ptr<detail::OperationState>& op);
+  /// Drives progress until `op` finishes or `deadline` passes; true if finished.
+  bool waitFor(detail::OperationState& op, detail::Clock::time_point deadline);
+  /// Stops the thread and fails whatever is pending with `reason`.
+  void shutdown(const std::string& reason);
+  /// Marks the engine failed (as if an operation had failed) and tells peers.
+  void abort(ErrorCode code, const std::string& reason, bool tellPeers);
+  /// Throws (with the original error code) if the engine has failed.
+  void throwIfFailed() const;
+
+  transport::Transport& transport() { return *transport_; }
+  const transport::Transport& transport() const { return *transport_; }
+
+  using Listener = std::function<void(const detail::OperationState&, bool started)>;
+  /// Called on the driving thread when an operation starts and finishes.
+  void setListener(Listener l) { listener_ = std::move(l); }
+
+ private:
+  void threadMain();
+  bool drive();  // requires driveMu_
+  void checkHealth(detail::Clock::time_point now);
+  void failActive(std::exception_ptr e);
+  void failQueued();
+
+  std::unique_ptr<transport::Transport> transport_;
+  EngineSettings settings_;
+  Listener listener_;
+
+  mutable std::mutex queueMu_;
+  std::condition_variable queueCv_;
+  std::deque<std::shared_ptr<detail::OperationState>> queue_;
+  bool failed_ = false;
+  ErrorCode failCode_ = ErrorCode::kInternal;
+  std::string failReason_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};  // an operation is active or queued
+
+  std::mutex driveMu_;
+  std::shared_ptr<detail::OperationState> active_;   // guarded by driveMu_
+  detail::Clock::time_point lastProgress_{};          // guarded by driveMu_
+  detail::Clock::time_point lastHealthCheck_{};       // guarded by driveMu_
+  detail::Clock::time_point lastProbe_{};             // guarded by driveMu_
+
+  std::thread thread_;
+};
+
+}  // namespace gradcomm::core

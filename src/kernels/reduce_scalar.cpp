@@ -1,0 +1,12 @@
+// The scalar kernel table: reduce_impl.hpp compiled with this level's flags
+// (see CMakeLists.txt).
+#include "kernels/reduce_impl.hpp"
+
+namespace gradcomm::kernels {
+
+const ReduceTable* scalarTable() {
+  static const ReduceTable table = buildTable();
+  return &table;
+}
+
+}  // namespace gradcomm::kernels

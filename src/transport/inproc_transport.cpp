@@ -1,0 +1,221 @@
+#include "transport/inproc_transport.hpp"
+
+#include <cstring>
+#include <string>
+
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::transport {
+
+struct InProcWorld::Transfer {
+  int src = 0;
+  int dst = 0;
+  Tag tag;
+  const void* sendData = nullptr;
+  void* recvData = nullptr;
+  size_t sendBytes = 0;
+  size_t recvBytes = 0;
+  bool sendPosted = false;
+  bool recvPosted = false;
+  bool matched = false;
+  bool done = false;
+  bool cancelled = false;
+  int delay = 0;  // tests still to wait in chaos mode
+  std::string error;
+};
+
+namespace {
+
+bool sameTag(const Tag& a, const Tag& b) {
+  return a.seq == b.seq && a.fingerprint == b.fingerprint && a.message == b.message;
+}
+
+std::string describe(const Tag& t) {
+  return "operation " + std::to_string(t.seq) + ", message " + std::to_string(t.message);
+}
+
+}  // namespace
+
+class InProcRequest : public Request {
+ public:
+  InProcRequest(std::shared_ptr<InProcWorld> world, std::shared_ptr<InProcWorld::Transfer> transfer, bool isSend)
+      : world_(std::move(world)), transfer_(std::move(transfer)), isSend_(isSend) {}
+  ~InProcRequest() override {
+    if (!complete_) world_->cancel(transfer_, isSend_);
+  }
+  bool test() override {
+    if (complete_) return true;
+    complete_ = world_->test(transfer_, isSend_);
+    return complete_;
+  }
+
+ private:
+  std::shared_ptr<InProcWorld> world_;
+  std::shared_ptr<InProcWorld::Transfer> transfer_;
+  bool isSend_;
+  bool complete_ = false;
+};
+
+class InProcTransport : public Transport {
+ public:
+  InProcTransport(std::shared_ptr<InProcWorld> world, int rank) : world_(std::move(world)), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int size() const override { return world_->size(); }
+  std::string name() const override { return "inproc"; }
+
+  RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) override {
+    checkPeer(peer);
+    auto t = world_->post(rank_, peer, true, const_cast<void*>(data), bytes, tag);
+    return std::make_unique<InProcRequest>(world_, std::move(t), true);
+  }
+  RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override {
+    checkPeer(peer);
+    auto t = world_->post(peer, rank_, false, data, bytes, tag);
+    return std::make_unique<InProcRequest>(world_, std::move(t), false);
+  }
+  bool probeMismatch(int peer, const Tag& expected) override {
+    std::lock_guard<std::mutex> lock(world_->mu_);
+    for (const auto& t : world_->unmatchedSends_[rank_]) {
+      if (t->src == peer && t->tag.seq == expected.seq && t->tag.fingerprint != expected.fingerprint) return true;
+    }
+    return false;
+  }
+  void broadcastAbort(const std::string& reason) override {
+    std::lock_guard<std::mutex> lock(world_->mu_);
+    for (int r = 0; r < world_->size(); ++r) {
+      if (r != rank_) world_->aborts_[r].push_back("rank " + std::to_string(rank_) + ": " + reason);
+    }
+  }
+  std::optional<std::string> pollAbort() override {
+    std::lock_guard<std::mutex> lock(world_->mu_);
+    auto& q = world_->aborts_[rank_];
+    if (q.empty()) return std::nullopt;
+    std::string first = q.front();
+    q.pop_front();
+    return first;
+  }
+  std::vector<int> hostLocalRanks() const override {
+    int per = world_->settings_.ranksPerHost;
+    if (per <= 0) per = world_->size();
+    std::vector<int> out;
+    int first = (rank_ / per) * per;
+    for (int r = first; r < first + per && r < world_->size(); ++r) out.push_back(r);
+    return out;
+  }
+  std::string hostName() const override {
+    int per = world_->settings_.ranksPerHost;
+    if (per <= 0) per = world_->size();
+    return "inproc-host" + std::to_string(rank_ / per);
+  }
+
+ private:
+  void checkPeer(int peer) const {
+    if (peer < 0 || peer >= world_->size() || peer == rank_) {
+      throw InternalError("inproc transport: invalid peer " + std::to_string(peer) + " on rank " +
+                          std::to_string(rank_));
+    }
+  }
+  std::shared_ptr<InProcWorld> world_;
+  int rank_;
+};
+
+InProcWorld::InProcWorld(int size, Settings settings)
+    : size_(size),
+      settings_(settings),
+      rng_(settings.seed),
+      unmatchedSends_(size),
+      unmatchedRecvs_(size),
+      aborts_(size) {}
+
+std::shared_ptr<InProcWorld> InProcWorld::create(int size, Settings settings) {
+  if (size < 1) throw InvalidArgument("an in-process world needs at least one rank, got " + std::to_string(size));
+  return std::shared_ptr<InProcWorld>(new InProcWorld(size, settings));
+}
+
+std::unique_ptr<Transport> InProcWorld::transport(int rank) {
+  if (rank < 0 || rank >= size_) {
+    throw InvalidArgument("rank " + std::to_string(rank) + " is outside the in-process world of " +
+                          std::to_string(size_));
+  }
+  return std::make_unique<InProcTransport>(shared_from_this(), rank);
+}
+
+std::shared_ptr<InProcWorld::Transfer> InProcWorld::post(int src, int dst, bool isSend, void* data, size_t bytes,
+                                                        const Tag& tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Look for the oldest unmatched counterpart with the same (src, tag).
+  auto& others = isSend ? unmatchedRecvs_[dst] : unmatchedSends_[dst];
+  for (auto it = others.begin(); it != others.end(); ++it) {
+    auto t = *it;
+    if (t->src != src || !sameTag(t->tag, tag)) continue;
+    others.erase(it);
+    if (isSend) {
+      t->sendData = data;
+      t->sendBytes = bytes;
+      t->sendPosted = true;
+    } else {
+      t->recvData = data;
+      t->recvBytes = bytes;
+      t->recvPosted = true;
+    }
+    t->matched = true;
+    if (t->sendBytes != t->recvBytes) {
+      t->error = "message size mismatch: rank " + std::to_string(src) + " sent " + std::to_string(t->sendBytes) +
+                 " bytes, rank " + std::to_string(dst) + " expected " + std::to_string(t->recvBytes) + " (" +
+                 describe(tag) + "); ranks disagree about the call's count";
+    }
+    t->delay = settings_.chaos ? static_cast<int>(rng_() % 4) : 0;
+    return t;
+  }
+  auto t = std::make_shared<Transfer>();
+  t->src = src;
+  t->dst = dst;
+  t->tag = tag;
+  if (isSend) {
+    t->sendData = data;
+    t->sendBytes = bytes;
+    t->sendPosted = true;
+    unmatchedSends_[dst].push_back(t);
+  } else {
+    t->recvData = data;
+    t->recvBytes = bytes;
+    t->recvPosted = true;
+    unmatchedRecvs_[dst].push_back(t);
+  }
+  return t;
+}
+
+bool InProcWorld::test(const std::shared_ptr<Transfer>& t, bool /*isSend*/) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!t->error.empty()) throw TransportError(t->error);
+  if (t->done) return true;
+  if (t->cancelled) {
+    throw TransportError("rank " + std::to_string(t->src) + " -> " + std::to_string(t->dst) +
+                         ": the other side abandoned the transfer (" + describe(t->tag) + ")");
+  }
+  if (!t->matched) return false;
+  if (t->delay > 0) {
+    --t->delay;
+    return false;
+  }
+  if (t->sendBytes) std::memcpy(t->recvData, t->sendData, t->sendBytes);
+  t->done = true;
+  return true;
+}
+
+void InProcWorld::cancel(const std::shared_ptr<Transfer>& t, bool isSend) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (t->done) return;
+  if (!t->matched) {
+    auto& q = isSend ? unmatchedSends_[t->dst] : unmatchedRecvs_[t->dst];
+    for (auto it = q.begin(); it != q.end(); ++it) {
+      if (*it == t) {
+        q.erase(it);
+        break;
+      }
+    }
+  }
+  t->cancelled = true;
+}
+
+}  // namespace gradcomm::transport

@@ -1,0 +1,54 @@
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace gradcomm::transport {
+
+/// Ranks as threads of one process: the shared mailbox of an in-process
+/// "world". Data moves when either side of a matched pair is tested, never
+/// at post time, so a send's buffer is read late and a receive's buffer is
+/// written late, exactly as a real network may do. With `chaos` set, each
+/// transfer additionally waits a random number of tests, shaking out
+/// missing dependencies in algorithms.
+class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
+ public:
+  struct Settings {
+    int ranksPerHost = 0;   ///< 0: every rank on one host
+    bool chaos = false;     ///< random completion delays
+    uint64_t seed = 1;      ///< seed of the chaos delays
+  };
+
+  static std::shared_ptr<InProcWorld> create(int size, Settings settings);
+  static std::shared_ptr<InProcWorld> create(int size) { return create(size, Settings{}); }
+  int size() const { return size_; }
+  /// The transport of one rank (call once per rank).
+  std::unique_ptr<Transport> transport(int rank);
+
+ private:
+  friend class InProcTransport;
+  friend class InProcRequest;
+  struct Transfer;
+  struct Posted;
+
+  InProcWorld(int size, Settings settings);
+  std::shared_ptr<Transfer> post(int src, int dst, bool isSend, void* data, size_t bytes, const Tag& tag);
+  bool test(const std::shared_ptr<Transfer>& t, bool isSend);
+  void cancel(const std::shared_ptr<Transfer>& t, bool isSend);
+
+  int size_;
+  Settings settings_;
+  std::mutex mu_;
+  std::mt19937_64 rng_;
+  // Unmatched posts, per destination rank.
+  std::vector<std::deque<std::shared_ptr<Transfer>>> unmatchedSends_;
+  std::vector<std::deque<std::shared_ptr<Transfer>>> unmatchedRecvs_;
+  std::vector<std::deque<std::string>> aborts_;
+};
+
+}  // namespace gradcomm::transport

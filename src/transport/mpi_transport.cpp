@@ -1,0 +1,470 @@
+#include "transport/mpi_transport.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "gradcomm/error.hpp"
+#include "kernels/reduce.hpp"
+
+namespace gradcomm::transport {
+namespace {
+
+constexpr int kControlTag = 7;
+// MPI counts are int: messages above this are sent as several parts, which
+// MPI's non-overtaking rule keeps in order.
+constexpr size_t kMaxPartBytes = size_t{1} << 30;
+
+std::string mpiErrorText(int rc) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return std::string(text, static_cast<size_t>(len));
+}
+
+/// One logical transfer, split into parts of at most kMaxPartBytes.
+class MpiRequest : public Request {
+ public:
+  MpiRequest(bool isRecv, int peer, int myRank) : isRecv_(isRecv), peer_(peer), myRank_(myRank) {}
+  ~MpiRequest() override {
+    if (!MpiEnvironment::usable()) return;
+    for (auto& r : requests_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      if (isRecv_) {
+        MPI_Cancel(&r);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+      } else {
+        MPI_Request_free(&r);  // the send completes (or not) in the background
+      }
+    }
+  }
+  void add(MPI_Request r, size_t bytes) {
+    requests_.push_back(r);
+    expected_.push_back(bytes);
+  }
+  bool test() override {
+    if (done_) return true;
+    for (size_t i = 0; i < requests_.size(); ++i) {
+      if (requests_[i] == MPI_REQUEST_NULL) continue;
+      int flag = 0;
+      MPI_Status status;
+      int rc = MPI_Test(&requests_[i], &flag, &status);
+      if (rc != MPI_SUCCESS) fail(rc);
+      if (!flag) return false;
+      if (isRecv_) {
+        int count = 0;
+        MPI_Get_count(&status, MPI_BYTE, &count);
+        if (static_cast<size_t>(count) != expected_[i]) {
+          throw TransportError("rank " + std::to_string(myRank_) + " received " + std::to_string(count) +
+                               " bytes from rank " + std::to_string(peer_) + " where " +
+                               std::to_string(expected_[i]) +
+                               " were expected: the ranks called the collective with different counts");
+        }
+      }
+    }
+    done_ = true;
+    return true;
+  }
+
+ private:
+  [[noreturn]] void fail(int rc) const {
+    int cls = 0;
+    MPI_Error_class(rc, &cls);
+    if (cls == MPI_ERR_TRUNCATE) {
+      throw TransportError("rank " + std::to_string(myRank_) + " received a larger message from rank " +
+                           std::to_string(peer_) +
+                           " than expected: the ranks called the collective with different counts");
+    }
+    throw TransportError(std::string("MPI ") + (isRecv_ ? "receive from" : "send to") + " rank " +
+                         std::to_string(peer_) + " failed: " + mpiErrorText(rc));
+  }
+  bool isRecv_;
+  int peer_;
+  int myRank_;
+  bool done_ = false;
+  std::vector<MPI_Request> requests_;
+  std::vector<size_t> expected_;
+};
+
+// ---- native collectives ------------------------------------------------------
+
+/// A native collective: one or more MPI requests and an optional check that
+/// runs on completion.
+class NativeRequest : public Request {
+ public:
+  ~NativeRequest() override {
+    if (!MpiEnvironment::usable()) return;
+    for (auto& r : requests_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+  }
+  std::vector<MPI_Request> requests_;
+  std::array<int64_t, 2> agreeIn_{};
+  std::array<int64_t, 2> agreeOut_{};
+  std::string agreeWhat_;
+  bool isAgree_ = false;
+  bool test() override {
+    if (done_) return true;
+    for (auto& r : requests_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      int flag = 0;
+      int rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) throw TransportError("MPI native collective failed: " + mpiErrorText(rc));
+      if (!flag) return false;
+    }
+    done_ = true;
+    if (isAgree_ && agreeOut_[0] != ~agreeOut_[1]) throw MismatchError(agreeWhat_);
+    return true;
+  }
+
+ private:
+  bool done_ = false;
+};
+
+template <int Type, int Op>
+void userReduce(void* in, void* inout, int* len, MPI_Datatype*) {
+  static const kernels::ReduceFn fn =
+      kernels::reduceFunction(static_cast<DataType>(Type), static_cast<ReduceOp>(Op), kernels::detectSimd());
+  fn(inout, in, inout, static_cast<size_t>(*len));
+}
+
+template <int Type>
+void createUserOps(MPI_Op ops[kNumDataTypes][4]) {
+  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kSum)>, 1, &ops[Type][0]);
+  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kProd)>, 1, &ops[Type][1]);
+  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kMin)>, 1, &ops[Type][2]);
+  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kMax)>, 1, &ops[Type][3]);
+}
+
+class MpiNative : public NativeCollectives {
+ public:
+  explicit MpiNative(MPI_Comm comm) : comm_(comm) {
+    for (auto& row : userOps_) {
+      for (auto& op : row) op = MPI_OP_NULL;
+    }
+    // MPI has no float16/bfloat16 and its MIN/MAX do not propagate NaN:
+    // those pairs use gradcomm's own kernels as MPI user operations.
+    createUserOps<static_cast<int>(DataType::kFloat16)>(userOps_);
+    createUserOps<static_cast<int>(DataType::kBFloat16)>(userOps_);
+    createUserOps<static_cast<int>(DataType::kFloat32)>(userOps_);
+    createUserOps<static_cast<int>(DataType::kFloat64)>(userOps_);
+  }
+  ~MpiNative() override {
+    if (!MpiEnvironment::usable()) return;
+    for (auto& row : userOps_) {
+      for (auto& op : row) {
+        if (op != MPI_OP_NULL) MPI_Op_free(&op);
+      }
+    }
+  }
+
+  RequestPtr agree(uint64_t fingerprint, const std::string& what) override {
+    auto req = std::make_unique<NativeRequest>();
+    req->isAgree_ = true;
+    req->agreeWhat_ = what;
+    req->agreeIn_ = {static_cast<int64_t>(fingerprint), ~static_cast<int64_t>(fingerprint)};
+    MPI_Request r;
+    checkMpi(MPI_Iallreduce(req->agreeIn_.data(), req->agreeOut_.data(), 2, MPI_INT64_T, MPI_MAX, comm_, &r),
+             "MPI_Iallreduce (call agreement)");
+    req->requests_.push_back(r);
+    return req;
+  }
+
+  RequestPtr allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
+    auto req = std::make_unique<NativeRequest>();
+    const size_t elem = dataTypeSize(type);
+    forEachPart(count, [&](size_t offset, int n) {
+      MPI_Request r;
+      const void* src = in == out ? MPI_IN_PLACE : static_cast<const char*>(in) + offset * elem;
+      checkMpi(MPI_Iallreduce(src, static_cast<char*>(out) + offset * elem, n, mpiDatatype(type), mpiOp(type, op),
+                              comm_, &r),
+               "MPI_Iallreduce");
+      req->requests_.push_back(r);
+    });
+    return req;
+  }
+
+  RequestPtr broadcast(void* buffer, size_t count, DataType type, int root) override {
+    auto req = std::make_unique<NativeRequest>();
+    const size_t elem = dataTypeSize(type);
+    forEachPart(count, [&](size_t offset, int n) {
+      MPI_Request r;
+      checkMpi(MPI_Ibcast(static_cast<char*>(buffer) + offset * elem, n, mpiDatatype(type), root, comm_, &r),
+               "MPI_Ibcast");
+      req->requests_.push_back(r);
+    });
+    return req;
+  }
+
+  RequestPtr reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root) override {
+    auto req = std::make_unique<NativeRequest>();
+    const size_t elem = dataTypeSize(type);
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    forEachPart(count, [&](size_t offset, int n) {
+      MPI_Request r;
+      const void* src = static_cast<const char*>(in) + offset * elem;
+      void* dst = static_cast<char*>(out) + offset * elem;
+      if (in == out) {
+        if (rank == root) src = MPI_IN_PLACE;
+        else dst = nullptr;
+      }
+      checkMpi(MPI_Ireduce(src, dst, n, mpiDatatype(type), mpiOp(type, op), root, comm_, &r), "MPI_Ireduce");
+      req->requests_.push_back(r);
+    });
+    return req;
+  }
+
+  RequestPtr allgather(const void* in, void* out, size_t count, DataType type) override {
+    requireIntCount(count, "allgather");
+    auto req = std::make_unique<NativeRequest>();
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    const void* src = in == static_cast<char*>(out) + rank * count * dataTypeSize(type) ? MPI_IN_PLACE : in;
+    MPI_Request r;
+    checkMpi(MPI_Iallgather(src, static_cast<int>(count), mpiDatatype(type), out, static_cast<int>(count),
+                            mpiDatatype(type), comm_, &r),
+             "MPI_Iallgather");
+    req->requests_.push_back(r);
+    return req;
+  }
+
+  RequestPtr reduceScatter(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
+    requireIntCount(count, "reduce-scatter");
+    auto req = std::make_unique<NativeRequest>();
+    int rank = 0;
+    MPI_Comm_rank(comm_, &rank);
+    const void* src = in == static_cast<char*>(out) - rank * count * dataTypeSize(type) ? MPI_IN_PLACE : in;
+    MPI_Request r;
+    checkMpi(MPI_Ireduce_scatter_block(src, out, static_cast<int>(count), mpiDatatype(type), mpiOp(type, op),
+                                       comm_, &r),
+             "MPI_Ireduce_scatter_block");
+    req->requests_.push_back(r);
+    return req;
+  }
+
+  RequestPtr barrier() override {
+    auto req = std::make_unique<NativeRequest>();
+    MPI_Request r;
+    checkMpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+    req->requests_.push_back(r);
+    return req;
+  }
+
+ private:
+  template <typename F>
+  static void forEachPart(size_t count, F&& f) {
+    constexpr size_t kPart = size_t{1} << 30;  // elements per MPI call
+    if (count == 0) {
+      f(0, 0);
+      return;
+    }
+    for (size_t offset = 0; offset < count; offset += kPart) {
+      f(offset, static_cast<int>(std::min(kPart, count - offset)));
+    }
+  }
+  static void requireIntCount(size_t count, const char* what) {
+    if (count > static_cast<size_t>(INT_MAX)) {
+      throw UnsupportedError(std::string("native ") + what + " takes at most 2^31-1 elements per rank (MPI's int "
+                             "count); got " + std::to_string(count) + ": use the ring algorithm");
+    }
+  }
+  MPI_Op mpiOp(DataType type, ReduceOp op) const {
+    int k = static_cast<int>(type);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg:
+        if (userOps_[k][0] != MPI_OP_NULL && !(type == DataType::kFloat32 || type == DataType::kFloat64)) {
+          return userOps_[k][0];
+        }
+        return MPI_SUM;
+      case ReduceOp::kProd:
+        if (type == DataType::kFloat16 || type == DataType::kBFloat16) return userOps_[k][1];
+        return MPI_PROD;
+      case ReduceOp::kMin:
+        return userOps_[k][2] != MPI_OP_NULL ? userOps_[k][2] : MPI_MIN;
+      case ReduceOp::kMax:
+        return userOps_[k][3] != MPI_OP_NULL ? userOps_[k][3] : MPI_MAX;
+    }
+    return MPI_SUM;
+  }
+
+  MPI_Comm comm_;
+  MPI_Op userOps_[kNumDataTypes][4];
+};
+
+}  // namespace
+
+MPI_Datatype mpiDatatype(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kFloat16: return MPI_UINT16_T;
+    case DataType::kBFloat16: return MPI_UINT16_T;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+  }
+  return MPI_BYTE;
+}
+
+MpiTagLayout MpiTagLayout::forUpperBound(long long tagUpperBound) {
+  int bits = 0;
+  while (bits < 31 && (1ll << (bits + 1)) - 1 <= tagUpperBound) ++bits;
+  if (bits < 15) {
+    throw UnsupportedError("this MPI's tag upper bound " + std::to_string(tagUpperBound) +
+                           " is too small for gradcomm (needs at least 2^15 - 1)");
+  }
+  MpiTagLayout l;
+  l.seqBits = bits >= 31 ? 7 : 4;
+  l.fingerprintBits = bits >= 31 ? 10 : 6;
+  l.messageBits = bits - l.seqBits - l.fingerprintBits;
+  return l;
+}
+
+int MpiTagLayout::encode(const Tag& tag) const {
+  uint64_t v = ((tag.seq & seqMask()) << (fingerprintBits + messageBits)) |
+               (static_cast<uint64_t>(tag.fingerprint & fingerprintMask()) << messageBits) |
+               (tag.message & ((1u << messageBits) - 1));
+  return static_cast<int>(v);
+}
+
+uint64_t MpiTagLayout::seqOf(int mpiTag) const {
+  return (static_cast<uint64_t>(mpiTag) >> (fingerprintBits + messageBits)) & seqMask();
+}
+
+uint32_t MpiTagLayout::fingerprintOf(int mpiTag) const {
+  return (static_cast<uint32_t>(mpiTag) >> messageBits) & fingerprintMask();
+}
+
+MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env) : env_(std::move(env)) {
+  checkMpi(MPI_Comm_dup(comm, &data_), "MPI_Comm_dup");
+  checkMpi(MPI_Comm_dup(comm, &control_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(data_, &rank_);
+  MPI_Comm_size(data_, &size_);
+  int* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(data_, MPI_TAG_UB, &ub, &flag);
+  layout_ = MpiTagLayout::forUpperBound(flag && ub ? *ub : 32767);
+
+  MPI_Comm local = MPI_COMM_NULL;
+  checkMpi(MPI_Comm_split_type(data_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+  int localSize = 0;
+  MPI_Comm_size(local, &localSize);
+  MPI_Group localGroup, dataGroup;
+  MPI_Comm_group(local, &localGroup);
+  MPI_Comm_group(data_, &dataGroup);
+  std::vector<int> in(static_cast<size_t>(localSize)), out(static_cast<size_t>(localSize));
+  for (int i = 0; i < localSize; ++i) in[static_cast<size_t>(i)] = i;
+  MPI_Group_translate_ranks(localGroup, localSize, in.data(), dataGroup, out.data());
+  MPI_Group_free(&localGroup);
+  MPI_Group_free(&dataGroup);
+  MPI_Comm_free(&local);
+  localRanks_ = out;
+  std::sort(localRanks_.begin(), localRanks_.end());
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  hostName_ = std::string(name, static_cast<size_t>(len)) + "/node-of-rank" + std::to_string(localRanks_.front());
+
+  native_ = std::make_unique<MpiNative>(data_);
+  postControlReceive();
+}
+
+MpiTransport::~MpiTransport() {
+  if (!MpiEnvironment::usable()) return;
+  native_.reset();
+  if (controlRecv_ != MPI_REQUEST_NULL) {
+    MPI_Cancel(&controlRecv_);
+    MPI_Wait(&controlRecv_, MPI_STATUS_IGNORE);
+  }
+  for (auto& a : abortSends_) {
+    if (a->request != MPI_REQUEST_NULL) MPI_Request_free(&a->request);
+  }
+  MPI_Comm_free(&control_);
+  MPI_Comm_free(&data_);
+}
+
+void MpiTransport::postControlReceive() {
+  controlBuffer_.fill(0);
+  checkMpi(MPI_Irecv(controlBuffer_.data(), static_cast<int>(controlBuffer_.size()) - 1, MPI_CHAR, MPI_ANY_SOURCE,
+                     kControlTag, control_, &controlRecv_),
+           "MPI_Irecv (control)");
+}
+
+RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
+  auto req = std::make_unique<MpiRequest>(false, peer, rank_);
+  const int mpiTag = layout_.encode(tag);
+  size_t offset = 0;
+  do {
+    size_t part = std::min(kMaxPartBytes, bytes - offset);
+    MPI_Request r;
+    int rc = MPI_Isend(static_cast<const char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, data_,
+                       &r);
+    if (rc != MPI_SUCCESS) {
+      throw TransportError("MPI_Isend to rank " + std::to_string(peer) + " failed: " + mpiErrorText(rc));
+    }
+    req->add(r, part);
+    offset += part;
+  } while (offset < bytes);
+  return req;
+}
+
+RequestPtr MpiTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
+  auto req = std::make_unique<MpiRequest>(true, peer, rank_);
+  const int mpiTag = layout_.encode(tag);
+  size_t offset = 0;
+  do {
+    size_t part = std::min(kMaxPartBytes, bytes - offset);
+    MPI_Request r;
+    int rc = MPI_Irecv(static_cast<char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, data_, &r);
+    if (rc != MPI_SUCCESS) {
+      throw TransportError("MPI_Irecv from rank " + std::to_string(peer) + " failed: " + mpiErrorText(rc));
+    }
+    req->add(r, part);
+    offset += part;
+  } while (offset < bytes);
+  return req;
+}
+
+bool MpiTransport::probeMismatch(int peer, const Tag& expected) {
+  int flag = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(peer, MPI_ANY_TAG, data_, &flag, &status) != MPI_SUCCESS || !flag) return false;
+  return layout_.seqOf(status.MPI_TAG) == (expected.seq & layout_.seqMask()) &&
+         layout_.fingerprintOf(status.MPI_TAG) != (expected.fingerprint & layout_.fingerprintMask());
+}
+
+void MpiTransport::broadcastAbort(const std::string& reason) {
+  std::string text = reason.substr(0, controlBuffer_.size() - 64);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    auto a = std::make_unique<AbortSend>();
+    a->text = text;
+    if (MPI_Isend(a->text.data(), static_cast<int>(a->text.size()), MPI_CHAR, peer, kControlTag, control_,
+                  &a->request) == MPI_SUCCESS) {
+      abortSends_.push_back(std::move(a));
+    }
+  }
+}
+
+std::optional<std::string> MpiTransport::pollAbort() {
+  for (auto& a : abortSends_) {  // keep the sends moving
+    if (a->request != MPI_REQUEST_NULL) {
+      int done = 0;
+      MPI_Test(&a->request, &done, MPI_STATUS_IGNORE);
+    }
+  }
+  if (controlRecv_ == MPI_REQUEST_NULL) return std::nullopt;
+  int flag = 0;
+  MPI_Status status;
+  if (MPI_Test(&controlRecv_, &flag, &status) != MPI_SUCCESS || !flag) return std::nullopt;
+  std::string text = "rank " + std::to_string(status.MPI_SOURCE) + ": " + std::string(controlBuffer_.data());
+  postControlReceive();
+  return text;
+}
+
+}  // namespace gradcomm::transport

@@ -1,0 +1,77 @@
+#pragma once
+#include <mpi.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/mpi_env.hpp"
+#include "transport/transport.hpp"
+
+namespace gradcomm::transport {
+
+/// How a Tag's fields are packed into an MPI tag (whose upper bound is at
+/// least 2^23 - 1 by Open MPI's UCX layer and 2^31 - 1 by ob1).
+struct MpiTagLayout {
+  int seqBits = 0;
+  int fingerprintBits = 0;
+  int messageBits = 0;
+  static MpiTagLayout forUpperBound(long long tagUpperBound);
+  int encode(const Tag& tag) const;
+  uint64_t seqOf(int mpiTag) const;
+  uint32_t fingerprintOf(int mpiTag) const;
+  uint64_t seqMask() const { return (1ull << seqBits) - 1; }
+  uint32_t fingerprintMask() const { return (1u << fingerprintBits) - 1; }
+};
+
+/// Point-to-point over MPI on a private duplicate of the caller's
+/// communicator, plus a second duplicate that carries abort notices.
+class MpiTransport : public Transport {
+ public:
+  /// Collective over `comm`: duplicates it twice.
+  MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env);
+  ~MpiTransport() override;
+  MpiTransport(const MpiTransport&) = delete;
+  MpiTransport& operator=(const MpiTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "mpi"; }
+  RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) override;
+  RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
+  bool probeMismatch(int peer, const Tag& expected) override;
+  void broadcastAbort(const std::string& reason) override;
+  std::optional<std::string> pollAbort() override;
+  NativeCollectives* native() override { return native_.get(); }
+  std::vector<int> hostLocalRanks() const override { return localRanks_; }
+  std::string hostName() const override { return hostName_; }
+
+  MPI_Comm dataComm() const { return data_; }
+  const MpiTagLayout& tagLayout() const { return layout_; }
+
+ private:
+  void postControlReceive();
+
+  std::shared_ptr<MpiEnvironment> env_;
+  MPI_Comm data_ = MPI_COMM_NULL;
+  MPI_Comm control_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  MpiTagLayout layout_;
+  MPI_Request controlRecv_ = MPI_REQUEST_NULL;
+  std::array<char, 1024> controlBuffer_{};
+  struct AbortSend {
+    std::string text;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  std::vector<std::unique_ptr<AbortSend>> abortSends_;
+  std::vector<int> localRanks_;
+  std::string hostName_;
+  std::unique_ptr<NativeCollectives> native_;
+};
+
+/// The MPI datatype that carries `type` (float16/bfloat16 travel as MPI_UINT16_T).
+MPI_Datatype mpiDatatype(DataType type);
+
+}  // namespace gradcomm::transport

@@ -1,0 +1,78 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gradcomm/types.hpp"
+
+namespace gradcomm::transport {
+
+/// Identifies one message of one operation. Transports map it onto their own
+/// tag space; a receive matches only a send with an equal tag.
+struct Tag {
+  uint64_t seq = 0;          ///< operation sequence number on the communicator
+  uint32_t fingerprint = 0;  ///< hash of the call signature: equal on all ranks iff the calls match
+  uint32_t message = 0;      ///< message index within the operation
+};
+
+/// An asynchronous send or receive. Dropping an incomplete request cancels
+/// it where the transport can (receives) and abandons it otherwise.
+class Request {
+ public:
+  virtual ~Request() = default;
+  /// True once complete; never blocks. Throws TransportError when the
+  /// transfer failed (a size mismatch, a peer that went away).
+  virtual bool test() = 0;
+};
+using RequestPtr = std::unique_ptr<Request>;
+
+/// The MPI passthrough collectives of the "native" algorithm. Counts are
+/// elements; ops are never kAvg (the caller divides).
+class NativeCollectives {
+ public:
+  virtual ~NativeCollectives() = default;
+  /// Completes with MismatchError unless every rank passed the same value.
+  virtual RequestPtr agree(uint64_t fingerprint, const std::string& what) = 0;
+  virtual RequestPtr allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) = 0;
+  virtual RequestPtr broadcast(void* buffer, size_t count, DataType type, int root) = 0;
+  virtual RequestPtr reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root) = 0;
+  virtual RequestPtr allgather(const void* in, void* out, size_t count, DataType type) = 0;
+  virtual RequestPtr reduceScatter(const void* in, void* out, size_t count, DataType type, ReduceOp op) = 0;
+  virtual RequestPtr barrier() = 0;
+};
+
+/// Point-to-point, asynchronous, byte-oriented. Algorithms see only this.
+/// All calls on one Transport are made by one thread at a time (the
+/// progress engine serialises them).
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+
+  virtual RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) = 0;
+  virtual RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) = 0;
+
+  /// True when a message from `peer` for operation `expected.seq` is waiting
+  /// whose fingerprint differs: the peer issued a different collective.
+  virtual bool probeMismatch(int peer, const Tag& expected) = 0;
+
+  /// Tells every other rank that this communicator failed. Best effort; never blocks.
+  virtual void broadcastAbort(const std::string& reason) = 0;
+  /// A failure reported by another rank, if one arrived: "rank R: reason".
+  virtual std::optional<std::string> pollAbort() = 0;
+
+  /// MPI passthrough collectives, or null when this transport has none.
+  virtual NativeCollectives* native() { return nullptr; }
+
+  /// Ranks of this communicator that share this rank's host (itself
+  /// included, ascending), and a label for the host.
+  virtual std::vector<int> hostLocalRanks() const { return {rank()}; }
+  virtual std::string hostName() const { return "localhost"; }
+};
+
+}  // namespace gradcomm::transport
