@@ -2,12 +2,22 @@
 
 #include <immintrin.h>
 
+#include <cstdio>
+
 #include "core/units.hpp"
 
 namespace gradcomm::core {
 
 using detail::Clock;
 using detail::OperationState;
+
+namespace {
+std::string secondsText(Clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1fs", std::chrono::duration<double>(d).count());
+  return buf;
+}
+}  // namespace
 
 void Backoff::idle() {
   ++idle_;
@@ -180,7 +190,10 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
     transport::Tag expected;
     expected.seq = active_->seq;
     expected.fingerprint = active_->fingerprint;
-    for (int peer : active_->schedule->awaitedPeers()) {
+    // Every peer, not only those we wait for: two ranks that both believe
+    // they are the root only send, and each finds the other's message.
+    for (int peer = 0; peer < transport_->size(); ++peer) {
+      if (peer == transport_->rank()) continue;
       if (transport_->probeMismatch(peer, expected)) {
         throw MismatchError("rank " + std::to_string(transport_->rank()) + ": " + active_->description +
                             " does not match rank " + std::to_string(peer) +
@@ -192,8 +205,8 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
   }
   if (stalled >= settings_.timeout) {
     throw TimeoutError("rank " + std::to_string(transport_->rank()) + ": " + active_->description +
-                       " made no progress for " + formatDuration(std::chrono::duration_cast<std::chrono::nanoseconds>(stalled)) +
-                       " (GRADCOMM_TIMEOUT); waiting for " + active_->schedule->waitingFor() +
+ " made no progress for " + secondsText(stalled) + " (GRADCOMM_TIMEOUT=" +
+                       formatDuration(settings_.timeout) + "); waiting for " + active_->schedule->waitingFor() +
                        ". A peer may have died or stopped calling collectives, or the ranks issued different "
                        "collectives: check that every rank makes the same calls in the same order");
   }

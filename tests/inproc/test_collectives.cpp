@@ -1,0 +1,82 @@
+// Every algorithm of every collective, for every data type and op, on 1 to 8
+// ranks (threads), at the sizes that break index math: 0, 1, 2, p-1, p+1, a
+// prime, and larger than a pipeline segment; in place and out of place.
+#include <gtest/gtest.h>
+
+#include "algorithms/catalog.hpp"
+#include "support/collective_check.hpp"
+#include "support/inproc.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::testing;
+
+namespace {
+
+Options smallSegments() {
+  Options o;
+  o.set("SEGMENT_SIZE", "64");  // 16 float32: sizes below reach many segments
+  o.set("PIPELINE_DEPTH", "2");
+  o.set("TIMEOUT", "60s");
+  return o;
+}
+
+std::vector<size_t> edgeSizes(int p) {
+  std::vector<size_t> s = {0, 1, 2, static_cast<size_t>(p > 1 ? p - 1 : 1), static_cast<size_t>(p + 1), 37, 211};
+  return s;
+}
+
+std::vector<std::string> algorithmsOf(Collective c) {
+  std::vector<std::string> out;
+  for (const auto* a : algorithms::allAlgorithms()) {
+    if (a->collective() == c && std::string(a->name()) != "native") out.push_back(a->name());
+  }
+  return out;
+}
+
+void sweep(int p, Collective coll, bool chaos) {
+  transport::InProcWorld::Settings settings;
+  settings.chaos = chaos;
+  settings.seed = static_cast<uint64_t>(p) * 31 + static_cast<uint64_t>(coll);
+  runRanks(
+      p,
+      [&](RankContext& ctx) {
+        uint64_t seed = 1;
+        const bool reduces = coll == Collective::kAllreduce || coll == Collective::kReduce ||
+                             coll == Collective::kReduceScatter;
+        std::vector<ReduceOp> ops = reduces ? allOps() : std::vector<ReduceOp>{ReduceOp::kSum};
+        std::vector<int> roots = {0};
+        if (coll == Collective::kBroadcast || coll == Collective::kReduce) roots = {0, p - 1};
+        for (const auto& algo : algorithmsOf(coll)) {
+          for (DataType t : allTypes()) {
+            for (ReduceOp op : ops) {
+              if (!supported(t, op)) continue;
+              for (size_t count : edgeSizes(p)) {
+                for (int root : roots) {
+                  for (bool inPlace : {false, true}) {
+                    CollectiveCase c{coll, algo, t, op, count, root, inPlace, seed++};
+                    std::string err = runAndCheck(ctx.comm, c);
+                    if (!err.empty()) throw std::runtime_error(err);
+                  }
+                }
+              }
+            }
+          }
+        }
+      },
+      smallSegments(), settings);
+}
+
+class Sweep : public ::testing::TestWithParam<int> {};
+
+}  // namespace
+
+TEST_P(Sweep, Allreduce) { sweep(GetParam(), Collective::kAllreduce, GetParam() % 2 == 1); }
+TEST_P(Sweep, Broadcast) { sweep(GetParam(), Collective::kBroadcast, GetParam() % 2 == 0); }
+TEST_P(Sweep, Reduce) { sweep(GetParam(), Collective::kReduce, GetParam() % 2 == 1); }
+TEST_P(Sweep, Allgather) { sweep(GetParam(), Collective::kAllgather, GetParam() % 2 == 0); }
+TEST_P(Sweep, ReduceScatter) { sweep(GetParam(), Collective::kReduceScatter, GetParam() % 2 == 1); }
+TEST_P(Sweep, Barrier) { sweep(GetParam(), Collective::kBarrier, true); }
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Sweep, ::testing::Range(1, 9), [](const auto& info) {
+  return std::to_string(info.param) + "ranks";
+});

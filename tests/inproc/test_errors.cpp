@@ -1,0 +1,277 @@
+// Bad input and broken peers: a clear error on every rank, never a hang or
+// silently wrong numbers.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
+#include "support/collective_check.hpp"
+#include "support/inproc.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+Options quick(const char* timeout = "20s") {
+  Options o;
+  o.set("TIMEOUT", timeout);
+  return o;
+}
+
+/// Runs fn on every rank and records the exception type and text per rank.
+struct Outcome {
+  std::vector<std::string> what;
+  std::vector<int> code;  // -1: no error
+  std::vector<double> seconds;
+};
+
+Outcome perRank(int p, const std::function<void(RankContext&)>& fn, const Options& o = quick()) {
+  Outcome out;
+  out.what.assign(static_cast<size_t>(p), "");
+  out.code.assign(static_cast<size_t>(p), -1);
+  out.seconds.assign(static_cast<size_t>(p), 0);
+  runRanks(
+      p,
+      [&](RankContext& ctx) {
+        auto t0 = Clock::now();
+        try {
+          fn(ctx);
+        } catch (const Error& e) {
+          out.what[static_cast<size_t>(ctx.rank)] = e.what();
+          out.code[static_cast<size_t>(ctx.rank)] = static_cast<int>(e.code());
+        }
+        out.seconds[static_cast<size_t>(ctx.rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
+      },
+      o);
+  return out;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(Errors, NullBufferWithCountIsRejectedOnEveryRank) {
+  auto out = perRank(3, [](RankContext& ctx) {
+    std::vector<float> buf(64, 1.0f);
+    ctx.comm.allreduce(ctx.rank == 1 ? nullptr : buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                       ReduceOp::kSum)
+        .wait();
+  });
+  EXPECT_EQ(out.code[1], static_cast<int>(ErrorCode::kInvalidArgument));
+  EXPECT_TRUE(contains(out.what[1], "input buffer is null but count is 64")) << out.what[1];
+  for (int r : {0, 2}) {
+    EXPECT_EQ(out.code[static_cast<size_t>(r)], static_cast<int>(ErrorCode::kRemote)) << out.what[static_cast<size_t>(r)];
+    EXPECT_TRUE(contains(out.what[static_cast<size_t>(r)], "rank 1 rejected its allreduce call")) << out.what[static_cast<size_t>(r)];
+    EXPECT_LT(out.seconds[static_cast<size_t>(r)], 5.0);
+  }
+}
+
+TEST(Errors, UnknownAlgorithmNameListsTheValidOnes) {
+  auto out = perRank(2, [](RankContext& ctx) {
+    std::vector<float> buf(8, 1.0f);
+    CollectiveOptions o;
+    o.algorithm = "rign";
+    ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& w = out.what[static_cast<size_t>(r)];
+    EXPECT_TRUE(contains(w, "unknown allreduce algorithm 'rign'; valid: ring, rd, hd, tree, native") ||
+                contains(w, "rejected")) << w;
+  }
+}
+
+TEST(Errors, AvgOnIntegersIsUnsupportedOnEveryRank) {
+  auto out = perRank(2, [](RankContext& ctx) {
+    std::vector<int32_t> buf(8, 3);
+    ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kInt32, ReduceOp::kAvg).wait();
+  });
+  for (int r = 0; r < 2; ++r) {
+    int code = out.code[static_cast<size_t>(r)];
+    EXPECT_TRUE(code == static_cast<int>(ErrorCode::kUnsupported) || code == static_cast<int>(ErrorCode::kRemote));
+    EXPECT_TRUE(contains(out.what[static_cast<size_t>(r)], "avg is not supported for integer type int32"))
+        << out.what[static_cast<size_t>(r)];
+  }
+}
+
+TEST(Errors, InvalidRootAndDataTypeAreRejected) {
+  auto out = perRank(2, [](RankContext& ctx) {
+    std::vector<float> buf(8, 1.0f);
+    ctx.comm.broadcast(buf.data(), buf.data(), buf.size(), DataType::kFloat32, 5).wait();
+  });
+  EXPECT_TRUE(contains(out.what[0], "root 5 is not a rank of this communicator (size 2)")) << out.what[0];
+  auto bad = perRank(2, [](RankContext& ctx) {
+    std::vector<float> buf(8, 1.0f);
+    ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), static_cast<DataType>(42), ReduceOp::kSum).wait();
+  });
+  EXPECT_TRUE(contains(bad.what[0], "invalid DataType value 42")) << bad.what[0];
+}
+
+TEST(Errors, OverlappingBuffersAreRejected) {
+  auto out = perRank(2, [](RankContext& ctx) {
+    std::vector<float> buf(16, 1.0f);
+    ctx.comm.allreduce(buf.data(), buf.data() + 4, 8, DataType::kFloat32, ReduceOp::kSum).wait();
+  });
+  EXPECT_TRUE(contains(out.what[0], "overlap")) << out.what[0];
+}
+
+TEST(Errors, OperationsAfterDestroyThrowInvalidUsage) {
+  runRanks(2, [](RankContext& ctx) {
+    Communicator copy = ctx.comm;
+    std::vector<float> buf(4, 1.0f);
+    ctx.comm.allreduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum).wait();
+    ctx.barrier->wait();
+    ctx.comm.destroy();
+    EXPECT_FALSE(copy.valid());
+    try {
+      copy.allreduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+      ADD_FAILURE() << "expected InvalidUsage";
+    } catch (const InvalidUsage& e) {
+      EXPECT_TRUE(contains(e.what(), "destroyed")) << e.what();
+    }
+    EXPECT_THROW(copy.rank(), InvalidUsage);
+    Communicator moved = std::move(copy);
+    EXPECT_THROW(copy.barrier(), InvalidUsage);  // NOLINT(bugprone-use-after-move): the point of the test
+  });
+}
+
+TEST(Errors, APeerThatNeverArrivesIsATimeoutNotAHang) {
+  auto out = perRank(
+      2,
+      [](RankContext& ctx) {
+        std::vector<float> buf(1000, 1.0f);
+        if (ctx.rank == 0) {
+          ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(800));
+          // By now rank 0 has timed out and told us.
+          ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+        }
+      },
+      quick("300ms"));
+  EXPECT_EQ(out.code[0], static_cast<int>(ErrorCode::kTimeout)) << out.what[0];
+  EXPECT_TRUE(contains(out.what[0], "made no progress for")) << out.what[0];
+  EXPECT_TRUE(contains(out.what[0], "rank 1")) << out.what[0];
+  EXPECT_LT(out.seconds[0], 5.0);
+  EXPECT_NE(out.code[1], -1) << "rank 1 must learn that the communicator failed";
+}
+
+TEST(Errors, MismatchedCallsFailOnEveryRankWellBeforeTheTimeout) {
+  struct Variant {
+    const char* name;
+    std::function<Work(RankContext&, std::vector<float>&)> call;
+  };
+  std::vector<Variant> variants = {
+      {"count", [](RankContext& c, std::vector<float>& b) {
+         return c.comm.allreduce(b.data(), b.data(), c.rank == 0 ? 100 : 200, DataType::kFloat32, ReduceOp::kSum);
+       }},
+      {"dtype", [](RankContext& c, std::vector<float>& b) {
+         return c.comm.allreduce(b.data(), b.data(), 100, c.rank == 0 ? DataType::kFloat32 : DataType::kInt32, ReduceOp::kSum);
+       }},
+      {"op", [](RankContext& c, std::vector<float>& b) {
+         return c.comm.allreduce(b.data(), b.data(), 100, DataType::kFloat32, c.rank == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+       }},
+      {"collective", [](RankContext& c, std::vector<float>& b) {
+         return c.rank == 0 ? c.comm.allreduce(b.data(), b.data(), 100, DataType::kFloat32, ReduceOp::kSum)
+                            : c.comm.broadcast(b.data(), b.data(), 100, DataType::kFloat32, 0);
+       }},
+      {"root", [](RankContext& c, std::vector<float>& b) {
+         return c.comm.broadcast(b.data(), b.data(), 100, DataType::kFloat32, c.rank == 0 ? 0 : 1);
+       }},
+      {"empty vs non-empty", [](RankContext& c, std::vector<float>& b) {
+         return c.comm.allreduce(b.data(), b.data(), c.rank == 1 ? 0 : 100, DataType::kFloat32, ReduceOp::kSum);
+       }},
+      {"algorithm", [](RankContext& c, std::vector<float>& b) {
+         CollectiveOptions o;
+         o.algorithm = c.rank == 0 ? "ring" : "tree";
+         return c.comm.allreduce(b.data(), b.data(), 100, DataType::kFloat32, ReduceOp::kSum, o);
+       }},
+  };
+  for (int p : {2, 3}) {
+    for (const auto& v : variants) {
+      // A rank whose own exchanges happened to agree (e.g. a broadcast leaf
+      // under the root it expected) may finish its part; it learns of the
+      // failure by its next call at the latest.
+      auto out = perRank(p, [&](RankContext& ctx) {
+        std::vector<float> buf(256, 1.0f);
+        v.call(ctx, buf).wait();
+        ctx.comm.barrier().wait();
+      });
+      bool sawMismatch = false;
+      for (int r = 0; r < p; ++r) {
+        SCOPED_TRACE(std::string(v.name) + " p=" + std::to_string(p) + " rank " + std::to_string(r));
+        int code = out.code[static_cast<size_t>(r)];
+        EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
+            << out.what[static_cast<size_t>(r)];
+        sawMismatch = sawMismatch || code == static_cast<int>(ErrorCode::kMismatch);
+        EXPECT_LT(out.seconds[static_cast<size_t>(r)], 5.0);
+      }
+      EXPECT_TRUE(sawMismatch) << v.name;
+    }
+  }
+}
+
+TEST(Errors, ZeroCountWorksWithNullPointersForEveryCollective) {
+  runRanks(3, [](RankContext& ctx) {
+    ctx.comm.allreduce(nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum).wait();
+    ctx.comm.broadcast(nullptr, nullptr, 0, DataType::kFloat32, 1).wait();
+    ctx.comm.reduce(nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kMax, 2).wait();
+    ctx.comm.allgather(nullptr, nullptr, 0, DataType::kFloat32).wait();
+    ctx.comm.reduceScatter(nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum).wait();
+    for (const char* a : {"ring", "rd", "hd", "tree"}) {
+      CollectiveOptions o;
+      o.algorithm = a;
+      ctx.comm.allreduce(nullptr, nullptr, 0, DataType::kBFloat16, ReduceOp::kAvg, o).wait();
+    }
+  });
+}
+
+TEST(Work, WaitWithTimeoutReturnsFalseUntilThePeersArrive) {
+  runRanks(2, [](RankContext& ctx) {
+    std::vector<float> buf(100, static_cast<float>(ctx.rank + 1));
+    if (ctx.rank == 0) {
+      Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_FALSE(w.wait(std::chrono::milliseconds(50)));
+      EXPECT_FALSE(w.test());
+      ctx.barrier->wait();
+      w.wait();
+      EXPECT_TRUE(w.test());
+    } else {
+      ctx.barrier->wait();
+      ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    }
+    EXPECT_EQ(buf[0], 3.0f);
+    EXPECT_EQ(buf[99], 3.0f);
+  });
+}
+
+TEST(Work, ManyOutstandingOperationsCompleteInIssueOrder) {
+  runRanks(4, [](RankContext& ctx) {
+    const int n = 40;
+    std::vector<std::vector<double>> bufs(n);
+    std::vector<Work> works;
+    for (int i = 0; i < n; ++i) {
+      bufs[static_cast<size_t>(i)].assign(static_cast<size_t>(50 + 977 * i), static_cast<double>(i + ctx.rank));
+      auto& b = bufs[static_cast<size_t>(i)];
+      works.push_back(ctx.comm.allreduce(b.data(), b.data(), b.size(), DataType::kFloat64, ReduceOp::kSum));
+    }
+    for (int i = n - 1; i >= 0; --i) works[static_cast<size_t>(i)].wait();  // wait in reverse
+    for (int i = 0; i < n; ++i) {
+      EXPECT_EQ(works[static_cast<size_t>(i)].sequence(), static_cast<uint64_t>(i));
+      double want = 4.0 * i + 6.0;
+      for (double v : bufs[static_cast<size_t>(i)]) ASSERT_EQ(v, want);
+    }
+  });
+}
+
+TEST(Work, TestPollingAloneDrivesAnOperationToCompletion) {
+  runRanks(3, [](RankContext& ctx) {
+    std::vector<float> buf(5000, 1.0f);
+    Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (!w.test()) ASSERT_LT(Clock::now(), deadline);
+    EXPECT_EQ(buf[4999], 3.0f);
+  });
+}

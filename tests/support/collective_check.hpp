@@ -1,0 +1,144 @@
+#pragma once
+// One collective call checked against the reference on one rank. Every rank
+// derives all ranks' inputs from the same seed, so each can compute the
+// expected result alone.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gradcomm/communicator.hpp"
+#include "support/reference.hpp"
+
+namespace gradcomm::testing {
+
+struct CollectiveCase {
+  Collective collective = Collective::kAllreduce;
+  std::string algorithm;  // "" = selector
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t count = 0;
+  int root = 0;
+  bool inPlace = false;
+  uint64_t seed = 1;
+
+  std::string describe() const {
+    std::ostringstream s;
+    s << toString(collective) << "/" << (algorithm.empty() ? "default" : algorithm) << " " << toString(type) << " "
+      << toString(op) << " count=" << count << " root=" << root << (inPlace ? " in-place" : " out-of-place")
+      << " seed=" << seed;
+    return s.str();
+  }
+};
+
+/// Runs `c` on this rank and returns an empty string or what went wrong.
+inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
+  const int p = comm.size(), r = comm.rank();
+  const size_t e = dataTypeSize(c.type);
+  const bool perRankIn = c.collective == Collective::kReduceScatter;
+  const bool perRankOut = c.collective == Collective::kAllgather;
+  const size_t inCount = perRankIn ? c.count * static_cast<size_t>(p) : c.count;
+  const size_t outCount = perRankOut ? c.count * static_cast<size_t>(p) : c.count;
+  const ReduceOp genOp = c.collective == Collective::kAllreduce || c.collective == Collective::kReduce ||
+                                 c.collective == Collective::kReduceScatter
+                             ? c.op
+                             : ReduceOp::kSum;
+  std::vector<std::vector<unsigned char>> inputs;
+  for (int k = 0; k < p; ++k) inputs.push_back(makeInput(c.type, genOp, inCount, c.seed, k));
+  const auto& mine = inputs[static_cast<size_t>(r)];
+
+  // Buffers with a guard zone to catch writes past the end.
+  const size_t guard = 64;
+  std::vector<unsigned char> outBuf(std::max(outCount, inCount) * e + guard, 0xCD);
+  std::vector<unsigned char> inBuf(mine.size() + guard, 0xEE);
+  std::memcpy(inBuf.data(), mine.data(), mine.size());
+  void* out = outBuf.data();
+  const void* in = inBuf.data();
+  if (c.inPlace) {
+    switch (c.collective) {
+      case Collective::kAllgather:
+        std::memcpy(outBuf.data() + static_cast<size_t>(r) * c.count * e, mine.data(), mine.size());
+        in = outBuf.data() + static_cast<size_t>(r) * c.count * e;
+        break;
+      case Collective::kReduceScatter:
+        std::memcpy(outBuf.data(), mine.data(), mine.size());
+        in = outBuf.data();
+        out = outBuf.data() + static_cast<size_t>(r) * c.count * e;
+        break;
+      default:
+        std::memcpy(outBuf.data(), mine.data(), mine.size());
+        in = out;
+        break;
+    }
+  }
+  CollectiveOptions opts;
+  opts.algorithm = c.algorithm;
+  Work w;
+  switch (c.collective) {
+    case Collective::kAllreduce: w = comm.allreduce(in, out, c.count, c.type, c.op, opts); break;
+    case Collective::kBroadcast: w = comm.broadcast(in, out, c.count, c.type, c.root, opts); break;
+    case Collective::kReduce: w = comm.reduce(in, out, c.count, c.type, c.op, c.root, opts); break;
+    case Collective::kAllgather: w = comm.allgather(in, out, c.count, c.type, opts); break;
+    case Collective::kReduceScatter: w = comm.reduceScatter(in, out, c.count, c.type, c.op, opts); break;
+    case Collective::kBarrier: w = comm.barrier(opts); break;
+  }
+  w.wait();
+  if (!c.algorithm.empty() && w.algorithm() != c.algorithm) {
+    return c.describe() + ": ran algorithm " + w.algorithm() + " instead";
+  }
+  if (!c.inPlace && std::memcmp(inBuf.data(), mine.data(), mine.size()) != 0) {
+    return c.describe() + ": the input buffer was modified";
+  }
+  std::vector<unsigned char> want;
+  const unsigned char* got = static_cast<const unsigned char*>(out);
+  size_t checkCount = outCount;
+  switch (c.collective) {
+    case Collective::kAllreduce: want = reduceReference(c.type, c.op, inputs, c.count); break;
+    case Collective::kBroadcast: want = inputs[static_cast<size_t>(c.root)]; break;
+    case Collective::kReduce:
+      if (r != c.root) {
+        if (c.inPlace) return {};
+        for (size_t i = 0; i < c.count * e; ++i) {
+          if (outBuf[i] != 0xCD) return c.describe() + ": a non-root output was written";
+        }
+        return {};
+      }
+      want = reduceReference(c.type, c.op, inputs, c.count);
+      break;
+    case Collective::kAllgather:
+      for (int k = 0; k < p; ++k) want.insert(want.end(), inputs[static_cast<size_t>(k)].begin(), inputs[static_cast<size_t>(k)].end());
+      break;
+    case Collective::kReduceScatter: {
+      std::vector<std::vector<unsigned char>> blocks;
+      for (int k = 0; k < p; ++k) {
+        const auto& src = inputs[static_cast<size_t>(k)];
+        blocks.emplace_back(src.begin() + static_cast<long>(static_cast<size_t>(r) * c.count * e),
+                            src.begin() + static_cast<long>(static_cast<size_t>(r + 1) * c.count * e));
+      }
+      want = reduceReference(c.type, c.op, blocks, c.count);
+      checkCount = c.count;
+      break;
+    }
+    case Collective::kBarrier: return {};
+  }
+  long long bad = firstDifference(c.type, got, want.data(), checkCount);
+  if (bad >= 0) {
+    std::ostringstream s;
+    s << c.describe() << ": rank " << r << " element " << bad << " is " << loadElem(c.type, got, static_cast<size_t>(bad))
+      << ", expected " << loadElem(c.type, want.data(), static_cast<size_t>(bad));
+    return s.str();
+  }
+  const unsigned char* end = got + checkCount * e;
+  const unsigned char* bufEnd = outBuf.data() + outBuf.size();
+  const size_t tail = static_cast<size_t>(bufEnd - end) < guard ? static_cast<size_t>(bufEnd - end) : guard;
+  if (!(c.inPlace && c.collective == Collective::kReduceScatter)) {
+    for (size_t i = 0; i < tail && !c.inPlace; ++i) {
+      if (end[i] != 0xCD) return c.describe() + ": wrote past the end of the output";
+    }
+  }
+  return {};
+}
+
+}  // namespace gradcomm::testing

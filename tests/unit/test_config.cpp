@@ -1,0 +1,161 @@
+// Units, the parameter registry and its error messages.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "core/params.hpp"
+#include "core/units.hpp"
+#include "gradcomm/config.hpp"
+#include "gradcomm/error.hpp"
+#include "gradcomm/types.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::core;
+
+namespace {
+// Sets an environment variable for one test and restores it after.
+class EnvGuard {
+ public:
+  EnvGuard(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~EnvGuard() {
+    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+template <typename F> std::string errorOf(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST(Units, ParsesByteSizesWithBinarySuffixes) {
+  EXPECT_EQ(parseBytes("4096", "X"), 4096u);
+  EXPECT_EQ(parseBytes("64K", "X"), 65536u);
+  EXPECT_EQ(parseBytes("25M", "X"), 25u << 20);
+  EXPECT_EQ(parseBytes("1G", "X"), 1u << 30);
+  EXPECT_EQ(parseBytes("2GiB", "X"), size_t{2} << 30);
+  EXPECT_EQ(parseBytes("512kb", "X"), 512u << 10);
+  EXPECT_EQ(parseBytes(" 1.5K ", "X"), 1536u);
+  EXPECT_EQ(parseBytes("0", "X"), 0u);
+}
+
+TEST(Units, RejectsMalformedSizesNamingTheParameter) {
+  for (const char* bad : {"", "abc", "25Q", "-1", "1.3", "K", "nan", "1e3"}) {
+    std::string msg = errorOf([&] { parseBytes(bad, "GRADCOMM_BUCKET_CAP"); });
+    EXPECT_NE(msg.find("GRADCOMM_BUCKET_CAP='"), std::string::npos) << bad << ": " << msg;
+    EXPECT_NE(msg.find("malformed"), std::string::npos) << bad << ": " << msg;
+  }
+}
+
+TEST(Units, ParsesDurations) {
+  using namespace std::chrono;
+  EXPECT_EQ(parseDuration("300s", "X"), seconds(300));
+  EXPECT_EQ(parseDuration("1.5s", "X"), milliseconds(1500));
+  EXPECT_EQ(parseDuration("20ms", "X"), milliseconds(20));
+  EXPECT_EQ(parseDuration("500us", "X"), microseconds(500));
+  EXPECT_EQ(parseDuration("2m", "X"), minutes(2));
+  EXPECT_EQ(parseDuration("1h", "X"), hours(1));
+  EXPECT_EQ(parseDuration("7", "X"), seconds(7));
+  EXPECT_THROW(parseDuration("3 parsecs", "X"), ConfigError);
+  EXPECT_THROW(parseDuration("-1s", "X"), ConfigError);
+}
+
+TEST(Units, FormatsExactly) {
+  EXPECT_EQ(formatBytes(25u << 20), "25M");
+  EXPECT_EQ(formatBytes(1000), "1000");
+  EXPECT_EQ(formatBytes(0), "0");
+  EXPECT_EQ(formatDuration(std::chrono::seconds(300)), "300s");
+  EXPECT_EQ(formatDuration(std::chrono::microseconds(200)), "200us");
+}
+
+TEST(Parameters, DefaultsComeFromTheRegistry) {
+  Config c = Config::resolve();
+  EXPECT_EQ(c.timeout, std::chrono::seconds(300));
+  EXPECT_EQ(c.bucketCapBytes, 25u << 20);
+  EXPECT_EQ(c.firstBucketBytes, 1u << 20);
+  EXPECT_EQ(c.algo, "auto");
+  EXPECT_EQ(c.origins.at("GRADCOMM_TIMEOUT"), ParamOrigin::kDefault);
+}
+
+TEST(Parameters, EnvironmentBeatsDefaultAndExplicitBeatsEnvironment) {
+  EnvGuard g("GRADCOMM_TIMEOUT", "12s");
+  Config env = Config::resolve();
+  EXPECT_EQ(env.timeout, std::chrono::seconds(12));
+  EXPECT_EQ(env.origins.at("GRADCOMM_TIMEOUT"), ParamOrigin::kEnvironment);
+  Options o;
+  o.set("TIMEOUT", "3s");
+  Config exp = Config::resolve(o);
+  EXPECT_EQ(exp.timeout, std::chrono::seconds(3));
+  EXPECT_EQ(exp.origins.at("GRADCOMM_TIMEOUT"), ParamOrigin::kExplicit);
+}
+
+TEST(Parameters, MalformedEnvironmentValueIsAConfigError) {
+  EnvGuard g("GRADCOMM_SEGMENT_SIZE", "lots");
+  std::string msg = errorOf([] { Config::resolve(); });
+  EXPECT_NE(msg.find("GRADCOMM_SEGMENT_SIZE='lots' is malformed"), std::string::npos) << msg;
+}
+
+TEST(Parameters, OutOfRangeValuesAreRejected) {
+  Options o;
+  o.set("GRADCOMM_PIPELINE_DEPTH", "0");
+  std::string msg = errorOf([&] { Config::resolve(o); });
+  EXPECT_NE(msg.find("an integer from 1 to 64"), std::string::npos) << msg;
+  Options s;
+  s.set("SEGMENT_SIZE", "8");
+  msg = errorOf([&] { Config::resolve(s); });
+  EXPECT_NE(msg.find("too small"), std::string::npos) << msg;
+  Options l;
+  l.set("LOG_LEVEL", "chatty");
+  EXPECT_THROW(Config::resolve(l), ConfigError);
+  Options b;
+  b.set("SHM", "maybe");
+  EXPECT_THROW(Config::resolve(b), ConfigError);
+}
+
+TEST(Parameters, UnknownOptionNameListsKnownParameters) {
+  Options o;
+  std::string msg = errorOf([&] { o.set("GRADCOMM_TIMEOUTS", "1s"); });
+  EXPECT_NE(msg.find("unknown parameter 'GRADCOMM_TIMEOUTS'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("GRADCOMM_TIMEOUT,"), std::string::npos) << msg;
+}
+
+TEST(Parameters, DescribeListsEveryParameterWithOrigin) {
+  EnvGuard g("GRADCOMM_BUCKET_CAP", "50M");
+  auto all = describeParameters();
+  ASSERT_GE(all.size(), 15u);
+  bool found = false;
+  for (const auto& p : all) {
+    EXPECT_EQ(p.name.rfind("GRADCOMM_", 0), 0u);
+    EXPECT_FALSE(p.doc.empty()) << p.name;
+    EXPECT_FALSE(p.units.empty()) << p.name;
+    if (p.name == "GRADCOMM_BUCKET_CAP") {
+      found = true;
+      EXPECT_EQ(p.value, "50M");
+      EXPECT_EQ(p.origin, ParamOrigin::kEnvironment);
+      EXPECT_EQ(p.defaultValue, "25M");
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(Types, NamesRoundTripAndUnknownNamesListValidOnes) {
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    auto t = static_cast<DataType>(i);
+    EXPECT_EQ(parseDataType(toString(t)), t);
+  }
+  EXPECT_EQ(parseDataType("bf16"), DataType::kBFloat16);
+  EXPECT_EQ(parseReduceOp("mean"), ReduceOp::kAvg);
+  std::string msg = errorOf([] { parseDataType("float8"); });
+  EXPECT_NE(msg.find("valid: float32, float64"), std::string::npos) << msg;
+}

@@ -1,0 +1,229 @@
+// Pure checks of the index patterns and of every planner's output, with no
+// transport: plans are race-free on every rank, and every send has exactly
+// one matching receive of the same size on its peer.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "algorithms/catalog.hpp"
+#include "algorithms/patterns/binomial_tree.hpp"
+#include "algorithms/patterns/partition.hpp"
+#include "algorithms/selector.hpp"
+#include "gradcomm/error.hpp"
+#include "transport/inproc_transport.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::algorithms;
+
+TEST(Patterns, PartitionCoversTheRangeWithBalancedChunks) {
+  for (size_t count : {0, 1, 2, 5, 7, 100, 101}) {
+    for (size_t parts : {1, 2, 3, 7, 8}) {
+      patterns::Partition p{count, parts};
+      size_t next = 0;
+      for (size_t i = 0; i < parts; ++i) {
+        EXPECT_EQ(p.offsetOf(i), next);
+        EXPECT_LE(p.sizeOf(i), count / parts + 1);
+        EXPECT_GE(p.sizeOf(i), count / parts);
+        next += p.sizeOf(i);
+      }
+      EXPECT_EQ(next, count);
+    }
+  }
+}
+
+TEST(Patterns, SegmentsCoverTheRange) {
+  for (size_t count : {0, 1, 9, 10, 11, 1000}) {
+    patterns::Segments s{count, 10};
+    size_t total = 0;
+    for (size_t i = 0; i < s.number(); ++i) {
+      EXPECT_EQ(s.offsetOf(i), total);
+      EXPECT_GT(s.sizeOf(i), 0u);
+      total += s.sizeOf(i);
+    }
+    EXPECT_EQ(total, count);
+  }
+}
+
+TEST(Patterns, BinomialTreeIsATreeForEveryRootAndSize) {
+  for (int size = 1; size <= 13; ++size) {
+    for (int root = 0; root < size; ++root) {
+      std::map<int, int> parentOf;
+      for (int r = 0; r < size; ++r) {
+        auto t = patterns::binomialTree(r, size, root);
+        EXPECT_EQ(t.parent < 0, r == root);
+        for (int c : t.children) {
+          EXPECT_FALSE(parentOf.count(c)) << "rank " << c << " has two parents";
+          parentOf[c] = r;
+          auto ct = patterns::binomialTree(c, size, root);
+          EXPECT_EQ(ct.parent, r);
+        }
+      }
+      EXPECT_EQ(parentOf.size(), static_cast<size_t>(size - 1));
+    }
+  }
+}
+
+TEST(Patterns, FoldMapsOntoAPowerOfTwoCore) {
+  for (int size = 1; size <= 17; ++size) {
+    std::set<int> core;
+    for (int r = 0; r < size; ++r) {
+      auto f = patterns::fold(r, size);
+      EXPECT_EQ(f.p2 & (f.p2 - 1), 0);
+      EXPECT_LE(f.p2, size);
+      EXPECT_GT(2 * f.p2, size);
+      if (f.newRank >= 0) {
+        EXPECT_TRUE(core.insert(f.newRank).second);
+        EXPECT_EQ(patterns::unfold(f.newRank, f), r);
+      }
+    }
+    EXPECT_EQ(core.size(), static_cast<size_t>(patterns::floorPowerOfTwo(size)));
+  }
+}
+
+namespace {
+
+struct PlanCase {
+  const PlannedAlgorithm* algo;
+  Collective coll;
+};
+
+std::vector<PlanCase> plannedAlgorithms() {
+  std::vector<PlanCase> out;
+  for (const Algorithm* a : allAlgorithms()) {
+    if (auto p = dynamic_cast<const PlannedAlgorithm*>(a)) out.push_back({p, a->collective()});
+  }
+  return out;
+}
+
+CollectiveCall makeCall(Collective coll, size_t count, bool inPlace, ReduceOp op, int root) {
+  CollectiveCall c;
+  c.collective = coll;
+  c.type = DataType::kFloat32;
+  c.op = op;
+  c.count = count;
+  c.root = root;
+  c.inPlace = inPlace;
+  return c;
+}
+
+long long inputShift(Collective coll, int rank, size_t count) {
+  if (coll == Collective::kAllgather) return static_cast<long long>(rank) * static_cast<long long>(count);
+  if (coll == Collective::kReduceScatter) return -static_cast<long long>(rank) * static_cast<long long>(count);
+  return 0;
+}
+
+}  // namespace
+
+TEST(Plans, EveryPlannerIsRaceFreeAndItsMessagesPairUp) {
+  Tuning tuning;
+  tuning.segmentBytes = 16;  // 4 floats per segment: many segments
+  tuning.pipelineDepth = 2;
+  for (const auto& pc : plannedAlgorithms()) {
+    for (int size = 1; size <= 9; ++size) {
+      for (size_t count : {size_t{1}, size_t{2}, static_cast<size_t>(size), static_cast<size_t>(size + 1), size_t{37}, size_t{70}}) {
+        for (bool inPlace : {false, true}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            const int root = size > 2 ? 2 : 0;
+            auto call = makeCall(pc.coll, count, inPlace, op, root);
+            std::map<std::tuple<int, int, uint32_t>, size_t> sends, recvs;  // (src, dst, msg) -> elements
+            for (int r = 0; r < size; ++r) {
+              SCOPED_TRACE(std::string(toString(pc.coll)) + "/" + pc.algo->name() + " size=" + std::to_string(size) +
+                           " count=" + std::to_string(count) + " rank=" + std::to_string(r) +
+                           (inPlace ? " in-place" : "") + " op=" + toString(op));
+              Plan plan = pc.algo->plan(call, r, size, tuning);
+              std::string hazard = findHazard(plan, inPlace, inputShift(pc.coll, r, count));
+              ASSERT_EQ(hazard, "");
+              for (const Step& s : plan.steps) {
+                if (s.kind == StepKind::kSend) {
+                  ASSERT_NE(s.peer, r);
+                  auto key = std::make_tuple(r, s.peer, s.message);
+                  ASSERT_FALSE(sends.count(key)) << "duplicate message id " << s.message;
+                  sends[key] = s.a.count;
+                } else if (s.kind == StepKind::kRecv) {
+                  auto key = std::make_tuple(s.peer, r, s.message);
+                  ASSERT_FALSE(recvs.count(key)) << "duplicate message id " << s.message;
+                  recvs[key] = s.dst.count;
+                }
+              }
+            }
+            ASSERT_EQ(sends, recvs) << toString(pc.coll) << "/" << pc.algo->name() << " size=" << size
+                                    << " count=" << count;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Plans, HazardCheckerFindsAMissingDependency) {
+  // A receive into the region a send still reads, with no ordering.
+  PlanBuilder b;
+  b.send(1, out(0, 4), 0);
+  b.recv(1, out(2, 4), 1);
+  EXPECT_NE(findHazard(b.finish(), false), "");
+  PlanBuilder ok;
+  auto s = ok.send(1, out(0, 4), 0);
+  ok.recv(1, out(2, 4), 1, {s});
+  EXPECT_EQ(findHazard(ok.finish(), false), "");
+  // Input and output alias only when in place.
+  PlanBuilder alias;
+  alias.send(1, in(0, 4), 0);
+  alias.recv(1, out(0, 4), 1);
+  auto plan = alias.finish();
+  EXPECT_EQ(findHazard(plan, false), "");
+  EXPECT_NE(findHazard(plan, true), "");
+}
+
+TEST(Selector, DefaultRuleUsesRecursiveDoublingForSmallAndRingForLarge) {
+  auto world = transport::InProcWorld::create(4);
+  auto t = world->transport(0);
+  Selector sel("auto", DefaultRule{16 * 1024, 0});
+  auto call = makeCall(Collective::kAllreduce, 100, false, ReduceOp::kSum, 0);
+  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "rd");
+  call.count = 1 << 20;
+  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "ring");
+  auto bc = makeCall(Collective::kBroadcast, 10, false, ReduceOp::kSum, 1);
+  EXPECT_STREQ(sel.select(bc, *t, "").algorithm->name(), "tree");
+}
+
+TEST(Selector, RulesMatchCollectiveAndSizeRangeInOrder) {
+  auto world = transport::InProcWorld::create(4);
+  auto t = world->transport(0);
+  Selector sel("allreduce:0-64K:tree, allreduce:hd, ring", DefaultRule{});
+  auto call = makeCall(Collective::kAllreduce, 1000, false, ReduceOp::kSum, 0);  // 4000 bytes
+  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "tree");
+  call.count = 1 << 20;
+  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "hd");
+  auto ag = makeCall(Collective::kAllgather, 10, false, ReduceOp::kSum, 0);
+  EXPECT_STREQ(sel.select(ag, *t, "").algorithm->name(), "ring");
+  EXPECT_STREQ(sel.select(call, *t, "rd").algorithm->name(), "rd");  // per-call beats rules
+}
+
+TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
+  try {
+    Selector bad("allreduce:rign", DefaultRule{});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("valid: ring, rd, hd, tree, native"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Selector("frobnicate", DefaultRule{}), ConfigError);
+  EXPECT_THROW(Selector("allreduce:64K-1K:ring", DefaultRule{}), ConfigError);
+  EXPECT_THROW(Selector("gather:ring", DefaultRule{}), ConfigError);
+  auto world = transport::InProcWorld::create(2);
+  auto t = world->transport(0);
+  Selector sel("auto", DefaultRule{});
+  auto call = makeCall(Collective::kAllreduce, 10, false, ReduceOp::kSum, 0);
+  EXPECT_THROW(sel.select(call, *t, "bogus"), InvalidArgument);
+}
+
+TEST(Selector, NativeFallsBackLoudlyWithoutMpi) {
+  auto world = transport::InProcWorld::create(2);
+  auto t = world->transport(0);
+  Selector sel("native", DefaultRule{});
+  auto call = makeCall(Collective::kAllreduce, 10, false, ReduceOp::kSum, 0);
+  auto choice = sel.select(call, *t, "");
+  EXPECT_STREQ(choice.algorithm->name(), "rd");
+  EXPECT_NE(choice.note.find("cannot run this call"), std::string::npos) << choice.note;
+}
