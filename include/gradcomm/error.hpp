@@ -1,4 +1,5 @@
 #pragma once
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -50,7 +51,9 @@ GRADCOMM_DECLARE_ERROR(InternalError, kInternal);
 
 #undef GRADCOMM_DECLARE_ERROR
 
-/// Rethrows a copy of `e` with its dynamic type preserved.
+/// Throws the Error subclass that belongs to `code`.
 [[noreturn]] GRADCOMM_API void rethrowAs(ErrorCode code, const std::string& message);
+/// An exception_ptr holding the Error subclass that belongs to `code`.
+GRADCOMM_API std::exception_ptr makeErrorPtr(ErrorCode code, const std::string& message);
 
 }  // namespace gradcomm

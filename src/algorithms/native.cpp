@@ -96,10 +96,18 @@ class Native final : public Algorithm {
       case Collective::kAllgather:
         stages.push_back([nat, c] { return nat->allgather(c.input, c.output, c.count, c.type); });
         break;
-      case Collective::kReduceScatter:
-        stages.push_back([nat, c] { return nat->reduceScatter(c.input, c.output, c.count, c.type, c.op); });
-        if (c.op == ReduceOp::kAvg) finish = [c, ctx, size] { ctx.divide(c.output, c.count, size); };
+      case Collective::kReduceScatter: {
+        // In place, gradcomm's result goes to block `rank` of the input (as
+        // in NCCL); MPI's in-place form puts it at the start. Receive into
+        // scratch and copy instead.
+        void* target = c.inPlace ? ctx.scratch(c.count * dataTypeSize(c.type)) : c.output;
+        stages.push_back([nat, c, target] { return nat->reduceScatter(c.input, target, c.count, c.type, c.op); });
+        finish = [c, ctx, size, target] {
+          if (target != c.output) std::memcpy(c.output, target, c.count * dataTypeSize(c.type));
+          if (c.op == ReduceOp::kAvg) ctx.divide(c.output, c.count, size);
+        };
         break;
+      }
       case Collective::kBarrier:
         stages.push_back([nat] { return nat->barrier(); });
         break;

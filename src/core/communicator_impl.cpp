@@ -173,8 +173,9 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
   transport::Tag tag;
   tag.seq = op->seq;
   tag.fingerprint = op->fingerprint;
-  auto self = shared_from_this();
-  op->makeSchedule = [self, algo, call, tag] { return algo->schedule(call, self->runContext(call, tag)); };
+  // The operation must not own the communicator: it may be released on the
+  // progress thread, which cannot end the communicator that runs it.
+  op->makeSchedule = [algo, call, ctx = runContext(call, tag)] { return algo->schedule(call, ctx); };
   engine_->submit(op);
   return Work(op);
 }
@@ -197,12 +198,9 @@ Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature,
   transport::Tag tag;
   tag.seq = op->seq;
   tag.fingerprint = signature;
-  auto self = shared_from_this();
-  op->makeSchedule = [self, make, tag] {
-    CollectiveCall none;
-    none.collective = Collective::kBarrier;
-    return make(self->runContext(none, tag));
-  };
+  CollectiveCall none;
+  none.collective = Collective::kBarrier;
+  op->makeSchedule = [make, ctx = runContext(none, tag)] { return make(ctx); };
   op->onComplete = std::move(onComplete);
   engine_->submit(op);
   return Work(op);

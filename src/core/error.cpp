@@ -34,4 +34,12 @@ void rethrowAs(ErrorCode code, const std::string& message) {
   throw Error(code, message);
 }
 
+std::exception_ptr makeErrorPtr(ErrorCode code, const std::string& message) {
+  try {
+    rethrowAs(code, message);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 }  // namespace gradcomm

@@ -51,8 +51,7 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op) {
   {
     std::lock_guard<std::mutex> lock(queueMu_);
     if (failed_) {
-      op->finish(std::make_exception_ptr(
-          Error(failCode_, "communicator is unusable after an earlier failure: " + failReason_)));
+      op->finish(makeErrorPtr(failCode_, "communicator is unusable after an earlier failure: " + failReason_));
       return;
     }
     if (stop_.load()) {
@@ -96,7 +95,7 @@ void ProgressEngine::failQueued() {
     code = failCode_;
   }
   for (auto& op : pending) {
-    op->finish(std::make_exception_ptr(Error(code, "communicator is unusable after an earlier failure: " + reason)));
+    op->finish(makeErrorPtr(code, "communicator is unusable after an earlier failure: " + reason));
   }
 }
 
@@ -150,6 +149,11 @@ bool ProgressEngine::drive() {
       active_->startedAt = now;
       active_->status.store(OperationState::kRunning);
       if (listener_) listener_(*active_, true);
+      // A peer that failed earlier may have left messages that would let
+      // this operation "complete" with stale data: look for its notice first.
+      if (auto remote = transport_->pollAbort()) {
+        throw RemoteError(active_->description + " cannot run because " + *remote);
+      }
       active_->schedule = active_->makeSchedule();
       lastProgress_ = now;
       lastHealthCheck_ = now;
@@ -262,7 +266,15 @@ void ProgressEngine::threadMain() {
 void ProgressEngine::shutdown(const std::string& reason) {
   if (!stop_.exchange(true)) {
     queueCv_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    if (thread_.joinable()) {
+      // Never join from the progress thread itself (a listener or a
+      // completion callback may drop the last reference).
+      if (thread_.get_id() == std::this_thread::get_id()) {
+        thread_.detach();
+      } else {
+        thread_.join();
+      }
+    }
     std::lock_guard<std::mutex> drive(driveMu_);
     bool pending = false;
     {

@@ -139,15 +139,20 @@ void createUserOps(MPI_Op ops[kNumDataTypes][4]) {
 class MpiNative : public NativeCollectives {
  public:
   explicit MpiNative(MPI_Comm comm) : comm_(comm) {
-    for (auto& row : userOps_) {
-      for (auto& op : row) op = MPI_OP_NULL;
-    }
-    // MPI has no float16/bfloat16 and its MIN/MAX do not propagate NaN:
-    // those pairs use gradcomm's own kernels as MPI user operations.
-    createUserOps<static_cast<int>(DataType::kFloat16)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kBFloat16)>(userOps_);
+    // Every (type, op) pair uses gradcomm's own kernels as an MPI user
+    // operation: MPI has no float16/bfloat16, its MIN/MAX do not propagate
+    // NaN, and integer overflow is unspecified (Open MPI 4.1's vectorised
+    // int8 sum saturates). The native algorithm therefore has exactly the
+    // semantics of the others; the benchmark's MPI baseline calls
+    // MPI_Allreduce with MPI's built-in operations instead.
     createUserOps<static_cast<int>(DataType::kFloat32)>(userOps_);
     createUserOps<static_cast<int>(DataType::kFloat64)>(userOps_);
+    createUserOps<static_cast<int>(DataType::kFloat16)>(userOps_);
+    createUserOps<static_cast<int>(DataType::kBFloat16)>(userOps_);
+    createUserOps<static_cast<int>(DataType::kInt8)>(userOps_);
+    createUserOps<static_cast<int>(DataType::kUInt8)>(userOps_);
+    createUserOps<static_cast<int>(DataType::kInt32)>(userOps_);
+    createUserOps<static_cast<int>(DataType::kInt64)>(userOps_);
   }
   ~MpiNative() override {
     if (!MpiEnvironment::usable()) return;
@@ -232,11 +237,8 @@ class MpiNative : public NativeCollectives {
   RequestPtr reduceScatter(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
     requireIntCount(count, "reduce-scatter");
     auto req = std::make_unique<NativeRequest>();
-    int rank = 0;
-    MPI_Comm_rank(comm_, &rank);
-    const void* src = in == static_cast<char*>(out) - rank * count * dataTypeSize(type) ? MPI_IN_PLACE : in;
     MPI_Request r;
-    checkMpi(MPI_Ireduce_scatter_block(src, out, static_cast<int>(count), mpiDatatype(type), mpiOp(type, op),
+    checkMpi(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpiDatatype(type), mpiOp(type, op),
                                        comm_, &r),
              "MPI_Ireduce_scatter_block");
     req->requests_.push_back(r);
@@ -270,23 +272,15 @@ class MpiNative : public NativeCollectives {
     }
   }
   MPI_Op mpiOp(DataType type, ReduceOp op) const {
-    int k = static_cast<int>(type);
+    const int k = static_cast<int>(type);
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAvg:
-        if (userOps_[k][0] != MPI_OP_NULL && !(type == DataType::kFloat32 || type == DataType::kFloat64)) {
-          return userOps_[k][0];
-        }
-        return MPI_SUM;
-      case ReduceOp::kProd:
-        if (type == DataType::kFloat16 || type == DataType::kBFloat16) return userOps_[k][1];
-        return MPI_PROD;
-      case ReduceOp::kMin:
-        return userOps_[k][2] != MPI_OP_NULL ? userOps_[k][2] : MPI_MIN;
-      case ReduceOp::kMax:
-        return userOps_[k][3] != MPI_OP_NULL ? userOps_[k][3] : MPI_MAX;
+      case ReduceOp::kAvg: return userOps_[k][0];
+      case ReduceOp::kProd: return userOps_[k][1];
+      case ReduceOp::kMin: return userOps_[k][2];
+      case ReduceOp::kMax: return userOps_[k][3];
     }
-    return MPI_SUM;
+    return userOps_[k][0];
   }
 
   MPI_Comm comm_;

@@ -1,0 +1,217 @@
+// Collectives over the MPI transport on whatever number of ranks mpirun
+// started (ctest runs 1, 2, 3, 4, 5 and 8), including native MPI
+// passthrough, mismatched calls, a peer that never arrives, and
+// configuration that disagrees between ranks.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "algorithms/catalog.hpp"
+#include "gradcomm/mpi.hpp"
+#include "support/collective_check.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::testing;
+
+namespace {
+
+int worldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int worldSize() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+Options testOptions(const char* timeout = "60s") {
+  Options o;
+  o.set("SEGMENT_SIZE", "1K");
+  o.set("TIMEOUT", timeout);
+  return o;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST(Mpi, EveryAlgorithmOfEveryCollectiveMatchesTheReference) {
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions());
+  ASSERT_EQ(comm.size(), worldSize());
+  ASSERT_EQ(comm.rank(), worldRank());
+  ASSERT_EQ(comm.transportName(), "mpi");
+  const int p = comm.size();
+  // Fewer types on many oversubscribed ranks to keep the run short.
+  std::vector<DataType> types = p <= 4 ? allTypes()
+                                       : std::vector<DataType>{DataType::kFloat32, DataType::kBFloat16, DataType::kInt64};
+  uint64_t seed = 100;
+  int cases = 0;
+  for (const auto* algo : algorithms::allAlgorithms()) {
+    const Collective coll = algo->collective();
+    const bool reduces = coll == Collective::kAllreduce || coll == Collective::kReduce || coll == Collective::kReduceScatter;
+    for (DataType t : types) {
+      for (ReduceOp op : reduces ? allOps() : std::vector<ReduceOp>{ReduceOp::kSum}) {
+        if (!supported(t, op)) continue;
+        for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(p + 1), size_t{37}, size_t{3001}}) {
+          for (bool inPlace : {false, true}) {
+            CollectiveCase c{coll, algo->name(), t, op, count, p - 1, inPlace, seed++};
+            std::string err = runAndCheck(comm, c);
+            ASSERT_EQ(err, "");
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 100);
+}
+
+TEST(Mpi, LargeMessagesUseManySegmentsAndStayExact) {
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions());
+  for (const char* algo : {"ring", "hd", "tree", "rd", "native"}) {
+    CollectiveCase c{Collective::kAllreduce, algo, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3, 0, false, 7};
+    EXPECT_EQ(runAndCheck(comm, c), "");
+    c.inPlace = true;
+    c.op = ReduceOp::kAvg;
+    EXPECT_EQ(runAndCheck(comm, c), "");
+  }
+}
+
+TEST(Mpi, MismatchedCountsFailOnEveryRank) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions("30s"));
+  std::vector<float> buf(4096, 1.0f);
+  auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  ErrorCode code = ErrorCode::kInternal;
+  try {
+    size_t count = comm.rank() == 0 ? 1000 : 2000;
+    comm.allreduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum).wait();
+    comm.barrier().wait();
+  } catch (const Error& e) {
+    what = e.what();
+    code = e.code();
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(code == ErrorCode::kMismatch || code == ErrorCode::kRemote || code == ErrorCode::kTransport) << what;
+  EXPECT_FALSE(what.empty());
+  EXPECT_LT(seconds, 10.0);
+  comm.destroy();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Mpi, NativeAlgorithmDetectsMismatchedCallsBeforeMovingData) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions("30s"));
+  std::vector<float> buf(4096, 1.0f);
+  CollectiveOptions o;
+  o.algorithm = "native";
+  std::string what;
+  try {
+    comm.allreduce(buf.data(), buf.data(), comm.rank() == 0 ? 10 : 20, DataType::kFloat32, ReduceOp::kSum, o).wait();
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  EXPECT_TRUE(contains(what, "ranks called different collectives") || contains(what, "rank ")) << what;
+  comm.destroy();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Mpi, APeerThatNeverArrivesIsATimeoutOnTheWaitingRanks) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions("500ms"));
+  std::vector<float> buf(1000, 1.0f);
+  const int absent = comm.size() - 1;
+  if (comm.rank() != absent) {
+    try {
+      comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+      ADD_FAILURE() << "expected an error";
+    } catch (const TimeoutError& e) {
+      EXPECT_TRUE(contains(e.what(), "made no progress")) << e.what();
+    } catch (const RemoteError& e) {
+      EXPECT_TRUE(contains(e.what(), "made no progress")) << e.what();  // another waiting rank timed out first
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (comm.rank() == absent) {
+    // The absent rank learns that the communicator failed.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_THROW(comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait(), Error);
+  }
+  comm.destroy();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Mpi, ConfigurationThatDiffersBetweenRanksIsRejectedEverywhere) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Options o = testOptions();
+  o.set("ALGO", worldRank() == 1 ? "allreduce:tree" : "allreduce:ring");
+  try {
+    Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, o);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "GRADCOMM_ALGO differs between ranks")) << e.what();
+  }
+}
+
+TEST(Mpi, AnInvalidConfigurationOnOneRankIsReportedOnAll) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Options o = testOptions();
+  if (worldRank() == 1) o.set("PIPELINE_DEPTH", "lots");
+  try {
+    Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, o);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "GRADCOMM_PIPELINE_DEPTH='lots'")) << e.what();
+  }
+}
+
+TEST(Mpi, DestroyingWithAnOperationPendingFailsItAndTellsThePeers) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions("20s"));
+  std::vector<float> buf(1000, 1.0f);
+  if (comm.rank() == 0) {
+    Work w = comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    comm.destroy();
+    EXPECT_THROW(w.wait(), InvalidUsage);
+    MPI_Barrier(MPI_COMM_WORLD);
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+    try {
+      comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+      ADD_FAILURE() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(contains(e.what(), "destroyed")) << e.what();
+    }
+    comm.destroy();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Mpi, CountsAboveTwoGigabytesWork) {
+  if (!std::getenv("GRADCOMM_TEST_LARGE")) GTEST_SKIP() << "set GRADCOMM_TEST_LARGE=1 (needs ~2.2 GB per rank)";
+  Options o;
+  o.set("TIMEOUT", "120s");  // default segment size: 1K segments would mean millions of steps
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, o);
+  const size_t n = (size_t{1} << 31) + 13;  // bytes, as uint8
+  std::vector<uint8_t> buf(n);
+  for (size_t i = 0; i < n; ++i) buf[i] = static_cast<uint8_t>(i * 7 + static_cast<size_t>(comm.rank()));
+  for (const char* algo : {"ring", "native"}) {
+    std::vector<uint8_t> work = buf;
+    CollectiveOptions o;
+    o.algorithm = algo;
+    comm.allreduce(work.data(), work.data(), n, DataType::kUInt8, ReduceOp::kSum, o).wait();
+    const int p = comm.size();
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      uint8_t want = static_cast<uint8_t>(p * static_cast<int>(static_cast<uint8_t>(i * 7)) + p * (p - 1) / 2);
+      bad += work[i] != want;
+    }
+    EXPECT_EQ(bad, 0u) << algo;
+  }
+}
