@@ -1,1 +1,775 @@
-int main() { return 0; }
+// gradcomm-bench: mpirun sweeps in the format of nccl-tests' *_perf tools.
+//
+//   mpirun -np 2 gradcomm-bench -b 8 -e 128M -f 2 --algo all --baseline mpi,memcpy
+//
+// For every algorithm (and baseline) it prints one nccl-tests table: size,
+// count, type, redop, root, then time(us), algbw and busbw (GB/s, 1e9) and
+// #wrong for out-of-place and in-place runs, and the "Avg bus bandwidth"
+// footer. Buffers rotate between iterations so caches are not what is
+// measured; #wrong counts elements that differ from the exact expected result.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gradcomm/gradcomm.hpp"
+#include "gradcomm/mpi.hpp"
+
+using namespace gradcomm;
+
+namespace {
+
+struct Args {
+  size_t minBytes = 32 * 1024 * 1024;
+  size_t maxBytes = 32 * 1024 * 1024;
+  double factor = 2;
+  size_t increment = 0;
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  std::vector<DataType> types = {DataType::kFloat32};
+  std::vector<ReduceOp> ops = {ReduceOp::kSum};
+  int root = 0;
+  Collective collective = Collective::kAllreduce;
+  std::vector<std::string> algos = {"default"};
+  std::vector<std::string> baselines;
+  std::string json;
+  std::string csv;
+  bool quiet = false;
+};
+
+struct Row {
+  std::string algorithm;  // "default", an algorithm name, or "baseline:<name>"
+  std::string executed;   // what actually ran (the selector's choice for "default")
+  DataType type;
+  ReduceOp op;
+  size_t bytes;
+  size_t count;
+  int root;
+  bool inPlace;
+  double timeUs;
+  double algbw;
+  double busbw;
+  long long wrong;
+};
+
+int gRank = 0, gSize = 1;
+
+[[noreturn]] void die(const std::string& msg) {
+  if (gRank == 0) std::fprintf(stderr, "gradcomm-bench: %s\n", msg.c_str());
+  MPI_Finalize();
+  std::exit(2);
+}
+
+size_t parseSize(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string suffix = end ? std::string(end) : "";
+  double mult = 1;
+  if (suffix == "K" || suffix == "k") mult = 1024;
+  else if (suffix == "M" || suffix == "m") mult = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g") mult = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty()) die("bad size '" + s + "' (use 8, 64K, 128M, 1G)");
+  if (end == s.c_str() || v < 0) die("bad size '" + s + "'");
+  return static_cast<size_t>(v * mult);
+}
+
+std::vector<std::string> splitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+const char* ncclTypeName(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return "float";
+    case DataType::kFloat64: return "double";
+    case DataType::kFloat16: return "half";
+    case DataType::kBFloat16: return "bfloat16";
+    case DataType::kInt8: return "int8";
+    case DataType::kUInt8: return "uint8";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+  }
+  return "?";
+}
+
+void usage() {
+  if (gRank != 0) return;
+  std::printf(
+      "usage: mpirun -np N gradcomm-bench [options]\n"
+      "  -b, --minbytes SIZE     smallest size (default 32M; K/M/G suffixes)\n"
+      "  -e, --maxbytes SIZE     largest size (default 32M)\n"
+      "  -f, --stepfactor F      multiply the size by F each step (default 2)\n"
+      "  -i, --stepbytes SIZE    add SIZE each step instead of multiplying\n"
+      "  -n, --iters N           timed iterations per size (default 20)\n"
+      "  -w, --warmup_iters N    untimed iterations first (default 5)\n"
+      "  -c, --check 0|1         check results and count #wrong (default 1)\n"
+      "  -d, --datatype T        float, half, bfloat16, double, int8, uint8, int32, int64, all\n"
+      "  -o, --op OP             sum, prod, min, max, avg, all\n"
+      "  -r, --root R            root of broadcast (default 0)\n"
+      "  --collective C          allreduce (default), allgather, reducescatter, broadcast\n"
+      "  --algo NAME|LIST|all    gradcomm algorithm(s); 'default' = the selector's choice\n"
+      "  --baseline LIST         any of mpi (MPI's own collective), memcpy (each rank copies\n"
+      "                          the same bytes), p2p (one-way stream rank 0 -> rank 1)\n"
+      "  --json FILE, --csv FILE write every row (rank 0)\n"
+      "  -q, --quiet             no progress on stderr\n"
+      "Sizes are bytes of the whole buffer as in nccl-tests (allgather: the output,\n"
+      "reducescatter: the input). busbw = algbw * 2(n-1)/n (allreduce), (n-1)/n\n"
+      "(allgather, reducescatter), 1 (broadcast, baselines memcpy and p2p).\n");
+}
+
+Args parseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) die("option " + k + " needs a value");
+      return argv[++i];
+    };
+    if (k == "-h" || k == "--help") {
+      usage();
+      MPI_Finalize();
+      std::exit(0);
+    } else if (k == "-b" || k == "--minbytes") {
+      a.minBytes = parseSize(next());
+    } else if (k == "-e" || k == "--maxbytes") {
+      a.maxBytes = parseSize(next());
+    } else if (k == "-f" || k == "--stepfactor") {
+      a.factor = std::atof(next().c_str());
+    } else if (k == "-i" || k == "--stepbytes") {
+      a.increment = parseSize(next());
+    } else if (k == "-n" || k == "--iters") {
+      a.iters = std::atoi(next().c_str());
+    } else if (k == "-w" || k == "--warmup_iters") {
+      a.warmup = std::atoi(next().c_str());
+    } else if (k == "-c" || k == "--check") {
+      a.check = std::atoi(next().c_str()) != 0;
+    } else if (k == "-d" || k == "--datatype") {
+      std::string v = next();
+      a.types.clear();
+      if (v == "all") {
+        for (int t = 0; t < kNumDataTypes; ++t) a.types.push_back(static_cast<DataType>(t));
+      } else {
+        for (const auto& s : splitList(v)) {
+          try {
+            a.types.push_back(parseDataType(s));
+          } catch (const Error& e) {
+            die(e.what());
+          }
+        }
+      }
+    } else if (k == "-o" || k == "--op") {
+      std::string v = next();
+      a.ops.clear();
+      if (v == "all") {
+        for (int o = 0; o < kNumReduceOps; ++o) a.ops.push_back(static_cast<ReduceOp>(o));
+      } else {
+        for (const auto& s : splitList(v)) {
+          try {
+            a.ops.push_back(parseReduceOp(s));
+          } catch (const Error& e) {
+            die(e.what());
+          }
+        }
+      }
+    } else if (k == "-r" || k == "--root") {
+      a.root = std::atoi(next().c_str());
+    } else if (k == "--collective") {
+      try {
+        a.collective = parseCollective(next());
+      } catch (const Error& e) {
+        die(e.what());
+      }
+    } else if (k == "--algo") {
+      a.algos = splitList(next());
+    } else if (k == "--baseline") {
+      a.baselines = splitList(next());
+    } else if (k == "--json") {
+      a.json = next();
+    } else if (k == "--csv") {
+      a.csv = next();
+    } else if (k == "-q" || k == "--quiet") {
+      a.quiet = true;
+    } else {
+      usage();
+      die("unknown option '" + k + "'");
+    }
+  }
+  if (a.minBytes > a.maxBytes) die("-b is larger than -e");
+  if (a.factor <= 1 && a.increment == 0) die("-f must be above 1 (or use -i)");
+  if (a.iters < 1 || a.warmup < 0) die("-n must be at least 1 and -w at least 0");
+  if (a.collective == Collective::kReduce || a.collective == Collective::kBarrier) {
+    die("--collective must be allreduce, allgather, reducescatter or broadcast");
+  }
+  for (const auto& b : a.baselines) {
+    if (b != "mpi" && b != "memcpy" && b != "p2p") die("unknown baseline '" + b + "'; valid: mpi, memcpy, p2p");
+  }
+  return a;
+}
+
+double busFactor(Collective c, int n) {
+  switch (c) {
+    case Collective::kAllreduce: return 2.0 * (n - 1) / n;
+    case Collective::kAllgather:
+    case Collective::kReduceScatter: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+// ---- data and checking -------------------------------------------------------
+
+// Small integers, so that every reduction order is exact in every type:
+// value(i, r) in [-4, 3] (prod: in {-1, 1, 2} on few ranks, else {-1, 1}).
+int baseValue(size_t i, int rank, ReduceOp op) {
+  if (op == ReduceOp::kProd) {
+    static const int kVals[] = {1, -1, 2, 1, -1, 1};
+    int v = kVals[(i * 7 + static_cast<size_t>(rank) * 3) % 6];
+    return (gSize > 8 && v == 2) ? 1 : v;
+  }
+  return static_cast<int>((i * 13 + static_cast<size_t>(rank) * 7) % 8) - 4;
+}
+
+void store(DataType t, void* p, size_t i, double v) {
+  switch (t) {
+    case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
+    case DataType::kFloat16: {
+      // Small integers: exact conversion by hand (sign, exponent, mantissa).
+      float f = static_cast<float>(v);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      uint16_t h = static_cast<uint16_t>(((u >> 16) & 0x8000) | (f == 0 ? 0 : ((((u >> 23) & 0xFF) - 112) << 10) | ((u >> 13) & 0x3FF)));
+      static_cast<uint16_t*>(p)[i] = h;
+      break;
+    }
+    case DataType::kBFloat16: {
+      float f = static_cast<float>(v);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(u >> 16);
+      break;
+    }
+    case DataType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(static_cast<int>(v) & 0xFF); break;
+    case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+  }
+}
+
+double load(DataType t, const void* p, size_t i) {
+  switch (t) {
+    case DataType::kFloat32: return static_cast<const float*>(p)[i];
+    case DataType::kFloat64: return static_cast<const double*>(p)[i];
+    case DataType::kFloat16: {
+      uint16_t h = static_cast<const uint16_t*>(p)[i];
+      int e = (h >> 10) & 31, m = h & 1023;
+      double s = (h & 0x8000) ? -1 : 1;
+      if (e == 0) return s * std::ldexp(m, -24);
+      if (e == 31) return m ? NAN : s * INFINITY;
+      return s * std::ldexp(1024 + m, e - 25);
+    }
+    case DataType::kBFloat16: {
+      uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    case DataType::kInt8: return static_cast<const int8_t*>(p)[i];
+    case DataType::kUInt8: return static_cast<const uint8_t*>(p)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(p)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+  }
+  return 0;
+}
+
+double expectedReduction(size_t i, ReduceOp op, DataType t) {
+  double acc = 0;
+  for (int r = 0; r < gSize; ++r) {
+    double v = baseValue(i, r, op);
+    if (t == DataType::kUInt8) v = static_cast<double>(static_cast<int>(v) & 0xFF);
+    if (r == 0) acc = v;
+    else if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
+    else if (op == ReduceOp::kProd) acc *= v;
+    else if (op == ReduceOp::kMin) acc = std::min(acc, v);
+    else acc = std::max(acc, v);
+  }
+  if (t == DataType::kUInt8 && (op == ReduceOp::kSum || op == ReduceOp::kProd)) acc = static_cast<int>(acc) & 0xFF;
+  if (t == DataType::kInt8 && (op == ReduceOp::kSum || op == ReduceOp::kProd)) acc = static_cast<int8_t>(static_cast<int>(acc));
+  if (op == ReduceOp::kAvg) {
+    acc = t == DataType::kFloat64 ? acc / gSize : static_cast<double>(static_cast<float>(acc) / static_cast<float>(gSize));
+  }
+  return acc;
+}
+
+bool close(DataType t, double got, double want) {
+  if (t == DataType::kFloat16) return std::fabs(got - want) <= std::fabs(want) * 1e-3;
+  if (t == DataType::kBFloat16) return std::fabs(got - want) <= std::fabs(want) * 8e-3;
+  if (t == DataType::kFloat32) return got == want || std::fabs(got - want) <= std::fabs(want) * 1e-6;
+  return got == want;
+}
+
+// Rotating buffers: enough sets that the footprint exceeds the caches.
+struct Buffers {
+  size_t inBytes = 0, outBytes = 0;
+  int sets = 1;
+  std::vector<std::unique_ptr<unsigned char[]>> in, out;
+  void allocate(size_t inB, size_t outB) {
+    inBytes = inB;
+    outBytes = outB;
+    const size_t footprint = 256u << 20;
+    const size_t per = std::max<size_t>(inB + outB, 1);
+    sets = static_cast<int>(std::clamp<size_t>((footprint + per - 1) / per, 2, 16));
+    in.clear();
+    out.clear();
+    for (int s = 0; s < sets; ++s) {
+      in.emplace_back(new unsigned char[std::max<size_t>(inB, 1)]);
+      out.emplace_back(new unsigned char[std::max<size_t>(outB, 1)]);
+      std::memset(in.back().get(), 0, inB);
+      std::memset(out.back().get(), 0, outB);
+    }
+  }
+};
+
+// ---- running one configuration ------------------------------------------------
+
+struct Context {
+  Args args;
+  Communicator* comm;
+  MPI_Comm mpi;
+  int hosts;
+};
+
+struct Geometry {
+  size_t count;    // elements per rank argument of the call
+  size_t inElems;  // elements in the input buffer
+  size_t outElems;
+};
+
+Geometry geometry(Collective c, size_t bytes, size_t elem) {
+  Geometry g{};
+  size_t total = bytes / elem;
+  switch (c) {
+    case Collective::kAllgather:
+      g.count = total / static_cast<size_t>(gSize);
+      g.inElems = g.count;
+      g.outElems = g.count * static_cast<size_t>(gSize);
+      break;
+    case Collective::kReduceScatter:
+      g.count = total / static_cast<size_t>(gSize);
+      g.inElems = g.count * static_cast<size_t>(gSize);
+      g.outElems = g.count;
+      break;
+    default:
+      g.count = total;
+      g.inElems = total;
+      g.outElems = total;
+  }
+  return g;
+}
+
+void fillInput(const Context& ctx, DataType t, ReduceOp op, const Geometry& g, void* in) {
+  for (size_t i = 0; i < g.inElems; ++i) {
+    size_t idx = ctx.args.collective == Collective::kReduceScatter ? i : i;
+    store(t, in, i, baseValue(idx, gRank, op));
+  }
+}
+
+long long countWrong(const Context& ctx, DataType t, ReduceOp op, const Geometry& g, const void* out) {
+  long long wrong = 0;
+  switch (ctx.args.collective) {
+    case Collective::kAllreduce:
+      for (size_t i = 0; i < g.outElems; ++i) wrong += !close(t, load(t, out, i), expectedReduction(i, op, t));
+      break;
+    case Collective::kReduceScatter:
+      for (size_t i = 0; i < g.count; ++i) {
+        wrong += !close(t, load(t, out, i), expectedReduction(static_cast<size_t>(gRank) * g.count + i, op, t));
+      }
+      break;
+    case Collective::kAllgather:
+      for (int r = 0; r < gSize; ++r) {
+        for (size_t i = 0; i < g.count; ++i) {
+          double want = baseValue(i, r, op);
+          if (t == DataType::kUInt8) want = static_cast<int>(want) & 0xFF;
+          wrong += !close(t, load(t, out, static_cast<size_t>(r) * g.count + i), want);
+        }
+      }
+      break;
+    case Collective::kBroadcast:
+      for (size_t i = 0; i < g.count; ++i) {
+        double want = baseValue(i, ctx.args.root, op);
+        if (t == DataType::kUInt8) want = static_cast<int>(want) & 0xFF;
+        wrong += !close(t, load(t, out, i), want);
+      }
+      break;
+    default: break;
+  }
+  return wrong;
+}
+
+// Pointers of set `s` for a call, honouring the in-place layouts.
+std::pair<void*, void*> callBuffers(const Context& ctx, Buffers& b, int s, bool inPlace, const Geometry& g, size_t elem) {
+  unsigned char* in = b.in[static_cast<size_t>(s)].get();
+  unsigned char* out = b.out[static_cast<size_t>(s)].get();
+  if (!inPlace) return {in, out};
+  switch (ctx.args.collective) {
+    case Collective::kAllgather: return {out + static_cast<size_t>(gRank) * g.count * elem, out};
+    case Collective::kReduceScatter: return {out, out + static_cast<size_t>(gRank) * g.count * elem};
+    default: return {out, out};
+  }
+}
+
+MPI_Datatype mpiType(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt8: return MPI_INT8_T;
+    case DataType::kUInt8: return MPI_UINT8_T;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+MPI_Op mpiOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kProd: return MPI_PROD;
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    default: return MPI_SUM;
+  }
+}
+
+using CallFn = std::function<std::string(void* in, void* out)>;  // returns what ran
+
+// Times `iters` calls after `warmup` and returns the per-call time in us
+// (the slowest rank's).
+double timeCalls(const Context& ctx, Buffers& b, bool inPlace, const Geometry& g, size_t elem, const CallFn& call) {
+  for (int i = 0; i < ctx.args.warmup; ++i) {
+    auto [in, out] = callBuffers(ctx, b, i % b.sets, inPlace, g, elem);
+    call(in, out);
+  }
+  MPI_Barrier(ctx.mpi);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < ctx.args.iters; ++i) {
+    auto [in, out] = callBuffers(ctx, b, i % b.sets, inPlace, g, elem);
+    call(in, out);
+  }
+  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / ctx.args.iters;
+  MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, ctx.mpi);
+  return us;
+}
+
+// One size of one configuration, out of place and in place.
+std::vector<Row> runSize(const Context& ctx, const std::string& algo, DataType t, ReduceOp op, size_t bytes,
+                         Buffers& b) {
+  const size_t elem = dataTypeSize(t);
+  const Geometry g = geometry(ctx.args.collective, bytes, elem);
+  const size_t realBytes = (ctx.args.collective == Collective::kAllgather || ctx.args.collective == Collective::kReduceScatter)
+                               ? g.count * elem * static_cast<size_t>(gSize)
+                               : g.count * elem;
+  std::vector<Row> rows;
+  const bool isBaseline = algo.rfind("baseline:", 0) == 0;
+  const std::string base = isBaseline ? algo.substr(9) : "";
+  CollectiveOptions opts;
+  if (!isBaseline && algo != "default") opts.algorithm = algo;
+  const Collective coll = ctx.args.collective;
+
+  for (bool inPlace : {false, true}) {
+    std::string executed = isBaseline ? base : algo;
+    CallFn call;
+    bool supported = true;
+    if (!isBaseline) {
+      call = [&](void* in, void* out) {
+        Work w;
+        switch (coll) {
+          case Collective::kAllreduce: w = ctx.comm->allreduce(in, out, g.count, t, op, opts); break;
+          case Collective::kAllgather: w = ctx.comm->allgather(in, out, g.count, t, opts); break;
+          case Collective::kReduceScatter: w = ctx.comm->reduceScatter(in, out, g.count, t, op, opts); break;
+          case Collective::kBroadcast: w = ctx.comm->broadcast(in, out, g.count, t, ctx.args.root, opts); break;
+          default: break;
+        }
+        w.wait();
+        return w.algorithm();
+      };
+    } else if (base == "mpi") {
+      MPI_Datatype mt = mpiType(t);
+      supported = mt != MPI_DATATYPE_NULL && op != ReduceOp::kAvg;
+      call = [&, mt](void* in, void* out) {
+        const int n = static_cast<int>(g.count);
+        switch (coll) {
+          case Collective::kAllreduce: MPI_Allreduce(inPlace ? MPI_IN_PLACE : in, out, n, mt, mpiOp(op), ctx.mpi); break;
+          case Collective::kAllgather: MPI_Allgather(inPlace ? MPI_IN_PLACE : in, n, mt, out, n, mt, ctx.mpi); break;
+          case Collective::kReduceScatter:
+            // MPI's in-place form reads the whole input from the output buffer.
+            MPI_Reduce_scatter_block(inPlace ? MPI_IN_PLACE : in, inPlace ? static_cast<void*>(b.out[0].get()) : out, n, mt,
+                                     mpiOp(op), ctx.mpi);
+            break;
+          case Collective::kBroadcast:
+            if (gRank == ctx.args.root && !inPlace) std::memcpy(out, in, g.count * elem);
+            MPI_Bcast(out, n, mt, ctx.args.root, ctx.mpi);
+            break;
+          default: break;
+        }
+        return std::string("mpi");
+      };
+    } else if (base == "memcpy") {
+      call = [&](void* in, void* out) {
+        // In place: copy from the other buffer set, so that bytes still move.
+        std::memcpy(out, inPlace ? b.in[0].get() : in, std::min(realBytes, std::min(b.inBytes, b.outBytes)));
+        return std::string("memcpy");
+      };
+    } else if (base == "p2p") {
+      supported = gSize >= 2;
+    }
+    if (!supported) continue;
+
+    double us = 0;
+    std::string ran = executed;
+    if (base == "p2p") {
+      // One-way stream: rank 0 sends `iters` messages back to back to rank 1,
+      // which acknowledges the last one; time per message.
+      const int n = static_cast<int>(std::min<size_t>(realBytes, size_t{1} << 30));
+      auto stream = [&](int iters) {
+        MPI_Barrier(ctx.mpi);
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<MPI_Request> reqs;
+        for (int i = 0; i < iters; ++i) {
+          MPI_Request r;
+          unsigned char* buf = b.in[static_cast<size_t>(i % b.sets)].get();
+          if (gRank == 0) MPI_Isend(buf, n, MPI_BYTE, 1, 5, ctx.mpi, &r), reqs.push_back(r);
+          if (gRank == 1) MPI_Irecv(b.out[static_cast<size_t>(i % b.sets)].get(), n, MPI_BYTE, 0, 5, ctx.mpi, &r), reqs.push_back(r);
+          if (reqs.size() >= 4) {  // a window of 4 messages in flight
+            MPI_Wait(&reqs.front(), MPI_STATUS_IGNORE);
+            reqs.erase(reqs.begin());
+          }
+        }
+        MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+        if (gRank == 1) MPI_Send(nullptr, 0, MPI_BYTE, 0, 6, ctx.mpi);
+        if (gRank == 0) MPI_Recv(nullptr, 0, MPI_BYTE, 1, 6, ctx.mpi, MPI_STATUS_IGNORE);
+        double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+        MPI_Bcast(&t, 1, MPI_DOUBLE, 0, ctx.mpi);
+        return t;
+      };
+      stream(std::max(1, ctx.args.warmup));
+      us = stream(ctx.args.iters);
+    } else {
+      us = timeCalls(ctx, b, inPlace, g, elem, [&](void* in, void* out) {
+        ran = call(in, out);
+        return ran;
+      });
+    }
+
+    long long wrong = 0;
+    if (ctx.args.check && !isBaseline) {
+      auto [in, out] = callBuffers(ctx, b, 0, inPlace, g, elem);
+      if (inPlace) {
+        // Put this rank's input where the in-place call reads it.
+        if (coll == Collective::kAllgather) {
+          for (size_t i = 0; i < g.count; ++i) store(t, in, i, baseValue(i, gRank, op));
+        } else {
+          fillInput(ctx, t, op, g, b.out[0].get());
+        }
+      } else {
+        fillInput(ctx, t, op, g, in);
+      }
+      call(in, out);
+      wrong = countWrong(ctx, t, op, g, out);
+      MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, ctx.mpi);
+      // Restore plausible data for the next timed runs.
+      for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
+    }
+    const double algbw = us > 0 ? static_cast<double>(realBytes) / us / 1e3 : 0;
+    const double factor = isBaseline ? 1.0 : busFactor(coll, gSize);
+    rows.push_back(Row{algo, ran, t, op, realBytes, realBytes / elem, coll == Collective::kBroadcast ? ctx.args.root : -1,
+                       inPlace, us, algbw, algbw * factor, wrong});
+  }
+  return rows;
+}
+
+std::string jsonEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
+  MPI_Comm_size(MPI_COMM_WORLD, &gSize);
+  Args args = parseArgs(argc, argv);
+
+  MPI_Comm mpi;
+  MPI_Comm_dup(MPI_COMM_WORLD, &mpi);
+  MPI_Comm local;
+  MPI_Comm_split_type(mpi, MPI_COMM_TYPE_SHARED, gRank, MPI_INFO_NULL, &local);
+  int localRank = 0;
+  MPI_Comm_rank(local, &localRank);
+  int leader = localRank == 0 ? 1 : 0, hosts = 0;
+  MPI_Allreduce(&leader, &hosts, 1, MPI_INT, MPI_SUM, mpi);
+  MPI_Comm_free(&local);
+
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = std::make_unique<Communicator>(communicatorFromMpi(MPI_COMM_WORLD));
+  } catch (const Error& e) {
+    die(e.what());
+  }
+  Context ctx{args, comm.get(), mpi, hosts};
+
+  std::vector<std::string> configs;
+  for (const auto& a : args.algos) {
+    if (a == "all") {
+      configs.push_back("default");
+      for (const char* n : {"ring", "rd", "hd", "tree", "native"}) {
+        if (args.collective == Collective::kAllreduce) configs.push_back(n);
+      }
+      if (args.collective == Collective::kBroadcast) configs.insert(configs.end(), {"tree", "native"});
+      if (args.collective == Collective::kAllgather || args.collective == Collective::kReduceScatter) {
+        configs.insert(configs.end(), {"ring", "native"});
+      }
+    } else {
+      configs.push_back(a);
+    }
+  }
+  for (const auto& b : args.baselines) configs.push_back("baseline:" + b);
+
+  std::vector<size_t> sizes;
+  for (size_t s = args.minBytes; s <= args.maxBytes;) {
+    sizes.push_back(s);
+    size_t next = args.increment ? s + args.increment : static_cast<size_t>(std::max<double>(s + 1, s * args.factor));
+    if (next <= s) break;
+    s = next;
+  }
+
+  if (gRank == 0) {
+    std::printf("# gradcomm-bench %s: %s, %d ranks on %d host%s, minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d "
+                "iters: %d validation: %d\n",
+                GRADCOMM_VERSION_STRING, toString(args.collective), gSize, hosts, hosts == 1 ? "" : "s", args.minBytes,
+                args.maxBytes, args.increment ? static_cast<double>(args.increment) : args.factor,
+                args.increment ? "bytes" : "factor", args.warmup, args.iters, args.check ? 1 : 0);
+  }
+
+  std::vector<Row> all;
+  size_t progress = 0;
+  const size_t totalSteps = configs.size() * args.types.size() * args.ops.size() * sizes.size();
+  for (const auto& cfg : configs) {
+    for (DataType t : args.types) {
+      for (ReduceOp op : args.ops) {
+        if (op == ReduceOp::kAvg && !isFloatingPoint(t)) continue;
+        if (gRank == 0) {
+          std::printf("#\n# algorithm: %s\n", cfg.c_str());
+          std::printf("#                                                              out-of-place                       in-place          \n");
+          std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n");
+          std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n");
+        }
+        double busSum = 0;
+        int busN = 0;
+        Buffers b;
+        for (size_t bytes : sizes) {
+          ++progress;
+          const size_t elem = dataTypeSize(t);
+          const Geometry g = geometry(args.collective, bytes, elem);
+          if (g.count == 0 && bytes > 0) continue;
+          if (!args.quiet && gRank == 0) {
+            std::fprintf(stderr, "[gradcomm-bench] %zu/%zu %s %s %s %zu B\n", progress, totalSteps, cfg.c_str(),
+                         toString(t), toString(op), bytes);
+          }
+          b.allocate(g.inElems * elem, std::max(g.outElems, g.inElems) * elem);
+          for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
+          std::vector<Row> rows;
+          try {
+            rows = runSize(ctx, cfg, t, op, bytes, b);
+          } catch (const Error& e) {
+            die(std::string("failed: ") + e.what());
+          }
+          if (rows.empty()) {
+            if (gRank == 0) std::printf("# %s: not available for %s %s\n", cfg.c_str(), toString(t), toString(op));
+            break;
+          }
+          if (gRank == 0) {
+            const Row& o = rows[0];
+            const Row& ip = rows.size() > 1 ? rows[1] : rows[0];
+            std::printf("%12zu  %12zu  %8s  %6s  %6d  %7.2f  %6.2f  %6.2f  %5lld  %7.2f  %6.2f  %6.2f  %5lld\n", o.bytes,
+                        o.count, ncclTypeName(t), toString(op), o.root, o.timeUs, o.algbw, o.busbw, o.wrong, ip.timeUs,
+                        ip.algbw, ip.busbw, ip.wrong);
+            std::fflush(stdout);
+          }
+          for (const auto& r : rows) {
+            busSum += r.busbw;
+            ++busN;
+          }
+          all.insert(all.end(), rows.begin(), rows.end());
+        }
+        if (gRank == 0) {
+          long long wrongTotal = 0;
+          for (const auto& r : all) {
+            if (r.algorithm == cfg) wrongTotal += r.wrong;
+          }
+          std::printf("# Out of bounds values : %lld %s\n", wrongTotal, wrongTotal ? "FAILED" : "OK");
+          std::printf("# Avg bus bandwidth    : %g \n", busN ? busSum / busN : 0.0);
+        }
+      }
+    }
+  }
+
+  long long wrongAll = 0;
+  for (const auto& r : all) wrongAll += r.wrong;
+  if (gRank == 0) {
+    auto field = [](const Row& r, std::ostream& os, bool json) {
+      if (json) {
+        os << "{\"collective\": \"" << toString(Collective::kAllreduce) << "\"";  // replaced below
+      }
+      (void)r;
+    };
+    (void)field;
+    if (!args.json.empty()) {
+      std::ofstream f(args.json);
+      f << "{\"ranks\": " << gSize << ", \"hosts\": " << hosts << ", \"collective\": \"" << toString(args.collective)
+        << "\", \"results\": [\n";
+      for (size_t i = 0; i < all.size(); ++i) {
+        const Row& r = all[i];
+        f << "  {\"collective\": \"" << toString(args.collective) << "\", \"algorithm\": \"" << jsonEscape(r.algorithm)
+          << "\", \"executed\": \"" << jsonEscape(r.executed) << "\", \"compression\": \"none\", \"dtype\": \""
+          << toString(r.type) << "\", \"op\": \"" << toString(r.op) << "\", \"bytes\": " << r.bytes
+          << ", \"count\": " << r.count << ", \"root\": " << r.root << ", \"in_place\": " << (r.inPlace ? "true" : "false")
+          << ", \"time_us\": " << r.timeUs << ", \"algbw_GBps\": " << r.algbw << ", \"busbw_GBps\": " << r.busbw
+          << ", \"wrong\": " << r.wrong << "}" << (i + 1 < all.size() ? "," : "") << "\n";
+      }
+      f << "]}\n";
+    }
+    if (!args.csv.empty()) {
+      std::ofstream f(args.csv);
+      f << "collective,algorithm,executed,compression,dtype,op,bytes,count,root,in_place,time_us,algbw_GBps,busbw_GBps,wrong\n";
+      for (const Row& r : all) {
+        f << toString(args.collective) << "," << r.algorithm << "," << r.executed << ",none," << toString(r.type) << ","
+          << toString(r.op) << "," << r.bytes << "," << r.count << "," << r.root << "," << (r.inPlace ? 1 : 0) << ","
+          << r.timeUs << "," << r.algbw << "," << r.busbw << "," << r.wrong << "\n";
+      }
+    }
+  }
+  comm.reset();
+  MPI_Comm_free(&mpi);
+  MPI_Finalize();
+  return wrongAll ? 1 : 0;
+}

@@ -6,6 +6,7 @@
 
 #include "algorithms/plan.hpp"
 #include "algorithms/schedule.hpp"
+#include "algorithms/workspace.hpp"
 #include "gradcomm/types.hpp"
 #include "kernels/reduce.hpp"
 #include "transport/transport.hpp"
@@ -34,7 +35,8 @@ struct Tuning {
 };
 
 /// Everything a schedule needs to run: the transport, the kernels, the
-/// operation's tag and a scratch arena that outlives the schedule.
+/// operation's tag and the communicator's workspace (which outlives every
+/// schedule, and is only touched by the thread driving progress).
 struct RunContext {
   transport::Transport* transport = nullptr;
   transport::Tag tag;  ///< seq and fingerprint; message filled per step
@@ -42,9 +44,9 @@ struct RunContext {
   kernels::DivideFn divide = nullptr;
   kernels::SimdLevel simd = kernels::SimdLevel::kScalar;
   Tuning tuning;
-  /// Returns at least `bytes` of 64-byte aligned scratch, reused between
-  /// operations (only one schedule runs at a time).
-  std::function<char*(size_t bytes)> scratch;
+  Workspace* workspace = nullptr;
+  /// At least `bytes` of 64-byte aligned scratch, reused between operations.
+  char* scratch(size_t bytes) const { return workspace->scratch(bytes); }
 };
 
 /// An algorithm for one collective: describes itself and creates the

@@ -9,6 +9,7 @@ const Algorithm& ringAllreduce();
 const Algorithm& recursiveDoublingAllreduce();
 const Algorithm& halvingDoublingAllreduce();
 const Algorithm& treeAllreduce();
+const Algorithm& shmAllreduce();
 const Algorithm& treeBroadcast();
 const Algorithm& treeReduce();
 const Algorithm& ringAllgather();

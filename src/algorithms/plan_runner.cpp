@@ -6,37 +6,33 @@
 
 namespace gradcomm::algorithms {
 
-PlanRunner::PlanRunner(Plan plan, const CollectiveCall& call, RunContext ctx)
+namespace {
+bool isComm(StepKind k) { return k == StepKind::kSend || k == StepKind::kRecv; }
+}  // namespace
+
+PlanRunner::PlanRunner(std::shared_ptr<const CompiledPlan> plan, const CollectiveCall& call, const RunContext& ctx)
     : plan_(std::move(plan)),
-      ctx_(std::move(ctx)),
+      steps_(plan_->plan.steps.data()),
+      ctx_(ctx),
       elemSize_(dataTypeSize(call.type)),
-      divisor_(static_cast<double>(ctx_.transport->size())) {
+      divisor_(static_cast<double>(ctx.transport->size())),
+      buf_(ctx.workspace->takeBuffers()) {
   bases_[static_cast<int>(Buf::kInput)] = static_cast<char*>(const_cast<void*>(call.input));
   bases_[static_cast<int>(Buf::kOutput)] = static_cast<char*>(call.output);
-  if (plan_.scratchCount) bases_[static_cast<int>(Buf::kScratch)] = ctx_.scratch(plan_.scratchCount * elemSize_);
-
-  const size_t n = plan_.steps.size();
-  remaining_.assign(n, 0);
-  succBegin_.assign(n + 1, 0);
+  if (plan_->plan.scratchCount) bases_[static_cast<int>(Buf::kScratch)] = ctx_.scratch(plan_->plan.scratchCount * elemSize_);
+  buf_->remaining.assign(plan_->initialRemaining.begin(), plan_->initialRemaining.end());
+  buf_->readyComm.clear();
+  buf_->readyCompute.clear();
+  buf_->active.clear();
+  const size_t n = plan_->plan.steps.size();
   for (size_t i = 0; i < n; ++i) {
-    const Step& s = plan_.steps[i];
-    remaining_[i] = s.depEnd - s.depBegin;
-    for (uint32_t k = s.depBegin; k < s.depEnd; ++k) ++succBegin_[plan_.deps[k] + 1];
-  }
-  for (size_t i = 0; i < n; ++i) succBegin_[i + 1] += succBegin_[i];
-  succ_.assign(plan_.deps.size(), 0);
-  std::vector<uint32_t> fill(succBegin_.begin(), succBegin_.end() - 1);
-  for (size_t i = 0; i < n; ++i) {
-    const Step& s = plan_.steps[i];
-    for (uint32_t k = s.depBegin; k < s.depEnd; ++k) succ_[fill[plan_.deps[k]]++] = static_cast<uint32_t>(i);
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (remaining_[i] == 0) {
-      auto kind = plan_.steps[i].kind;
-      (kind == StepKind::kSend || kind == StepKind::kRecv ? readyComm_ : readyCompute_).push_back(static_cast<uint32_t>(i));
+    if (buf_->remaining[i] == 0) {
+      (isComm(steps_[i].kind) ? buf_->readyComm : buf_->readyCompute).push_back(static_cast<uint32_t>(i));
     }
   }
 }
+
+PlanRunner::~PlanRunner() { ctx_.workspace->giveBack(std::move(buf_)); }
 
 char* PlanRunner::address(const Span& s) const {
   char* base = bases_[static_cast<int>(s.buf)];
@@ -44,18 +40,18 @@ char* PlanRunner::address(const Span& s) const {
 }
 
 void PlanRunner::start(uint32_t id) {
-  const Step& s = plan_.steps[id];
+  const Step& s = steps_[id];
   transport::Tag tag = ctx_.tag;
   tag.message = s.message;
   if (s.kind == StepKind::kSend) {
-    active_.push_back({id, ctx_.transport->isend(s.peer, address(s.a), s.a.count * elemSize_, tag)});
+    buf_->active.push_back({id, ctx_.transport->isend(s.peer, address(s.a), s.a.count * elemSize_, tag)});
   } else {
-    active_.push_back({id, ctx_.transport->irecv(s.peer, address(s.dst), s.dst.count * elemSize_, tag)});
+    buf_->active.push_back({id, ctx_.transport->irecv(s.peer, address(s.dst), s.dst.count * elemSize_, tag)});
   }
 }
 
 void PlanRunner::runCompute(uint32_t id) {
-  const Step& s = plan_.steps[id];
+  const Step& s = steps_[id];
   switch (s.kind) {
     case StepKind::kReduce:
       if (s.dst.count) ctx_.reduce(address(s.dst), address(s.a), address(s.b), s.dst.count);
@@ -78,30 +74,32 @@ void PlanRunner::runCompute(uint32_t id) {
 
 void PlanRunner::complete(uint32_t id) {
   ++completed_;
-  for (uint32_t k = succBegin_[id]; k < succBegin_[id + 1]; ++k) {
-    uint32_t next = succ_[k];
-    if (--remaining_[next] == 0) {
-      auto kind = plan_.steps[next].kind;
-      (kind == StepKind::kSend || kind == StepKind::kRecv ? readyComm_ : readyCompute_).push_back(next);
+  const auto& succBegin = plan_->succBegin;
+  const auto& succ = plan_->succ;
+  for (uint32_t k = succBegin[id]; k < succBegin[id + 1]; ++k) {
+    const uint32_t next = succ[k];
+    if (--buf_->remaining[next] == 0) {
+      (isComm(steps_[next].kind) ? buf_->readyComm : buf_->readyCompute).push_back(next);
     }
   }
 }
 
 bool PlanRunner::advance() {
   bool moved = false;
+  auto& readyComm = buf_->readyComm;
+  auto& readyCompute = buf_->readyCompute;
+  auto& active = buf_->active;
   for (int round = 0; round < 256 && !done(); ++round) {
     bool any = false;
-    while (!readyComm_.empty()) {
-      uint32_t id = readyComm_.front();
-      readyComm_.pop_front();
-      start(id);
+    while (commHead_ < readyComm.size()) {
+      start(readyComm[commHead_++]);
       any = true;
     }
-    for (size_t i = 0; i < active_.size();) {
-      if (active_[i].request->test()) {
-        uint32_t id = active_[i].step;
-        active_[i] = std::move(active_.back());
-        active_.pop_back();
+    for (size_t i = 0; i < active.size();) {
+      if (active[i].request->test()) {
+        const uint32_t id = active[i].step;
+        active[i] = std::move(active.back());
+        active.pop_back();
         complete(id);
         any = true;
       } else {
@@ -109,14 +107,12 @@ bool PlanRunner::advance() {
       }
     }
     // Post newly enabled transfers before spending time on a reduction.
-    if (!readyComm_.empty()) {
+    if (commHead_ < readyComm.size()) {
       moved = true;
       continue;
     }
-    if (!readyCompute_.empty()) {
-      uint32_t id = readyCompute_.front();
-      readyCompute_.pop_front();
-      runCompute(id);
+    if (computeHead_ < readyCompute.size()) {
+      runCompute(readyCompute[computeHead_++]);
       any = true;
     }
     if (!any) break;
@@ -128,25 +124,25 @@ bool PlanRunner::advance() {
 std::string PlanRunner::waitingFor() const {
   std::string out;
   size_t shown = 0;
-  for (const auto& a : active_) {
+  for (const auto& a : buf_->active) {
     if (shown == 4) {
-      out += ", ... (" + std::to_string(active_.size() - shown) + " more)";
+      out += ", ... (" + std::to_string(buf_->active.size() - shown) + " more)";
       break;
     }
-    const Step& s = plan_.steps[a.step];
+    const Step& s = steps_[a.step];
     if (!out.empty()) out += ", ";
     out += std::string(s.kind == StepKind::kSend ? "send to rank " : "receive from rank ") + std::to_string(s.peer) +
            " (message " + std::to_string(s.message) + ")";
     ++shown;
   }
-  if (out.empty()) out = "nothing (" + std::to_string(plan_.steps.size() - completed_) + " steps left)";
+  if (out.empty()) out = "nothing (" + std::to_string(plan_->plan.steps.size() - completed_) + " steps left)";
   return out;
 }
 
 std::vector<int> PlanRunner::awaitedPeers() const {
   std::vector<int> peers;
-  for (const auto& a : active_) {
-    const Step& s = plan_.steps[a.step];
+  for (const auto& a : buf_->active) {
+    const Step& s = steps_[a.step];
     if (s.kind != StepKind::kRecv) continue;
     bool seen = false;
     for (int p : peers) seen = seen || p == s.peer;
@@ -158,9 +154,25 @@ std::vector<int> PlanRunner::awaitedPeers() const {
 SchedulePtr PlannedAlgorithm::schedule(const CollectiveCall& call, RunContext ctx) const {
   const int rank = ctx.transport->rank();
   const int size = ctx.transport->size();
-  const bool empty = call.count == 0 && call.collective != Collective::kBarrier;
-  Plan p = empty ? emptyPlan(rank, size) : plan(call, rank, size, ctx.tuning);
-  return std::make_unique<PlanRunner>(std::move(p), call, std::move(ctx));
+  PlanKey key;
+  key.algorithm = this;
+  key.collective = static_cast<uint8_t>(call.collective);
+  key.type = static_cast<uint8_t>(call.type);
+  key.op = static_cast<uint8_t>(call.op);
+  key.inPlace = call.inPlace ? 1 : 0;
+  key.root = call.root;
+  key.rank = rank;
+  key.size = size;
+  key.depth = ctx.tuning.pipelineDepth;
+  key.count = call.count;
+  key.segmentBytes = ctx.tuning.segmentBytes;
+  auto compiled = ctx.workspace->findPlan(key);
+  if (!compiled) {
+    const bool empty = call.count == 0 && call.collective != Collective::kBarrier;
+    compiled = CompiledPlan::compile(empty ? emptyPlan(rank, size) : plan(call, rank, size, ctx.tuning));
+    ctx.workspace->storePlan(key, compiled);
+  }
+  return std::make_unique<PlanRunner>(std::move(compiled), call, ctx);
 }
 
 Plan emptyPlan(int rank, int size) {

@@ -1,5 +1,5 @@
 #pragma once
-#include <deque>
+#include <memory>
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
@@ -9,12 +9,15 @@ namespace gradcomm::algorithms {
 /// The generic executor of a Plan: posts sends and receives as soon as their
 /// dependencies complete, runs reductions on the calling thread, and never
 /// blocks. Transfers of later segments therefore overlap the reduction of
-/// earlier ones.
+/// earlier ones. The plan is shared (cached); the mutable state lives in
+/// pooled buffers of the workspace, so a steady stream of operations
+/// allocates nothing here.
 class PlanRunner : public Schedule {
  public:
-  PlanRunner(Plan plan, const CollectiveCall& call, RunContext ctx);
+  PlanRunner(std::shared_ptr<const CompiledPlan> plan, const CollectiveCall& call, const RunContext& ctx);
+  ~PlanRunner() override;
   bool advance() override;
-  bool done() const override { return completed_ == plan_.steps.size(); }
+  bool done() const override { return completed_ == plan_->plan.steps.size(); }
   std::string waitingFor() const override;
   std::vector<int> awaitedPeers() const override;
 
@@ -24,21 +27,15 @@ class PlanRunner : public Schedule {
   void complete(uint32_t id);
   void runCompute(uint32_t id);
 
-  Plan plan_;
+  std::shared_ptr<const CompiledPlan> plan_;
+  const Step* steps_;
   RunContext ctx_;
   size_t elemSize_;
   double divisor_;
   char* bases_[3] = {nullptr, nullptr, nullptr};
-  std::vector<uint32_t> remaining_;
-  std::vector<uint32_t> succBegin_;
-  std::vector<uint32_t> succ_;
-  std::deque<uint32_t> readyComm_;
-  std::deque<uint32_t> readyCompute_;
-  struct Active {
-    uint32_t step;
-    transport::RequestPtr request;
-  };
-  std::vector<Active> active_;
+  std::unique_ptr<RunnerBuffers> buf_;
+  size_t commHead_ = 0;     // FIFO heads into buf_->readyComm / readyCompute
+  size_t computeHead_ = 0;
   size_t completed_ = 0;
 };
 

@@ -5,7 +5,7 @@ namespace gradcomm::algorithms {
 const std::vector<const Algorithm*>& allAlgorithms() {
   static const std::vector<const Algorithm*> all = [] {
     std::vector<const Algorithm*> v = {
-        &ringAllreduce(),   &recursiveDoublingAllreduce(), &halvingDoublingAllreduce(), &treeAllreduce(),
+        &ringAllreduce(),   &recursiveDoublingAllreduce(), &halvingDoublingAllreduce(), &treeAllreduce(), &shmAllreduce(),
         &treeBroadcast(),   &treeReduce(),                 &ringAllgather(),            &ringReduceScatter(),
         &disseminationBarrier(),
     };

@@ -15,8 +15,11 @@ class Schedule {
   virtual bool done() const = 0;
   /// What it waits for, for error messages: "recv from rank 3 (message 7)".
   virtual std::string waitingFor() const = 0;
-  /// Ranks it is waiting to receive from (probed for mismatched calls).
+  /// Ranks it is waiting to receive from.
   virtual std::vector<int> awaitedPeers() const { return {}; }
+  /// Called while the schedule makes no progress; throws if a peer it waits
+  /// for can be seen to have died.
+  virtual void healthCheck() {}
 };
 
 using SchedulePtr = std::unique_ptr<Schedule>;

@@ -133,7 +133,7 @@ Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
       }
     }
   }
-  auto t = std::make_unique<transport::MpiTransport>(comm, env);
+  auto t = std::make_unique<transport::MpiTransport>(comm, env, config.shm ? config.shmChunkBytes : 0);
   return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), std::move(config)));
 }
 

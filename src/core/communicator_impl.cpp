@@ -10,21 +10,6 @@ namespace gradcomm::detail {
 
 using algorithms::CollectiveCall;
 
-char* ScratchArena::get(size_t bytes) {
-  if (bytes <= size_) return data_;
-  std::free(data_);
-  size_t rounded = (bytes + 63) / 64 * 64;
-  data_ = static_cast<char*>(std::aligned_alloc(64, rounded));
-  if (!data_) {
-    size_ = 0;
-    throw std::bad_alloc();
-  }
-  size_ = rounded;
-  return data_;
-}
-
-ScratchArena::~ScratchArena() { std::free(data_); }
-
 namespace {
 
 uint32_t fnv(uint32_t h, const void* data, size_t n) {
@@ -65,13 +50,13 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
       rank_(transport->rank()),
       size_(transport->size()),
       simd_(kernels::resolveSimd(config_.simd)),
-      selector_(config_.algo, algorithms::DefaultRule{config_.smallMessageBytes, config_.treeMaxBytes}),
-      arena_(std::make_shared<ScratchArena>()) {
+      selector_(config_.algo, algorithms::DefaultRule{config_.smallMessageBytes, config_.treeMaxBytes}) {
   core::setLogLevel(config_.logLevel);
   core::EngineSettings settings;
   settings.timeout = config_.timeout;
   settings.pollSpins = config_.pollSpins;
   settings.pollMaxSleep = config_.pollMaxSleep;
+  settings.linger = config_.pollLinger;
   engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), settings);
   engine_->start();
 }
@@ -137,8 +122,6 @@ algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, 
   ctx.tuning.segmentBytes = config_.segmentBytes;
   ctx.tuning.pipelineDepth = config_.pipelineDepth;
   ctx.tuning.shmChunkBytes = config_.shmChunkBytes;
-  auto arena = arena_;
-  ctx.scratch = [arena](size_t bytes) { return arena->get(bytes); };
   return ctx;
 }
 
@@ -166,23 +149,19 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
     std::lock_guard<std::mutex> lock(submitMu_);
     op->seq = nextSeq_++;
   }
-  op->description = std::string(toString(call.collective)) + " #" + std::to_string(op->seq) + " (" +
-                    toString(call.type) +
-                    (isReduction(call.collective) ? std::string(" ") + toString(call.op) : std::string()) + ", " +
-                    std::to_string(call.count) + " elements, algorithm " + op->algorithm + ")";
   transport::Tag tag;
   tag.seq = op->seq;
   tag.fingerprint = op->fingerprint;
-  // The operation must not own the communicator: it may be released on the
-  // progress thread, which cannot end the communicator that runs it.
-  op->makeSchedule = [algo, call, ctx = runContext(call, tag)] { return algo->schedule(call, ctx); };
+  op->algo = algo;
+  op->call = call;
+  op->ctx = runContext(call, tag);
   engine_->submit(op);
   return Work(op);
 }
 
 Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature, size_t bytes,
                                     const std::string& algorithm,
-                                    std::function<algorithms::SchedulePtr(algorithms::RunContext)> make,
+                                    std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
                                     std::function<void()> onComplete) {
   if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");
   engine_->throwIfFailed();
@@ -194,13 +173,14 @@ Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature,
     std::lock_guard<std::mutex> lock(submitMu_);
     op->seq = nextSeq_++;
   }
-  op->description = what + " #" + std::to_string(op->seq) + " (algorithm " + algorithm + ")";
   transport::Tag tag;
   tag.seq = op->seq;
   tag.fingerprint = signature;
   CollectiveCall none;
   none.collective = Collective::kBarrier;
-  op->makeSchedule = [make, ctx = runContext(none, tag)] { return make(ctx); };
+  op->ctx = runContext(none, tag);
+  op->custom = [make](const algorithms::RunContext& ctx) { return make(ctx); };
+  op->customWhat = what;
   op->onComplete = std::move(onComplete);
   engine_->submit(op);
   return Work(op);

@@ -12,17 +12,6 @@
 
 namespace gradcomm::detail {
 
-/// Reusable 64-byte aligned scratch memory; only the driving thread uses it.
-class ScratchArena {
- public:
-  char* get(size_t bytes);
-  ~ScratchArena();
-
- private:
-  char* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 /// The state behind every Communicator handle.
 class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
  public:
@@ -41,7 +30,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   Work submit(const algorithms::CollectiveCall& call, const CollectiveOptions& options);
   /// Queues a custom schedule (used by frontends such as compression).
   Work submitCustom(const std::string& what, uint32_t signature, size_t bytes, const std::string& algorithm,
-                    std::function<algorithms::SchedulePtr(algorithms::RunContext)> make,
+                    std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
                     std::function<void()> onComplete = {});
   std::string algorithmFor(const algorithms::CollectiveCall& call) const;
   algorithms::RunContext runContext(const algorithms::CollectiveCall& call, const transport::Tag& tag) const;
@@ -59,7 +48,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   int size_;
   kernels::SimdLevel simd_;
   algorithms::Selector selector_;
-  std::shared_ptr<ScratchArena> arena_;
   std::shared_ptr<core::ProgressEngine> engine_;
   std::mutex submitMu_;
   uint64_t nextSeq_ = 0;  // guarded by submitMu_

@@ -24,11 +24,14 @@ struct OperationState {
 
   uint64_t seq = 0;
   uint32_t fingerprint = 0;  ///< hash of the call signature, equal on matching ranks
-  std::string description;  ///< "allreduce #12 (float32 sum, 1000 elements, ring)"
-  std::string algorithm;
+  std::string algorithm;     ///< short names fit std::string's inline buffer
   size_t bytes = 0;
-  /// Builds the schedule when the operation starts (on the driving thread).
-  std::function<algorithms::SchedulePtr()> makeSchedule;
+  /// What runs: an algorithm on `call`, or a custom schedule factory.
+  const algorithms::Algorithm* algo = nullptr;
+  algorithms::CollectiveCall call;
+  algorithms::RunContext ctx;  ///< workspace filled in by the engine at start
+  std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> custom;
+  std::string customWhat;
   algorithms::SchedulePtr schedule;
   /// Runs on the driving thread after the schedule completes (for example
   /// decompression); may throw.
@@ -46,6 +49,11 @@ struct OperationState {
   std::weak_ptr<core::ProgressEngine> engine;
 
   bool finished() const { return status.load(std::memory_order_acquire) >= kDone; }
+  /// "allreduce #12 (float32 sum, 1000 elements, algorithm ring)", built on
+  /// demand (only error messages and traces need it).
+  std::string describe() const;
+  /// Creates the schedule (on the driving thread).
+  algorithms::SchedulePtr makeSchedule() const;
   void finish(std::exception_ptr e);
   /// Rethrows the stored error if the operation failed.
   void rethrowIfFailed() const;

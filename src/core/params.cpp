@@ -114,6 +114,9 @@ const std::vector<ParamDef>& registry() {
                          "Idle polls of the progress loop before it starts to yield and then sleep"));
     d.push_back(durationParam("GRADCOMM_POLL_MAX_SLEEP", "200us", &Config::pollMaxSleep,
                               "Longest sleep between polls while an operation waits on the network"));
+    d.push_back(durationParam("GRADCOMM_POLL_LINGER", "5ms", &Config::pollLinger,
+                              "How long an idle progress thread keeps polling before it blocks (submissions "
+                              "meanwhile need no wake-up system call)"));
     d.push_back(ParamDef{
         "GRADCOMM_LOG_LEVEL", "warn", "one of error|warn|info|debug",
         "Messages printed to stderr, prefixed with the rank",

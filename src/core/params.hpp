@@ -24,6 +24,7 @@ struct Config {
   size_t treeMaxBytes = 0;                // GRADCOMM_TREE_MAX
   int pollSpins = 0;                      // GRADCOMM_POLL_SPINS
   std::chrono::nanoseconds pollMaxSleep{};  // GRADCOMM_POLL_MAX_SLEEP
+  std::chrono::nanoseconds pollLinger{};    // GRADCOMM_POLL_LINGER
   LogLevel logLevel = LogLevel::kWarn;    // GRADCOMM_LOG_LEVEL
   std::string simd;                       // GRADCOMM_SIMD
   bool shm = true;                        // GRADCOMM_SHM

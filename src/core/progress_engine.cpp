@@ -61,7 +61,9 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op) {
     queue_.push_back(op);
     busy_.store(true);
   }
-  queueCv_.notify_one();
+  // Only a thread blocked on the condition variable needs the (system call)
+  // wake-up; while it lingers it polls busy_ by itself.
+  if (blocked_.load()) queueCv_.notify_one();
 }
 
 void ProgressEngine::throwIfFailed() const {
@@ -148,11 +150,12 @@ bool ProgressEngine::drive() {
     if (!active_->schedule) {
       active_->startedAt = now;
       active_->status.store(OperationState::kRunning);
+      active_->ctx.workspace = &workspace_;
       if (listener_) listener_(*active_, true);
       // A peer that failed earlier may have left messages that would let
       // this operation "complete" with stale data: look for its notice first.
       if (auto remote = transport_->pollAbort()) {
-        throw RemoteError(active_->description + " cannot run because " + *remote);
+        throw RemoteError(active_->describe() + " cannot run because " + *remote);
       }
       active_->schedule = active_->makeSchedule();
       lastProgress_ = now;
@@ -186,8 +189,9 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
   if (now - lastHealthCheck_ < milliseconds(1)) return;
   lastHealthCheck_ = now;
   if (auto remote = transport_->pollAbort()) {
-    throw RemoteError(active_->description + " failed because " + *remote);
+    throw RemoteError(active_->describe() + " failed because " + *remote);
   }
+  active_->schedule->healthCheck();
   const auto stalled = now - lastProgress_;
   if (stalled >= milliseconds(20) && now - lastProbe_ >= milliseconds(20)) {
     lastProbe_ = now;
@@ -199,7 +203,7 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
     for (int peer = 0; peer < transport_->size(); ++peer) {
       if (peer == transport_->rank()) continue;
       if (transport_->probeMismatch(peer, expected)) {
-        throw MismatchError("rank " + std::to_string(transport_->rank()) + ": " + active_->description +
+        throw MismatchError("rank " + std::to_string(transport_->rank()) + ": " + active_->describe() +
                             " does not match rank " + std::to_string(peer) +
                             "'s call number " + std::to_string(active_->seq) +
                             " (a different collective, data type, op, count, root or algorithm): every rank must "
@@ -208,7 +212,7 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
     }
   }
   if (stalled >= settings_.timeout) {
-    throw TimeoutError("rank " + std::to_string(transport_->rank()) + ": " + active_->description +
+    throw TimeoutError("rank " + std::to_string(transport_->rank()) + ": " + active_->describe() +
  " made no progress for " + secondsText(stalled) + " (GRADCOMM_TIMEOUT=" +
                        formatDuration(settings_.timeout) + "); waiting for " + active_->schedule->waitingFor() +
                        ". A peer may have died or stopped calling collectives, or the ranks issued different "
@@ -241,16 +245,26 @@ bool ProgressEngine::waitFor(OperationState& op, Clock::time_point deadline) {
 
 void ProgressEngine::threadMain() {
   Backoff backoff(settings_.pollSpins, settings_.pollMaxSleep);
+  auto idleSince = Clock::now();
   while (!stop_.load()) {
-    {
+    if (!busy_.load()) {
+      // Idle: keep polling (with back-off) for a while, so that the next
+      // submission needs no wake-up; then block.
+      if (Clock::now() - idleSince < settings_.linger) {
+        backoff.idle();
+        continue;
+      }
       std::unique_lock<std::mutex> lock(queueMu_);
+      blocked_.store(true);
       queueCv_.wait(lock, [&] { return stop_.load() || busy_.load(); });
+      blocked_.store(false);
+      backoff.reset();
+      continue;
     }
-    if (stop_.load()) break;
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
     if (!drive.owns_lock()) {
       // A waiting caller drives; look again shortly.
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      backoff.idle();
       continue;
     }
     bool moved = this->drive();
@@ -260,6 +274,7 @@ void ProgressEngine::threadMain() {
     } else {
       backoff.idle();
     }
+    idleSince = Clock::now();
   }
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "algorithms/workspace.hpp"
 #include "core/operation.hpp"
 #include "gradcomm/error.hpp"
 #include "transport/transport.hpp"
@@ -19,6 +20,8 @@ struct EngineSettings {
   std::chrono::nanoseconds timeout{std::chrono::seconds(300)};
   int pollSpins = 200;
   std::chrono::nanoseconds pollMaxSleep{std::chrono::microseconds(200)};
+  /// How long the idle thread keeps polling before it blocks.
+  std::chrono::nanoseconds linger{std::chrono::milliseconds(5)};
 };
 
 /// Exponential back-off of an idle polling loop: spin, then yield, then
@@ -61,6 +64,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void throwIfFailed() const;
 
   transport::Transport& transport() { return *transport_; }
+  algorithms::Workspace& workspace() { return workspace_; }
   const transport::Transport& transport() const { return *transport_; }
 
   using Listener = std::function<void(const detail::OperationState&, bool started)>;
@@ -75,6 +79,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void failQueued();
 
   std::unique_ptr<transport::Transport> transport_;
+  algorithms::Workspace workspace_;  // driving thread only
   EngineSettings settings_;
   Listener listener_;
 
@@ -85,7 +90,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   ErrorCode failCode_ = ErrorCode::kInternal;
   std::string failReason_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> busy_{false};  // an operation is active or queued
+  std::atomic<bool> busy_{false};     // an operation is active or queued
+  std::atomic<bool> blocked_{false};  // the thread sleeps on queueCv_ (set under queueMu_)
 
   std::mutex driveMu_;
   std::shared_ptr<detail::OperationState> active_;   // guarded by driveMu_

@@ -1,9 +1,11 @@
 #include "transport/inproc_transport.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "gradcomm/error.hpp"
+#include "transport/shm_group.hpp"
 
 namespace gradcomm::transport {
 
@@ -102,6 +104,29 @@ class InProcTransport : public Transport {
     for (int r = first; r < first + per && r < world_->size(); ++r) out.push_back(r);
     return out;
   }
+  ShmGroup* sharedMemory() override { return shm_.get(); }
+  /// Maps this rank into its host's shared memory (created by the first rank).
+  void attachSharedMemory() {
+    const auto ranks = hostLocalRanks();
+    const size_t chunk = world_->settings_.shmChunkBytes;
+    if (chunk == 0 || ranks.size() < 2) return;
+    const size_t bufferBytes = chunk * ranks.size();
+    const size_t total = ShmGroup::strideFor(bufferBytes) * ranks.size();
+    std::shared_ptr<char> memory;
+    {
+      std::lock_guard<std::mutex> lock(world_->mu_);
+      auto& slot = world_->shmMemory_[static_cast<size_t>(ranks.front())];
+      if (!slot) {
+        char* p = static_cast<char*>(std::aligned_alloc(4096, (total + 4095) / 4096 * 4096));
+        std::memset(p, 0, total);
+        slot = std::shared_ptr<char>(p, [](char* q) { std::free(q); });
+      }
+      memory = slot;
+    }
+    int local = 0;
+    while (ranks[static_cast<size_t>(local)] != rank_) ++local;
+    shm_ = std::make_unique<ShmGroup>(ranks, local, bufferBytes, memory.get(), memory);
+  }
   std::string hostName() const override {
     int per = world_->settings_.ranksPerHost;
     if (per <= 0) per = world_->size();
@@ -117,6 +142,7 @@ class InProcTransport : public Transport {
   }
   std::shared_ptr<InProcWorld> world_;
   int rank_;
+  std::unique_ptr<ShmGroup> shm_;
 };
 
 InProcWorld::InProcWorld(int size, Settings settings)
@@ -125,7 +151,8 @@ InProcWorld::InProcWorld(int size, Settings settings)
       rng_(settings.seed),
       unmatchedSends_(size),
       unmatchedRecvs_(size),
-      aborts_(size) {}
+      aborts_(size),
+      shmMemory_(size) {}
 
 std::shared_ptr<InProcWorld> InProcWorld::create(int size, Settings settings) {
   if (size < 1) throw InvalidArgument("an in-process world needs at least one rank, got " + std::to_string(size));
@@ -137,7 +164,9 @@ std::unique_ptr<Transport> InProcWorld::transport(int rank) {
     throw InvalidArgument("rank " + std::to_string(rank) + " is outside the in-process world of " +
                           std::to_string(size_));
   }
-  return std::make_unique<InProcTransport>(shared_from_this(), rank);
+  auto t = std::make_unique<InProcTransport>(shared_from_this(), rank);
+  t->attachSharedMemory();
+  return t;
 }
 
 std::shared_ptr<InProcWorld::Transfer> InProcWorld::post(int src, int dst, bool isSend, void* data, size_t bytes,

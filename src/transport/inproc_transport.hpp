@@ -22,6 +22,7 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
     int ranksPerHost = 0;   ///< 0: every rank on one host
     bool chaos = false;     ///< random completion delays
     uint64_t seed = 1;      ///< seed of the chaos delays
+    size_t shmChunkBytes = 4096;  ///< shared-memory buffer per rank and host peer; 0: none
   };
 
   static std::shared_ptr<InProcWorld> create(int size, Settings settings);
@@ -49,6 +50,8 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
   std::vector<std::deque<std::shared_ptr<Transfer>>> unmatchedSends_;
   std::vector<std::deque<std::shared_ptr<Transfer>>> unmatchedRecvs_;
   std::vector<std::deque<std::string>> aborts_;
+  // Shared memory per host, created on first use; memory lives in `shmMemory_`.
+  std::vector<std::shared_ptr<char>> shmMemory_;
 };
 
 }  // namespace gradcomm::transport

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstring>
+
+#include <unistd.h>
 
 #include "gradcomm/error.hpp"
 #include "kernels/reduce.hpp"
@@ -332,7 +335,8 @@ uint32_t MpiTagLayout::fingerprintOf(int mpiTag) const {
   return (static_cast<uint32_t>(mpiTag) >> messageBits) & fingerprintMask();
 }
 
-MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env) : env_(std::move(env)) {
+MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, size_t shmChunkBytes)
+    : env_(std::move(env)) {
   checkMpi(MPI_Comm_dup(comm, &data_), "MPI_Comm_dup");
   checkMpi(MPI_Comm_dup(comm, &control_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
@@ -356,9 +360,10 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env) :
   MPI_Group_translate_ranks(localGroup, localSize, in.data(), dataGroup, out.data());
   MPI_Group_free(&localGroup);
   MPI_Group_free(&dataGroup);
-  MPI_Comm_free(&local);
   localRanks_ = out;
   std::sort(localRanks_.begin(), localRanks_.end());
+  if (shmChunkBytes > 0 && localSize > 1) setUpSharedMemory(local, shmChunkBytes);
+  MPI_Comm_free(&local);
   char name[MPI_MAX_PROCESSOR_NAME] = {0};
   int len = 0;
   MPI_Get_processor_name(name, &len);
@@ -380,6 +385,50 @@ MpiTransport::~MpiTransport() {
   }
   MPI_Comm_free(&control_);
   MPI_Comm_free(&data_);
+}
+
+void MpiTransport::setUpSharedMemory(MPI_Comm local, size_t chunkBytes) {
+  int localRank = 0, localSize = 1;
+  MPI_Comm_rank(local, &localRank);
+  MPI_Comm_size(local, &localSize);
+  const size_t bufferBytes = chunkBytes * static_cast<size_t>(localSize);
+  const size_t total = ShmGroup::strideFor(bufferBytes) * static_cast<size_t>(localSize);
+  // Local rank 0 creates the segment and tells the others its name; an
+  // empty name means it failed, and everyone goes on without shared memory.
+  std::array<char, 256> name{};
+  std::shared_ptr<ShmSegment> seg;
+  std::string why;
+  if (localRank == 0) {
+    try {
+      seg = ShmSegment::create(total);
+      std::strncpy(name.data(), seg->name().c_str(), name.size() - 1);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  MPI_Bcast(name.data(), static_cast<int>(name.size()), MPI_CHAR, 0, local);
+  int ok = name[0] != 0 ? 1 : 0;
+  if (ok && localRank != 0) {
+    try {
+      seg = ShmSegment::open(name.data(), total);
+    } catch (const Error& e) {
+      why = e.what();
+      ok = 0;
+    }
+  }
+  int allOk = 0;
+  MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, local);
+  if (!allOk) {
+    if (!why.empty()) std::fprintf(stderr, "gradcomm[rank %d] warn: no shared memory: %s\n", rank_, why.c_str());
+    return;
+  }
+  auto group = std::make_unique<ShmGroup>(localRanks_, localRank, bufferBytes, seg->data(), seg);
+  group->block(localRank).pid = static_cast<int32_t>(getpid());
+  // Once every rank has mapped it, the name can go: nothing is left in
+  // /dev/shm even if processes die later.
+  MPI_Barrier(local);
+  if (localRank == 0) seg->unlink();
+  shm_ = std::move(group);
 }
 
 void MpiTransport::postControlReceive() {

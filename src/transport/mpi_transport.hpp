@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "transport/mpi_env.hpp"
+#include "transport/shm_group.hpp"
 #include "transport/transport.hpp"
 
 namespace gradcomm::transport {
@@ -29,8 +30,10 @@ struct MpiTagLayout {
 /// communicator, plus a second duplicate that carries abort notices.
 class MpiTransport : public Transport {
  public:
-  /// Collective over `comm`: duplicates it twice.
-  MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env);
+  /// Collective over `comm`: duplicates it twice. With shmChunkBytes > 0
+  /// and several ranks on this host, also maps a shared-memory segment with
+  /// buffers of shmChunkBytes per local rank.
+  MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, size_t shmChunkBytes = 0);
   ~MpiTransport() override;
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
@@ -44,6 +47,7 @@ class MpiTransport : public Transport {
   void broadcastAbort(const std::string& reason) override;
   std::optional<std::string> pollAbort() override;
   NativeCollectives* native() override { return native_.get(); }
+  ShmGroup* sharedMemory() override { return shm_.get(); }
   std::vector<int> hostLocalRanks() const override { return localRanks_; }
   std::string hostName() const override { return hostName_; }
 
@@ -52,6 +56,7 @@ class MpiTransport : public Transport {
 
  private:
   void postControlReceive();
+  void setUpSharedMemory(MPI_Comm local, size_t chunkBytes);
 
   std::shared_ptr<MpiEnvironment> env_;
   MPI_Comm data_ = MPI_COMM_NULL;
@@ -69,6 +74,7 @@ class MpiTransport : public Transport {
   std::vector<int> localRanks_;
   std::string hostName_;
   std::unique_ptr<NativeCollectives> native_;
+  std::unique_ptr<ShmGroup> shm_;
 };
 
 /// The MPI datatype that carries `type` (float16/bfloat16 travel as MPI_UINT16_T).

@@ -10,6 +10,8 @@
 
 namespace gradcomm::transport {
 
+class ShmGroup;
+
 /// Identifies one message of one operation. Transports map it onto their own
 /// tag space; a receive matches only a send with an equal tag.
 struct Tag {
@@ -68,6 +70,9 @@ class Transport {
 
   /// MPI passthrough collectives, or null when this transport has none.
   virtual NativeCollectives* native() { return nullptr; }
+  /// Shared memory with the other ranks of this host, or null (one rank per
+  /// host, or disabled with GRADCOMM_SHM=0).
+  virtual ShmGroup* sharedMemory() { return nullptr; }
 
   /// Ranks of this communicator that share this rank's host (itself
   /// included, ascending), and a label for the host.

@@ -78,7 +78,7 @@ TEST(Errors, UnknownAlgorithmNameListsTheValidOnes) {
   });
   for (int r = 0; r < 2; ++r) {
     const auto& w = out.what[static_cast<size_t>(r)];
-    EXPECT_TRUE(contains(w, "unknown allreduce algorithm 'rign'; valid: ring, rd, hd, tree, native") ||
+    EXPECT_TRUE(contains(w, "unknown allreduce algorithm 'rign'; valid: ring, rd, hd, tree, shm, native") ||
                 contains(w, "rejected")) << w;
   }
 }

@@ -206,7 +206,7 @@ TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
     Selector bad("allreduce:rign", DefaultRule{});
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("valid: ring, rd, hd, tree, native"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("valid: ring, rd, hd, tree, shm, native"), std::string::npos) << e.what();
   }
   EXPECT_THROW(Selector("frobnicate", DefaultRule{}), ConfigError);
   EXPECT_THROW(Selector("allreduce:64K-1K:ring", DefaultRule{}), ConfigError);

@@ -1,0 +1,245 @@
+// Shared-memory allreduce for ranks on one host ("shm"). The vector is cut
+// into rounds of localSize * chunk elements. In each round every rank
+//   1. stages the parts of its input that other ranks reduce into its own
+//      shared buffer (double-buffered: rounds alternate between two),
+//   2. reduces its own slice straight from the peers' buffers and its own
+//      input, in rank order, into its output and its buffer,
+//   3. gathers the other slices from the owners' buffers into its output.
+// Atomic flags carrying round numbers order the steps; no MPI call is in the
+// data path. Rounds pipeline: a rank stages round k+1 while peers still
+// reduce round k. A rank reuses a buffer only after every peer has
+// published that it finished reading the round that last used it.
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "algorithms/catalog.hpp"
+#include "gradcomm/error.hpp"
+#include "transport/shm_group.hpp"
+
+namespace gradcomm::algorithms {
+namespace {
+
+using transport::ShmGroup;
+using transport::ShmRankBlock;
+
+class ShmAllreduceSchedule final : public Schedule {
+ public:
+  ShmAllreduceSchedule(const CollectiveCall& call, const RunContext& ctx, ShmGroup& g)
+      : call_(call), ctx_(ctx), g_(g), p_(g.localSize()), me_(g.localRank()), elem_(dataTypeSize(call.type)) {
+    chunk_ = g.bufferBytes() / static_cast<size_t>(p_) / elem_;
+    roundElems_ = chunk_ * static_cast<size_t>(p_);
+    rounds_ = call.count == 0 ? 1 : (call.count + roundElems_ - 1) / roundElems_;
+    firstRound_ = 0;
+    for (size_t k = 0; k < rounds_; ++k) {
+      uint64_t id = g.takeRound();
+      if (k == 0) firstRound_ = id;
+    }
+    in_ = static_cast<const char*>(call.input);
+    out_ = static_cast<char*>(call.output);
+  }
+
+  bool advance() override {
+    bool moved = false;
+    for (bool any = true; any && !done();) {
+      any = tryGather() || tryReduce() || tryStage();
+      moved = moved || any;
+    }
+    return moved;
+  }
+
+  bool done() const override { return gatherNext_ == rounds_; }
+
+  std::string waitingFor() const override {
+    std::string what = "shared-memory round " + std::to_string(gatherNext_ + 1) + " of " + std::to_string(rounds_) + ": ";
+    if (stalledOn_ >= 0) {
+      return what + "waiting for rank " + std::to_string(g_.ranks()[static_cast<size_t>(stalledOn_)]) + " to " + stalledFor_;
+    }
+    return what + "running";
+  }
+
+  void healthCheck() override {
+    for (int q = 0; q < p_; ++q) {
+      if (q != me_ && !g_.alive(q)) {
+        throw TransportError("rank " + std::to_string(g_.ranks()[static_cast<size_t>(q)]) + " (pid " +
+                             std::to_string(g_.block(q).pid) + ") on this host exited during a shared-memory allreduce");
+      }
+    }
+  }
+
+ private:
+  struct Slice {
+    size_t offset;  // within the round
+    size_t count;
+  };
+  size_t roundBegin(size_t k) const { return k * roundElems_; }
+  size_t roundCount(size_t k) const {
+    const size_t b = roundBegin(k);
+    return b >= call_.count ? 0 : std::min(roundElems_, call_.count - b);
+  }
+  Slice slice(size_t k, int q) const {
+    const size_t n = roundCount(k), parts = static_cast<size_t>(p_), i = static_cast<size_t>(q);
+    const size_t base = n / parts, extra = n % parts;
+    return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+  }
+  uint64_t id(size_t k) const { return firstRound_ + k; }
+  int buf(size_t k) const { return static_cast<int>(id(k) & 1); }
+  bool stall(int q, const char* why) {
+    stalledOn_ = q;
+    stalledFor_ = why;
+    return false;
+  }
+
+  // 1. Stage round stageNext_ (at most one round ahead of the gather).
+  bool tryStage() {
+    const size_t k = stageNext_;
+    if (k >= rounds_ || k > gatherNext_ + 1) return false;
+    // Buffer b last held round id-2: every peer must be done reading it.
+    const uint64_t rid = id(k);
+    if (rid > 2) {
+      for (int q = 0; q < p_; ++q) {
+        if (q != me_ && g_.block(q).consumed.load(std::memory_order_acquire) < rid - 2) return stall(q, "finish reading an earlier round");
+      }
+    }
+    const int b = buf(k);
+    char* mine = g_.buffer(me_, b);
+    const size_t begin = roundBegin(k), n = roundCount(k);
+    const Slice own = slice(k, me_);
+    // Everything but our own slice: peers reduce those parts.
+    if (own.offset) std::memcpy(mine, in_ + begin * elem_, own.offset * elem_);
+    const size_t after = own.offset + own.count;
+    if (n > after) std::memcpy(mine + after * elem_, in_ + (begin + after) * elem_, (n - after) * elem_);
+    ShmRankBlock& blk = g_.block(me_);
+    blk.fingerprint[b] = ctx_.tag.fingerprint;
+    blk.ready[b].store(rid, std::memory_order_release);
+    ++stageNext_;
+    return true;
+  }
+
+  // 2. Reduce our slice of round reduceNext_ from every rank's data.
+  bool tryReduce() {
+    const size_t k = reduceNext_;
+    if (k >= stageNext_) return false;
+    const uint64_t rid = id(k);
+    const int b = buf(k);
+    for (int q = 0; q < p_; ++q) {
+      if (q == me_) continue;
+      const ShmRankBlock& blk = g_.block(q);
+      if (blk.ready[b].load(std::memory_order_acquire) < rid) return stall(q, "stage its data");
+      if (blk.fingerprint[b] != ctx_.tag.fingerprint) {
+        throw MismatchError("rank " + std::to_string(ctx_.transport->rank()) + ": shared-memory allreduce #" +
+                            std::to_string(ctx_.tag.seq) + " does not match the call of rank " +
+                            std::to_string(g_.ranks()[static_cast<size_t>(q)]) +
+                            " (a different collective, data type, op, count or algorithm): every rank must issue "
+                            "the same collectives in the same order");
+      }
+    }
+    const size_t begin = roundBegin(k);
+    const Slice own = slice(k, me_);
+    if (own.count) {
+      // Accumulate in our own slice of our buffer (staging leaves it free):
+      // writing into the output first would clobber our input when in place.
+      // Operands go in rank order, so the result does not depend on who reduces.
+      char* acc = g_.buffer(me_, b) + own.offset * elem_;
+      const char* prev = nullptr;
+      for (int q = 0; q < p_; ++q) {
+        const char* src = q == me_ ? in_ + (begin + own.offset) * elem_ : g_.buffer(q, b) + own.offset * elem_;
+        if (!prev) {
+          prev = src;
+          continue;
+        }
+        ctx_.reduce(acc, prev, src, own.count);
+        prev = acc;
+      }
+      if (call_.op == ReduceOp::kAvg) ctx_.divide(acc, own.count, static_cast<double>(p_));
+      std::memcpy(out_ + (begin + own.offset) * elem_, acc, own.count * elem_);
+    }
+    g_.block(me_).reduced[b].store(rid, std::memory_order_release);
+    ++reduceNext_;
+    return true;
+  }
+
+  // 3. Gather the other slices of round gatherNext_ as their owners finish.
+  bool tryGather() {
+    const size_t k = gatherNext_;
+    if (k >= reduceNext_) return false;
+    const uint64_t rid = id(k);
+    const int b = buf(k);
+    const size_t begin = roundBegin(k);
+    bool moved = false;
+    for (int q = 0; q < p_; ++q) {
+      const uint64_t bit = uint64_t{1} << (q % 64);
+      if (q == me_ || (gathered_ & bit)) continue;
+      if (g_.block(q).reduced[b].load(std::memory_order_acquire) < rid) {
+        stall(q, "reduce its slice");
+        continue;
+      }
+      const Slice s = slice(k, q);
+      if (s.count) std::memcpy(out_ + (begin + s.offset) * elem_, g_.buffer(q, b) + s.offset * elem_, s.count * elem_);
+      gathered_ |= bit;
+      ++gatheredCount_;
+      moved = true;
+    }
+    if (gatheredCount_ == p_ - 1) {
+      g_.block(me_).consumed.store(rid, std::memory_order_release);
+      ++gatherNext_;
+      gathered_ = 0;
+      gatheredCount_ = 0;
+      stalledOn_ = -1;
+      return true;
+    }
+    return moved;
+  }
+
+  CollectiveCall call_;
+  RunContext ctx_;
+  ShmGroup& g_;
+  int p_;
+  int me_;
+  size_t elem_;
+  size_t chunk_ = 0;
+  size_t roundElems_ = 0;
+  size_t rounds_ = 0;
+  uint64_t firstRound_ = 0;
+  const char* in_ = nullptr;
+  char* out_ = nullptr;
+  size_t stageNext_ = 0, reduceNext_ = 0, gatherNext_ = 0;
+  uint64_t gathered_ = 0;  // peers gathered in the current round (bit q % 64)
+  int gatheredCount_ = 0;
+  int stalledOn_ = -1;
+  const char* stalledFor_ = "";
+};
+
+class ShmAllreduce final : public Algorithm {
+ public:
+  const char* name() const override { return "shm"; }
+  Collective collective() const override { return Collective::kAllreduce; }
+  std::string unsupportedReason(const CollectiveCall&, const transport::Transport& t) const override {
+    auto& mt = const_cast<transport::Transport&>(t);
+    if (t.size() < 2) return "it needs at least two ranks";
+    const ShmGroup* g = mt.sharedMemory();
+    if (!g) return "there is no shared memory between the ranks (one rank per host, or GRADCOMM_SHM=0)";
+    if (g->localSize() != t.size()) {
+      return "the ranks span several hosts (" + std::to_string(g->localSize()) + " of " + std::to_string(t.size()) +
+             " share this one)";
+    }
+    if (g->localSize() > 64) return "it supports at most 64 ranks per host";
+    if (g->bufferBytes() / static_cast<size_t>(g->localSize()) < 8) return "its chunk is smaller than one element";
+    return {};
+  }
+  SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
+    ShmGroup* g = ctx.transport->sharedMemory();
+    if (!g) throw UnsupportedError("shared-memory allreduce without shared memory");
+    return std::make_unique<ShmAllreduceSchedule>(call, ctx, *g);
+  }
+};
+
+}  // namespace
+
+const Algorithm& shmAllreduce() {
+  static const ShmAllreduce algorithm;
+  return algorithm;
+}
+
+}  // namespace gradcomm::algorithms

@@ -1,0 +1,69 @@
+#include "algorithms/workspace.hpp"
+
+#include <cstdlib>
+#include <new>
+
+namespace gradcomm::algorithms {
+
+std::shared_ptr<const CompiledPlan> CompiledPlan::compile(Plan plan) {
+  auto c = std::make_shared<CompiledPlan>();
+  c->plan = std::move(plan);
+  const Plan& p = c->plan;
+  const size_t n = p.steps.size();
+  c->initialRemaining.assign(n, 0);
+  c->succBegin.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const Step& s = p.steps[i];
+    c->initialRemaining[i] = s.depEnd - s.depBegin;
+    for (uint32_t k = s.depBegin; k < s.depEnd; ++k) ++c->succBegin[p.deps[k] + 1];
+  }
+  for (size_t i = 0; i < n; ++i) c->succBegin[i + 1] += c->succBegin[i];
+  c->succ.assign(p.deps.size(), 0);
+  std::vector<uint32_t> fill(c->succBegin.begin(), c->succBegin.end() - 1);
+  for (size_t i = 0; i < n; ++i) {
+    const Step& s = p.steps[i];
+    for (uint32_t k = s.depBegin; k < s.depEnd; ++k) c->succ[fill[p.deps[k]]++] = static_cast<uint32_t>(i);
+  }
+  return c;
+}
+
+Workspace::~Workspace() { std::free(scratch_); }
+
+char* Workspace::scratch(size_t bytes) {
+  if (bytes <= scratchSize_) return scratch_;
+  std::free(scratch_);
+  scratch_ = nullptr;
+  scratchSize_ = 0;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  scratch_ = static_cast<char*>(std::aligned_alloc(64, rounded));
+  if (!scratch_) throw std::bad_alloc();
+  scratchSize_ = rounded;
+  return scratch_;
+}
+
+std::shared_ptr<const CompiledPlan> Workspace::findPlan(const PlanKey& key) const {
+  auto it = plans_.find(key);
+  return it == plans_.end() ? nullptr : it->second;
+}
+
+void Workspace::storePlan(const PlanKey& key, std::shared_ptr<const CompiledPlan> plan) {
+  // A training loop uses a handful of signatures; start over if a sweep
+  // fills the cache with sizes it will not see again.
+  constexpr size_t kMaxPlans = 256;
+  if (plans_.size() >= kMaxPlans) plans_.clear();
+  plans_[key] = std::move(plan);
+}
+
+std::unique_ptr<RunnerBuffers> Workspace::takeBuffers() {
+  if (freeBuffers_.empty()) return std::make_unique<RunnerBuffers>();
+  auto b = std::move(freeBuffers_.back());
+  freeBuffers_.pop_back();
+  return b;
+}
+
+void Workspace::giveBack(std::unique_ptr<RunnerBuffers> b) {
+  b->active.clear();  // drops (cancels) any request still held
+  freeBuffers_.push_back(std::move(b));
+}
+
+}  // namespace gradcomm::algorithms

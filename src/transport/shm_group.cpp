@@ -1,0 +1,132 @@
+#include "transport/shm_group.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::transport {
+namespace {
+
+constexpr const char* kPrefix = "gradcomm-";
+
+std::string errnoText(int e) { return std::strerror(e); }
+
+}  // namespace
+
+size_t ShmGroup::strideFor(size_t bufferBytes) {
+  const size_t page = 4096;
+  const size_t buf = (bufferBytes + page - 1) / page * page;
+  return kBlockBytes + 2 * buf;
+}
+
+ShmGroup::ShmGroup(std::vector<int> ranks, int localRank, size_t bufferBytes, char* base, std::shared_ptr<void> owner)
+    : ranks_(std::move(ranks)),
+      localRank_(localRank),
+      bufferBytes_(bufferBytes),
+      stride_(strideFor(bufferBytes)),
+      base_(base),
+      owner_(std::move(owner)) {
+  static_assert(sizeof(ShmRankBlock) <= kBlockBytes, "control block too large");
+}
+
+ShmRankBlock& ShmGroup::block(int local) const {
+  return *reinterpret_cast<ShmRankBlock*>(base_ + static_cast<size_t>(local) * stride_);
+}
+
+char* ShmGroup::buffer(int local, int which) const {
+  return base_ + static_cast<size_t>(local) * stride_ + kBlockBytes +
+         static_cast<size_t>(which) * ((stride_ - kBlockBytes) / 2);
+}
+
+bool ShmGroup::alive(int local) const {
+  const pid_t pid = block(local).pid;
+  if (pid <= 0 || pid == getpid()) return true;
+  return ::kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+std::shared_ptr<ShmSegment> ShmSegment::create(size_t bytes) {
+  removeStale();
+  std::random_device rd;
+  auto seg = std::shared_ptr<ShmSegment>(new ShmSegment());
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::string name = "/" + std::string(kPrefix) + std::to_string(getpid()) + "-" + std::to_string(rd() & 0xFFFFFF);
+    int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) throw TransportError("shm_open(" + name + ") failed: " + errnoText(errno) + " (is /dev/shm mounted?)");
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      int e = errno;
+      ::close(fd);
+      shm_unlink(name.c_str());
+      throw TransportError("cannot size shared-memory segment " + name + " to " + std::to_string(bytes) +
+                           " bytes: " + errnoText(e) + " (is /dev/shm large enough? set GRADCOMM_SHM_CHUNK lower or "
+                           "GRADCOMM_SHM=0)");
+    }
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      shm_unlink(name.c_str());
+      throw TransportError("mmap of shared-memory segment failed: " + errnoText(e));
+    }
+    seg->name_ = name;
+    seg->data_ = static_cast<char*>(p);
+    seg->bytes_ = bytes;
+    seg->owner_ = true;
+    seg->linked_ = true;
+    return seg;
+  }
+  throw TransportError("could not find a free shared-memory segment name");
+}
+
+std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& name, size_t bytes) {
+  int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) throw TransportError("shm_open(" + name + ") failed on a peer: " + errnoText(errno));
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) throw TransportError("mmap of shared-memory segment " + name + " failed: " + errnoText(e));
+  auto seg = std::shared_ptr<ShmSegment>(new ShmSegment());
+  seg->name_ = name;
+  seg->data_ = static_cast<char*>(p);
+  seg->bytes_ = bytes;
+  return seg;
+}
+
+ShmSegment::~ShmSegment() {
+  unlink();
+  if (data_) munmap(data_, bytes_);
+}
+
+void ShmSegment::unlink() {
+  if (owner_ && linked_) {
+    shm_unlink(name_.c_str());
+    linked_ = false;
+  }
+}
+
+void ShmSegment::removeStale() {
+  // Names are /dev/shm/gradcomm-<creator pid>-<random>. A segment whose
+  // creator is gone and that nobody unlinked (a crash between creation and
+  // the attach barrier) is garbage.
+  DIR* dir = opendir("/dev/shm");
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    const std::string n = e->d_name;
+    if (n.rfind(kPrefix, 0) != 0) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(n.c_str() + std::strlen(kPrefix)));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(("/" + n).c_str());
+  }
+  closedir(dir);
+}
+
+}  // namespace gradcomm::transport

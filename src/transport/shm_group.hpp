@@ -1,0 +1,89 @@
+#pragma once
+// Shared memory between the ranks of one host: a POSIX segment holding, per
+// local rank, a control block of atomic flags and two data buffers. Flags
+// carry monotonically increasing round numbers, so they never need
+// resetting. The segment's name is unlinked as soon as every rank has
+// mapped it: whatever happens to the processes later, nothing is left in
+// /dev/shm.
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gradcomm::transport {
+
+/// Control block of one local rank, in shared memory. Each flag sits on its
+/// own cache line: writers never share a line with other writers.
+struct ShmRankBlock {
+  alignas(64) std::atomic<uint64_t> ready[2];    ///< round whose input is staged in buffer b
+  alignas(64) std::atomic<uint64_t> reduced[2];  ///< round whose own slice is reduced in buffer b
+  alignas(64) std::atomic<uint64_t> consumed;    ///< last round this rank finished reading from peers
+  alignas(64) uint32_t fingerprint[2];           ///< call signature of the round in buffer b
+  int32_t pid;
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory flags must be lock-free");
+
+/// Memory shared by the ranks of one host.
+class ShmGroup {
+ public:
+  static constexpr size_t kBlockBytes = 4096;
+
+  /// `base` holds size * stride() bytes; the group does not own it.
+  ShmGroup(std::vector<int> ranks, int localRank, size_t bufferBytes, char* base, std::shared_ptr<void> owner);
+
+  /// Bytes of segment one rank needs for a buffer size.
+  static size_t strideFor(size_t bufferBytes);
+
+  int localRank() const { return localRank_; }
+  int localSize() const { return static_cast<int>(ranks_.size()); }
+  /// Communicator ranks of the local group, ascending.
+  const std::vector<int>& ranks() const { return ranks_; }
+  size_t bufferBytes() const { return bufferBytes_; }
+  ShmRankBlock& block(int local) const;
+  char* buffer(int local, int which) const;
+  /// False once the process of local rank `local` no longer exists.
+  bool alive(int local) const;
+  /// Next round number (private to this rank; every rank counts alike).
+  uint64_t takeRound() { return ++round_; }
+
+ private:
+  std::vector<int> ranks_;
+  int localRank_;
+  size_t bufferBytes_;
+  size_t stride_;
+  char* base_;
+  std::shared_ptr<void> owner_;  // keeps the mapping alive
+  uint64_t round_ = 0;
+};
+
+/// A mapped POSIX shared-memory segment (RAII).
+class ShmSegment {
+ public:
+  /// Creates a fresh segment of `bytes` with a unique name.
+  static std::shared_ptr<ShmSegment> create(size_t bytes);
+  /// Maps an existing segment by name.
+  static std::shared_ptr<ShmSegment> open(const std::string& name, size_t bytes);
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+  char* data() const { return data_; }
+  const std::string& name() const { return name_; }
+  /// Removes the name (the mapping stays valid). Idempotent.
+  void unlink();
+  /// Removes segments left by gradcomm processes that no longer exist.
+  static void removeStale();
+
+ private:
+  ShmSegment() = default;
+  std::string name_;
+  char* data_ = nullptr;
+  size_t bytes_ = 0;
+  bool owner_ = false;
+  bool linked_ = false;
+};
+
+}  // namespace gradcomm::transport
