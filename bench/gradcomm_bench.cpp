@@ -641,13 +641,7 @@ int main(int argc, char** argv) {
   for (const auto& a : args.algos) {
     if (a == "all") {
       configs.push_back("default");
-      for (const char* n : {"ring", "rd", "hd", "tree", "native"}) {
-        if (args.collective == Collective::kAllreduce) configs.push_back(n);
-      }
-      if (args.collective == Collective::kBroadcast) configs.insert(configs.end(), {"tree", "native"});
-      if (args.collective == Collective::kAllgather || args.collective == Collective::kReduceScatter) {
-        configs.insert(configs.end(), {"ring", "native"});
-      }
+      for (const auto& n : algorithmNames(args.collective)) configs.push_back(n);
     } else {
       configs.push_back(a);
     }

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gradcomm/config.hpp"
 #include "gradcomm/error.hpp"
@@ -115,6 +116,10 @@ class GRADCOMM_API Communicator {
   detail::CommunicatorImpl& checked() const;
   std::shared_ptr<detail::CommunicatorImpl> impl_;
 };
+
+/// Names of the algorithms that implement `collective`, for CollectiveOptions
+/// and GRADCOMM_ALGO ("ring", "rd", "hd", "tree", "shm", "native" for allreduce).
+GRADCOMM_API std::vector<std::string> algorithmNames(Collective collective);
 
 /// DataType of a C++ element type: dataTypeOf<float>() == DataType::kFloat32.
 template <typename T> constexpr DataType dataTypeOf();

@@ -92,6 +92,8 @@ const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport
   switch (call.collective) {
     case Collective::kAllreduce: {
       const size_t bytes = callBytes(call, t.size());
+      // All ranks on one host: shared memory beats point-to-point at every size.
+      if (shmAllreduce().unsupportedReason(call, t).empty()) return shmAllreduce();
       if (bytes <= default_.smallMessageBytes) return recursiveDoublingAllreduce();
       if (bytes <= default_.treeMaxBytes) return treeAllreduce();
       return ringAllreduce();

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "algorithms/catalog.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/units.hpp"
 #include "gradcomm/mpi.hpp"
@@ -235,6 +236,14 @@ Work Communicator::barrier(const CollectiveOptions& options) {
   c.collective = Collective::kBarrier;
   c.count = 0;
   return checked().submit(c, options);
+}
+
+std::vector<std::string> algorithmNames(Collective collective) {
+  std::vector<std::string> out;
+  for (const auto* a : algorithms::allAlgorithms()) {
+    if (a->collective() == collective) out.push_back(a->name());
+  }
+  return out;
 }
 
 std::string Communicator::algorithmFor(Collective collective, size_t count, DataType type) const {

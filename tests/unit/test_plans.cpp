@@ -176,8 +176,28 @@ TEST(Plans, HazardCheckerFindsAMissingDependency) {
   EXPECT_NE(findHazard(plan, true), "");
 }
 
-TEST(Selector, DefaultRuleUsesRecursiveDoublingForSmallAndRingForLarge) {
+TEST(Selector, DefaultRuleUsesSharedMemoryWhenEveryRankIsLocal) {
   auto world = transport::InProcWorld::create(4);
+  auto t = world->transport(0);
+  Selector sel("auto", DefaultRule{16 * 1024, 0});
+  auto call = makeCall(Collective::kAllreduce, 100, false, ReduceOp::kSum, 0);
+  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "shm");
+  call.count = 1 << 20;
+  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "shm");
+  transport::InProcWorld::Settings twoHosts;
+  twoHosts.ranksPerHost = 2;
+  auto split = transport::InProcWorld::create(4, twoHosts);
+  auto t2 = split->transport(0);
+  EXPECT_STREQ(sel.select(call, *t2, "").algorithm->name(), "ring");
+  auto forced = sel.select(call, *t2, "shm");
+  EXPECT_STREQ(forced.algorithm->name(), "ring");
+  EXPECT_NE(forced.note.find("the ranks span several hosts"), std::string::npos) << forced.note;
+}
+
+TEST(Selector, DefaultRuleUsesRecursiveDoublingForSmallAndRingForLarge) {
+  transport::InProcWorld::Settings noShm;
+  noShm.shmChunkBytes = 0;
+  auto world = transport::InProcWorld::create(4, noShm);
   auto t = world->transport(0);
   Selector sel("auto", DefaultRule{16 * 1024, 0});
   auto call = makeCall(Collective::kAllreduce, 100, false, ReduceOp::kSum, 0);
@@ -224,6 +244,6 @@ TEST(Selector, NativeFallsBackLoudlyWithoutMpi) {
   Selector sel("native", DefaultRule{});
   auto call = makeCall(Collective::kAllreduce, 10, false, ReduceOp::kSum, 0);
   auto choice = sel.select(call, *t, "");
-  EXPECT_STREQ(choice.algorithm->name(), "rd");
+  EXPECT_STREQ(choice.algorithm->name(), "shm");  // the default for two local ranks
   EXPECT_NE(choice.note.find("cannot run this call"), std::string::npos) << choice.note;
 }

@@ -1,0 +1,50 @@
+# gradcomm: a thin layer over CMake. The build directory is build/ and every
+# executable lands in build/bin/.
+#
+#   make demo   install missing system packages, build, run a 2-rank allreduce
+#               sweep over shared memory beside MPI_Allreduce
+#   make test   install missing system packages, build, run the whole test suite
+#   make build  configure and build only
+#   make sweep  a longer sweep with JSON, CSV and a plot in build/sweep/
+
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+export OMPI_MCA_btl_tcp_if_include ?= lo
+export OMPI_MCA_oob_tcp_if_include ?= lo
+MPIRUN = mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
+
+.PHONY: all deps build demo test sweep install clean
+
+all: build
+
+deps:
+	@scripts/bootstrap
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@echo "== gradcomm demo: allreduce sweep, 2 ranks on this host (shared memory) =="
+	$(MPIRUN) -np 2 $(BUILD)/bin/gradcomm-bench -b 8 -e 128M -f 8 -n 20 -w 5 \
+	  --algo default,shm,ring,rd --baseline mpi,memcpy
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 1500
+
+sweep: build
+	mkdir -p $(BUILD)/sweep
+	$(MPIRUN) -np 2 $(BUILD)/bin/gradcomm-bench -b 8 -e 128M -f 2 -n 20 -w 5 --algo all \
+	  --baseline mpi,memcpy,p2p --json $(BUILD)/sweep/sweep.json --csv $(BUILD)/sweep/sweep.csv
+	python3 bench/plot_sweep.py $(BUILD)/sweep/sweep.json -o $(BUILD)/sweep/sweep.png
+
+install: build
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
