@@ -157,6 +157,10 @@ bool ProgressEngine::drive() {
       if (auto remote = transport_->pollAbort()) {
         throw RemoteError(active_->describe() + " cannot run because " + *remote);
       }
+      transport::Tag announced;
+      announced.seq = active_->seq;
+      announced.fingerprint = active_->fingerprint;
+      transport_->announce(announced);
       active_->schedule = active_->makeSchedule();
       lastProgress_ = now;
       lastHealthCheck_ = now;

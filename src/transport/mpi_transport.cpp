@@ -474,6 +474,7 @@ RequestPtr MpiTransport::irecv(int peer, void* data, size_t bytes, const Tag& ta
 }
 
 bool MpiTransport::probeMismatch(int peer, const Tag& expected) {
+  if (announcedMismatch(peer, expected)) return true;
   int flag = 0;
   MPI_Status status;
   if (MPI_Iprobe(peer, MPI_ANY_TAG, data_, &flag, &status) != MPI_SUCCESS || !flag) return false;

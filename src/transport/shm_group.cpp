@@ -13,6 +13,7 @@
 #include <random>
 
 #include "gradcomm/error.hpp"
+#include "transport/transport.hpp"
 
 namespace gradcomm::transport {
 namespace {
@@ -52,6 +53,26 @@ bool ShmGroup::alive(int local) const {
   const pid_t pid = block(local).pid;
   if (pid <= 0 || pid == getpid()) return true;
   return ::kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+void ShmGroup::announce(uint64_t seq, uint32_t fingerprint) {
+  ShmRankBlock& b = block(localRank_);
+  b.announcedFingerprint.store(fingerprint, std::memory_order_relaxed);
+  b.announcedSeq.store(seq + 1, std::memory_order_release);
+}
+
+bool ShmGroup::announcedMismatch(int local, uint64_t seq, uint32_t fingerprint) const {
+  const ShmRankBlock& b = block(local);
+  if (b.announcedSeq.load(std::memory_order_acquire) != seq + 1) return false;
+  return b.announcedFingerprint.load(std::memory_order_relaxed) != fingerprint &&
+         b.announcedSeq.load(std::memory_order_acquire) == seq + 1;
+}
+
+int ShmGroup::localIndexOf(int rank) const {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i] == rank) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 std::shared_ptr<ShmSegment> ShmSegment::create(size_t bytes) {
@@ -127,6 +148,15 @@ void ShmSegment::removeStale() {
     if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(("/" + n).c_str());
   }
   closedir(dir);
+}
+
+void Transport::announceTo(ShmGroup& g, const Tag& op) { g.announce(op.seq, op.fingerprint); }
+
+bool Transport::announcedMismatch(int peer, const Tag& expected) {
+  ShmGroup* g = sharedMemory();
+  if (!g) return false;
+  const int local = g->localIndexOf(peer);
+  return local >= 0 && g->announcedMismatch(local, expected.seq, expected.fingerprint);
 }
 
 }  // namespace gradcomm::transport

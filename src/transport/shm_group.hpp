@@ -24,6 +24,11 @@ struct ShmRankBlock {
   alignas(64) std::atomic<uint64_t> consumed;    ///< last round this rank finished reading from peers
   alignas(64) uint32_t fingerprint[2];           ///< call signature of the round in buffer b
   int32_t pid;
+  /// The operation this rank is running, whatever its algorithm: sequence
+  /// number + 1 (0: none yet) and its call fingerprint. Lets host-local
+  /// peers see a mismatched call even when no message would ever match.
+  alignas(64) std::atomic<uint64_t> announcedSeq;
+  std::atomic<uint32_t> announcedFingerprint;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory flags must be lock-free");
 
@@ -47,6 +52,12 @@ class ShmGroup {
   char* buffer(int local, int which) const;
   /// False once the process of local rank `local` no longer exists.
   bool alive(int local) const;
+  /// Publishes the operation this rank starts.
+  void announce(uint64_t seq, uint32_t fingerprint);
+  /// True when local rank `local` runs operation `seq` with another fingerprint.
+  bool announcedMismatch(int local, uint64_t seq, uint32_t fingerprint) const;
+  /// Index of communicator rank `rank` in this group, or -1.
+  int localIndexOf(int rank) const;
   /// Next round number (private to this rank; every rank counts alike).
   uint64_t takeRound() { return ++round_; }
 

@@ -60,8 +60,13 @@ class Transport {
   virtual RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) = 0;
 
   /// True when a message from `peer` for operation `expected.seq` is waiting
-  /// whose fingerprint differs: the peer issued a different collective.
+  /// whose fingerprint differs, or (through shared memory) the peer announced
+  /// that operation with a different fingerprint: it issued a different call.
   virtual bool probeMismatch(int peer, const Tag& expected) = 0;
+  /// Announces the operation this rank starts (seq and fingerprint).
+  virtual void announce(const Tag& op) {
+    if (ShmGroup* g = sharedMemory()) announceTo(*g, op);
+  }
 
   /// Tells every other rank that this communicator failed. Best effort; never blocks.
   virtual void broadcastAbort(const std::string& reason) = 0;
@@ -73,6 +78,13 @@ class Transport {
   /// Shared memory with the other ranks of this host, or null (one rank per
   /// host, or disabled with GRADCOMM_SHM=0).
   virtual ShmGroup* sharedMemory() { return nullptr; }
+
+ protected:
+  static void announceTo(ShmGroup& g, const Tag& op);
+  /// The shared-memory half of probeMismatch().
+  bool announcedMismatch(int peer, const Tag& expected);
+
+ public:
 
   /// Ranks of this communicator that share this rank's host (itself
   /// included, ascending), and a label for the host.
