@@ -63,8 +63,7 @@ struct Agreement {
 
 constexpr const char* kAgreedParams[] = {
     "GRADCOMM_ALGO",        "GRADCOMM_SEGMENT_SIZE", "GRADCOMM_PIPELINE_DEPTH", "GRADCOMM_SMALL_MESSAGE",
-    "GRADCOMM_TREE_MAX",    "GRADCOMM_SHM",          "GRADCOMM_SHM_CHUNK",      "GRADCOMM_COMPRESSION",
-    "GRADCOMM_BUCKET_CAP",  "GRADCOMM_FIRST_BUCKET", "GRADCOMM_PARTITION_SIZE",
+    "GRADCOMM_TREE_MAX",    "GRADCOMM_SHM",          "GRADCOMM_SHM_CHUNK",
 };
 
 std::string agreedParams(const Options& options) {

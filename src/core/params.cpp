@@ -143,18 +143,6 @@ const std::vector<ParamDef>& registry() {
                           "Allow the shared-memory algorithm between ranks on the same host"));
     d.push_back(bytesParam("GRADCOMM_SHM_CHUNK", "128K", &Config::shmChunkBytes, 4096,
                                    "Shared-memory algorithm: bytes per rank per pipeline chunk"));
-    d.push_back(stringParam("GRADCOMM_COMPRESSION", "none", "none | fp16 | bf16 | topk:RATIO[:ef=0|1]",
-                            &Config::compression, "Default gradient compression of allreduce"));
-    d.push_back(bytesParam("GRADCOMM_BUCKET_CAP", "25M", &Config::bucketCapBytes, 1,
-                                   "Reducer: largest bucket of gradients"));
-    d.push_back(bytesParam("GRADCOMM_FIRST_BUCKET", "1M", &Config::firstBucketBytes, 1,
-                                   "Reducer: cap of the first bucket (the last gradients of backward)"));
-    d.push_back(bytesParam("GRADCOMM_PARTITION_SIZE", "0", &Config::partitionBytes, 0,
-                                   "Reducer: send buckets in partitions of this size (0: whole buckets)"));
-    d.push_back(stringParam("GRADCOMM_TIMELINE", "", "path", &Config::timelinePath,
-                            "Write a Chrome trace per rank to PATH.rankN.json (empty: off)"));
-    d.push_back(boolParam("GRADCOMM_STATS", "0", &Config::stats,
-                          "Print per-step communication statistics of each Reducer to stderr"));
     return d;
   }();
   return defs;

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "core/params.hpp"
 #include "core/units.hpp"
 #include "gradcomm/config.hpp"
@@ -52,8 +55,8 @@ TEST(Units, ParsesByteSizesWithBinarySuffixes) {
 
 TEST(Units, RejectsMalformedSizesNamingTheParameter) {
   for (const char* bad : {"", "abc", "25Q", "-1", "1.3", "K", "nan", "1e3"}) {
-    std::string msg = errorOf([&] { parseBytes(bad, "GRADCOMM_BUCKET_CAP"); });
-    EXPECT_NE(msg.find("GRADCOMM_BUCKET_CAP='"), std::string::npos) << bad << ": " << msg;
+    std::string msg = errorOf([&] { parseBytes(bad, "GRADCOMM_SHM_CHUNK"); });
+    EXPECT_NE(msg.find("GRADCOMM_SHM_CHUNK='"), std::string::npos) << bad << ": " << msg;
     EXPECT_NE(msg.find("malformed"), std::string::npos) << bad << ": " << msg;
   }
 }
@@ -82,8 +85,7 @@ TEST(Units, FormatsExactly) {
 TEST(Parameters, DefaultsComeFromTheRegistry) {
   Config c = Config::resolve();
   EXPECT_EQ(c.timeout, std::chrono::seconds(300));
-  EXPECT_EQ(c.bucketCapBytes, 25u << 20);
-  EXPECT_EQ(c.firstBucketBytes, 1u << 20);
+  EXPECT_EQ(c.shmChunkBytes, 128u << 10);
   EXPECT_EQ(c.algo, "auto");
   EXPECT_EQ(c.origins.at("GRADCOMM_TIMEOUT"), ParamOrigin::kDefault);
 }
@@ -131,19 +133,19 @@ TEST(Parameters, UnknownOptionNameListsKnownParameters) {
 }
 
 TEST(Parameters, DescribeListsEveryParameterWithOrigin) {
-  EnvGuard g("GRADCOMM_BUCKET_CAP", "50M");
+  EnvGuard g("GRADCOMM_SHM_CHUNK", "64K");
   auto all = describeParameters();
-  ASSERT_GE(all.size(), 15u);
+  ASSERT_GE(all.size(), 12u);
   bool found = false;
   for (const auto& p : all) {
     EXPECT_EQ(p.name.rfind("GRADCOMM_", 0), 0u);
     EXPECT_FALSE(p.doc.empty()) << p.name;
     EXPECT_FALSE(p.units.empty()) << p.name;
-    if (p.name == "GRADCOMM_BUCKET_CAP") {
+    if (p.name == "GRADCOMM_SHM_CHUNK") {
       found = true;
-      EXPECT_EQ(p.value, "50M");
+      EXPECT_EQ(p.value, "64K");
       EXPECT_EQ(p.origin, ParamOrigin::kEnvironment);
-      EXPECT_EQ(p.defaultValue, "25M");
+      EXPECT_EQ(p.defaultValue, "128K");
     }
   }
   EXPECT_TRUE(found);
@@ -158,4 +160,15 @@ TEST(Types, NamesRoundTripAndUnknownNamesListValidOnes) {
   EXPECT_EQ(parseReduceOp("mean"), ReduceOp::kAvg);
   std::string msg = errorOf([] { parseDataType("float8"); });
   EXPECT_NE(msg.find("valid: float32, float64"), std::string::npos) << msg;
+}
+
+TEST(Parameters, TheReadmeDocumentsEveryParameter) {
+  std::ifstream f(std::string(GRADCOMM_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(f.good()) << "README.md not found";
+  std::stringstream text;
+  text << f.rdbuf();
+  for (const auto& p : describeParameters()) {
+    EXPECT_NE(text.str().find("| `" + p.name + "` | `" + p.defaultValue + "` |"), std::string::npos)
+        << p.name << " (default " << p.defaultValue << ") is missing from the README's parameter table";
+  }
 }
