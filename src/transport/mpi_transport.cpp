@@ -91,24 +91,38 @@ class MpiRequest : public Request {
 
 // ---- native collectives ------------------------------------------------------
 
+/// The MPI requests of a native collective and the small buffers they use.
+struct NativeState {
+  std::vector<MPI_Request> requests;
+  std::array<int64_t, 2> agreeIn{};
+  std::array<int64_t, 2> agreeOut{};
+};
+
+/// Native collectives abandoned while still in flight (a peer failed).
+/// MPI forbids freeing or cancelling a nonblocking collective's request, so
+/// they, and the buffers they write, are kept until the transport goes.
+using Graveyard = std::vector<std::unique_ptr<NativeState>>;
+
 /// A native collective: one or more MPI requests and an optional check that
 /// runs on completion.
 class NativeRequest : public Request {
  public:
+  explicit NativeRequest(std::shared_ptr<Graveyard> graveyard)
+      : graveyard_(std::move(graveyard)), state_(std::make_unique<NativeState>()) {}
   ~NativeRequest() override {
-    if (!MpiEnvironment::usable()) return;
-    for (auto& r : requests_) {
-      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    for (MPI_Request r : state_->requests) {
+      if (r != MPI_REQUEST_NULL) {
+        graveyard_->push_back(std::move(state_));
+        return;
+      }
     }
   }
-  std::vector<MPI_Request> requests_;
-  std::array<int64_t, 2> agreeIn_{};
-  std::array<int64_t, 2> agreeOut_{};
+  NativeState& state() { return *state_; }
   std::string agreeWhat_;
   bool isAgree_ = false;
   bool test() override {
     if (done_) return true;
-    for (auto& r : requests_) {
+    for (auto& r : state_->requests) {
       if (r == MPI_REQUEST_NULL) continue;
       int flag = 0;
       int rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
@@ -116,11 +130,13 @@ class NativeRequest : public Request {
       if (!flag) return false;
     }
     done_ = true;
-    if (isAgree_ && agreeOut_[0] != ~agreeOut_[1]) throw MismatchError(agreeWhat_);
+    if (isAgree_ && state_->agreeOut[0] != ~state_->agreeOut[1]) throw MismatchError(agreeWhat_);
     return true;
   }
 
  private:
+  std::shared_ptr<Graveyard> graveyard_;
+  std::unique_ptr<NativeState> state_;
   bool done_ = false;
 };
 
@@ -141,7 +157,7 @@ void createUserOps(MPI_Op ops[kNumDataTypes][4]) {
 
 class MpiNative : public NativeCollectives {
  public:
-  explicit MpiNative(MPI_Comm comm) : comm_(comm) {
+  MpiNative(MPI_Comm comm, std::shared_ptr<Graveyard> graveyard) : comm_(comm), graveyard_(std::move(graveyard)) {
     // Every (type, op) pair uses gradcomm's own kernels as an MPI user
     // operation: MPI has no float16/bfloat16, its MIN/MAX do not propagate
     // NaN, and integer overflow is unspecified (Open MPI 4.1's vectorised
@@ -167,19 +183,20 @@ class MpiNative : public NativeCollectives {
   }
 
   RequestPtr agree(uint64_t fingerprint, const std::string& what) override {
-    auto req = std::make_unique<NativeRequest>();
+    auto req = std::make_unique<NativeRequest>(graveyard_);
     req->isAgree_ = true;
     req->agreeWhat_ = what;
-    req->agreeIn_ = {static_cast<int64_t>(fingerprint), ~static_cast<int64_t>(fingerprint)};
+    NativeState& st = req->state();
+    st.agreeIn = {static_cast<int64_t>(fingerprint), ~static_cast<int64_t>(fingerprint)};
     MPI_Request r;
-    checkMpi(MPI_Iallreduce(req->agreeIn_.data(), req->agreeOut_.data(), 2, MPI_INT64_T, MPI_MAX, comm_, &r),
+    checkMpi(MPI_Iallreduce(st.agreeIn.data(), st.agreeOut.data(), 2, MPI_INT64_T, MPI_MAX, comm_, &r),
              "MPI_Iallreduce (call agreement)");
-    req->requests_.push_back(r);
+    st.requests.push_back(r);
     return req;
   }
 
   RequestPtr allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
-    auto req = std::make_unique<NativeRequest>();
+    auto req = std::make_unique<NativeRequest>(graveyard_);
     const size_t elem = dataTypeSize(type);
     forEachPart(count, [&](size_t offset, int n) {
       MPI_Request r;
@@ -187,25 +204,25 @@ class MpiNative : public NativeCollectives {
       checkMpi(MPI_Iallreduce(src, static_cast<char*>(out) + offset * elem, n, mpiDatatype(type), mpiOp(type, op),
                               comm_, &r),
                "MPI_Iallreduce");
-      req->requests_.push_back(r);
+      req->state().requests.push_back(r);
     });
     return req;
   }
 
   RequestPtr broadcast(void* buffer, size_t count, DataType type, int root) override {
-    auto req = std::make_unique<NativeRequest>();
+    auto req = std::make_unique<NativeRequest>(graveyard_);
     const size_t elem = dataTypeSize(type);
     forEachPart(count, [&](size_t offset, int n) {
       MPI_Request r;
       checkMpi(MPI_Ibcast(static_cast<char*>(buffer) + offset * elem, n, mpiDatatype(type), root, comm_, &r),
                "MPI_Ibcast");
-      req->requests_.push_back(r);
+      req->state().requests.push_back(r);
     });
     return req;
   }
 
   RequestPtr reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root) override {
-    auto req = std::make_unique<NativeRequest>();
+    auto req = std::make_unique<NativeRequest>(graveyard_);
     const size_t elem = dataTypeSize(type);
     int rank = 0;
     MPI_Comm_rank(comm_, &rank);
@@ -218,14 +235,14 @@ class MpiNative : public NativeCollectives {
         else dst = nullptr;
       }
       checkMpi(MPI_Ireduce(src, dst, n, mpiDatatype(type), mpiOp(type, op), root, comm_, &r), "MPI_Ireduce");
-      req->requests_.push_back(r);
+      req->state().requests.push_back(r);
     });
     return req;
   }
 
   RequestPtr allgather(const void* in, void* out, size_t count, DataType type) override {
     requireIntCount(count, "allgather");
-    auto req = std::make_unique<NativeRequest>();
+    auto req = std::make_unique<NativeRequest>(graveyard_);
     int rank = 0;
     MPI_Comm_rank(comm_, &rank);
     const void* src = in == static_cast<char*>(out) + rank * count * dataTypeSize(type) ? MPI_IN_PLACE : in;
@@ -233,26 +250,26 @@ class MpiNative : public NativeCollectives {
     checkMpi(MPI_Iallgather(src, static_cast<int>(count), mpiDatatype(type), out, static_cast<int>(count),
                             mpiDatatype(type), comm_, &r),
              "MPI_Iallgather");
-    req->requests_.push_back(r);
+    req->state().requests.push_back(r);
     return req;
   }
 
   RequestPtr reduceScatter(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
     requireIntCount(count, "reduce-scatter");
-    auto req = std::make_unique<NativeRequest>();
+    auto req = std::make_unique<NativeRequest>(graveyard_);
     MPI_Request r;
     checkMpi(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpiDatatype(type), mpiOp(type, op),
                                        comm_, &r),
              "MPI_Ireduce_scatter_block");
-    req->requests_.push_back(r);
+    req->state().requests.push_back(r);
     return req;
   }
 
   RequestPtr barrier() override {
-    auto req = std::make_unique<NativeRequest>();
+    auto req = std::make_unique<NativeRequest>(graveyard_);
     MPI_Request r;
     checkMpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
-    req->requests_.push_back(r);
+    req->state().requests.push_back(r);
     return req;
   }
 
@@ -287,6 +304,7 @@ class MpiNative : public NativeCollectives {
   }
 
   MPI_Comm comm_;
+  std::shared_ptr<Graveyard> graveyard_;
   MPI_Op userOps_[kNumDataTypes][4];
 };
 
@@ -369,13 +387,26 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
   MPI_Get_processor_name(name, &len);
   hostName_ = std::string(name, static_cast<size_t>(len)) + "/node-of-rank" + std::to_string(localRanks_.front());
 
-  native_ = std::make_unique<MpiNative>(data_);
+  graveyard_ = std::make_shared<Graveyard>();
+  native_ = std::make_unique<MpiNative>(data_, std::static_pointer_cast<Graveyard>(graveyard_));
   postControlReceive();
 }
 
 MpiTransport::~MpiTransport() {
   if (!MpiEnvironment::usable()) return;
   native_.reset();
+  // Abandoned native collectives that finished can go; the others are
+  // leaked on purpose (MPI may still write into their buffers).
+  auto& graves = *std::static_pointer_cast<Graveyard>(graveyard_);
+  for (auto& g : graves) {
+    bool pending = false;
+    for (auto& r : g->requests) {
+      int flag = 0;
+      if (r != MPI_REQUEST_NULL) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+      pending = pending || r != MPI_REQUEST_NULL;
+    }
+    if (pending) (void)g.release();
+  }
   if (controlRecv_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&controlRecv_);
     MPI_Wait(&controlRecv_, MPI_STATUS_IGNORE);

@@ -73,6 +73,7 @@ class MpiTransport : public Transport {
   std::vector<std::unique_ptr<AbortSend>> abortSends_;
   std::vector<int> localRanks_;
   std::string hostName_;
+  std::shared_ptr<void> graveyard_;  // abandoned native collectives (see mpi_transport.cpp)
   std::unique_ptr<NativeCollectives> native_;
   std::unique_ptr<ShmGroup> shm_;
 };

@@ -53,6 +53,7 @@ TEST(Mpi, EveryAlgorithmOfEveryCollectiveMatchesTheReference) {
   int cases = 0;
   for (const auto* algo : algorithms::allAlgorithms()) {
     const Collective coll = algo->collective();
+    if (std::string(algo->name()) == "shm" && p == 1) continue;  // needs two ranks
     const bool reduces = coll == Collective::kAllreduce || coll == Collective::kReduce || coll == Collective::kReduceScatter;
     for (DataType t : types) {
       for (ReduceOp op : reduces ? allOps() : std::vector<ReduceOp>{ReduceOp::kSum}) {
