@@ -44,6 +44,12 @@ class GRADCOMM_API Work {
   std::string algorithm() const;
   /// Communicator-local sequence number of the operation.
   uint64_t sequence() const;
+  /// When the operation started running and finished (steady clock);
+  /// default-constructed time points until then.
+  std::chrono::steady_clock::time_point startTime() const;
+  std::chrono::steady_clock::time_point endTime() const;
+  /// Bytes the operation moves (the whole buffer, as gradcomm-bench counts).
+  size_t bytes() const;
 
  private:
   friend class detail::CommunicatorImpl;

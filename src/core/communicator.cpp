@@ -45,6 +45,17 @@ std::string Work::algorithm() const { return state_ ? state_->algorithm : std::s
 
 uint64_t Work::sequence() const { return state_ ? state_->seq : 0; }
 
+std::chrono::steady_clock::time_point Work::startTime() const {
+  return state_ && state_->status.load() >= detail::OperationState::kRunning ? state_->startedAt
+                                                                              : std::chrono::steady_clock::time_point{};
+}
+
+std::chrono::steady_clock::time_point Work::endTime() const {
+  return state_ && state_->finished() ? state_->finishedAt : std::chrono::steady_clock::time_point{};
+}
+
+size_t Work::bytes() const { return state_ ? state_->bytes : 0; }
+
 // ---- Communicator ----------------------------------------------------------------
 
 namespace {
@@ -63,7 +74,8 @@ struct Agreement {
 
 constexpr const char* kAgreedParams[] = {
     "GRADCOMM_ALGO",        "GRADCOMM_SEGMENT_SIZE", "GRADCOMM_PIPELINE_DEPTH", "GRADCOMM_SMALL_MESSAGE",
-    "GRADCOMM_TREE_MAX",    "GRADCOMM_SHM",          "GRADCOMM_SHM_CHUNK",
+    "GRADCOMM_TREE_MAX",    "GRADCOMM_SHM",          "GRADCOMM_SHM_CHUNK",      "GRADCOMM_BUCKET_CAP",
+    "GRADCOMM_FIRST_BUCKET", "GRADCOMM_PARTITION_SIZE",
 };
 
 std::string agreedParams(const Options& options) {

@@ -104,9 +104,11 @@ void CommunicatorImpl::validate(const CollectiveCall& c) const {
 }
 
 void CommunicatorImpl::reject(const Error& e, const CollectiveCall& call) {
-  const std::string reason = "rank " + std::to_string(rank_) + " rejected its " + toString(call.collective) +
-                             " call: " + e.what();
-  engine_->abort(e.code(), reason, true);
+  abortAndThrow(e, std::string("rejected its ") + toString(call.collective) + " call");
+}
+
+void CommunicatorImpl::abortAndThrow(const Error& e, const std::string& what) {
+  engine_->abort(e.code(), "rank " + std::to_string(rank_) + " " + what + ": " + e.what(), true);
   rethrowAs(e.code(), e.what());
 }
 

@@ -37,6 +37,9 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
 
   void destroy();
   bool destroyed() const { return destroyed_.load(); }
+  /// Aborts the communicator on every rank with `e` (prefixed with this
+  /// rank and `what`) and throws it here.
+  [[noreturn]] void abortAndThrow(const Error& e, const std::string& what);
 
  private:
   void validate(const algorithms::CollectiveCall& call) const;

@@ -143,6 +143,17 @@ const std::vector<ParamDef>& registry() {
                           "Allow the shared-memory algorithm between ranks on the same host"));
     d.push_back(bytesParam("GRADCOMM_SHM_CHUNK", "128K", &Config::shmChunkBytes, 4096,
                                    "Shared-memory algorithm: bytes per rank per pipeline chunk"));
+    d.push_back(bytesParam("GRADCOMM_BUCKET_CAP", "25M", &Config::bucketCapBytes, 1,
+                           "Reducer: largest bucket of gradients"));
+    d.push_back(bytesParam("GRADCOMM_FIRST_BUCKET", "1M", &Config::firstBucketBytes, 1,
+                           "Reducer: cap of the first bucket (the last gradients of backward, launched first)"));
+    d.push_back(bytesParam("GRADCOMM_PARTITION_SIZE", "0", &Config::partitionBytes, 0,
+                           "Reducer: send each bucket as allreduces of at most this size (0: whole buckets)"));
+    d.push_back(stringParam("GRADCOMM_TIMELINE", "", "path", &Config::timelinePath,
+                            "Reducer: write a Chrome trace (Perfetto) per rank to PATH with the rank inserted "
+                            "before .json (empty: off)"));
+    d.push_back(boolParam("GRADCOMM_STATS", "0", &Config::stats,
+                          "Reducer: print per-step communication statistics to stderr"));
     return d;
   }();
   return defs;

@@ -29,6 +29,11 @@ struct Config {
   std::string simd;                       // GRADCOMM_SIMD
   bool shm = true;                        // GRADCOMM_SHM
   size_t shmChunkBytes = 0;               // GRADCOMM_SHM_CHUNK
+  size_t bucketCapBytes = 0;              // GRADCOMM_BUCKET_CAP
+  size_t firstBucketBytes = 0;            // GRADCOMM_FIRST_BUCKET
+  size_t partitionBytes = 0;              // GRADCOMM_PARTITION_SIZE
+  std::string timelinePath;               // GRADCOMM_TIMELINE
+  bool stats = false;                     // GRADCOMM_STATS
 
   std::map<std::string, ParamOrigin> origins;
 

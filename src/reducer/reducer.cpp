@@ -1,0 +1,382 @@
+#include "gradcomm/reducer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "core/communicator_impl.hpp"
+#include "core/timeline.hpp"
+#include "reducer/bucket_layout.hpp"
+
+namespace gradcomm {
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+/// Rank-specific timeline file: "trace.json" -> "trace.rank3.json".
+std::string perRankPath(const std::string& base, int rank) {
+  const std::string tag = ".rank" + std::to_string(rank);
+  auto dot = base.rfind(".json");
+  if (dot != std::string::npos && dot + 5 == base.size()) return base.substr(0, dot) + tag + ".json";
+  return base + tag + ".json";
+}
+
+struct AlignedFree {
+  void operator()(char* p) const { std::free(p); }
+};
+
+}  // namespace
+
+class ReducerImpl {
+ public:
+  ReducerImpl(Communicator comm, std::vector<GradientSpec> grads, ReducerOptions o)
+      : comm_(std::move(comm)), grads_(std::move(grads)), opts_(std::move(o)) {
+    auto& impl = *comm_.impl();
+    const core::Config& cfg = impl.config();
+    if (opts_.bucketCapBytes == 0) opts_.bucketCapBytes = cfg.bucketCapBytes;
+    if (opts_.firstBucketBytes == 0) opts_.firstBucketBytes = cfg.firstBucketBytes;
+    if (opts_.partitionBytes == 0) opts_.partitionBytes = cfg.partitionBytes == 0 ? SIZE_MAX : cfg.partitionBytes;
+    if (opts_.timelinePath.empty()) opts_.timelinePath = cfg.timelinePath;
+    stats_ = opts_.printStats || cfg.stats;
+    rank_ = comm_.rank();
+    validateLocally();
+    agreeAcrossRanks();
+    info_.reserve(grads_.size());
+    for (const auto& g : grads_) info_.push_back({g.count, g.type});
+    install(reducer::assignBuckets(info_, reducer::reverseOrder(grads_.size()), opts_.firstBucketBytes,
+                                   opts_.bucketCapBytes),
+            false);
+    state_.assign(grads_.size(), kPending);
+    if (!opts_.timelinePath.empty()) {
+      timeline_ = std::make_unique<core::Timeline>(perRankPath(opts_.timelinePath, rank_), rank_);
+    }
+  }
+
+  ~ReducerImpl() {
+    if (timeline_) timeline_->flush();
+  }
+
+  size_t numGradients() const { return grads_.size(); }
+
+  void* gradient(size_t i) {
+    checkIndex(i, "gradient");
+    if (!opts_.gradientAsBucketView) return grads_[i].data;
+    return bucketPtr(layout_.bucketOf[i]) + layout_.offsetOf[i] * dataTypeSize(grads_[i].type);
+  }
+
+  void markReady(size_t i) { mark(i, false); }
+  void markUnused(size_t i) { mark(i, true); }
+
+  void setSynchronization(bool enabled) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (marked_ != 0) {
+      fail(InvalidUsage("setSynchronization() called in the middle of a step (" + std::to_string(marked_) +
+                        " gradients already marked); call it before the first markReady() of a step"),
+           "misused its Reducer");
+    }
+    sync_ = enabled;
+  }
+
+  void finalize() {
+    const auto entered = Clock::now();
+    std::vector<size_t> missing;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < state_.size(); ++i) {
+        if (state_[i] == kPending) missing.push_back(i);
+      }
+    }
+    if (!missing.empty()) {
+      std::string list;
+      for (size_t k = 0; k < missing.size() && k < 16; ++k) list += (k ? ", " : "") + std::to_string(missing[k]);
+      if (missing.size() > 16) list += ", ... (" + std::to_string(missing.size()) + " in all)";
+      fail(InvalidUsage("Reducer::finalize(): gradient(s) " + list +
+                        " were never marked ready in this step; call markReady() for every gradient, or "
+                        "markUnused() for those this step does not produce"),
+           "misused its Reducer");
+    }
+    StepStats st;
+    st.step = step_;
+    st.synchronized = sync_;
+    if (sync_) {
+      for (auto& w : works_) w.work.wait();
+    }
+    const auto waited = Clock::now();
+    if (sync_) {
+      for (auto& w : works_) {
+        st.commMs += ms(w.work.endTime() - w.work.startTime());
+        st.bytes += w.work.bytes();
+        if (timeline_) {
+          timeline_->span("allreduce bucket " + std::to_string(w.bucket), "collective", w.work.startTime(),
+                          w.work.endTime(), core::Timeline::kComm,
+                          "\"bucket\": " + std::to_string(w.bucket) + ", \"bytes\": " + std::to_string(w.work.bytes()) +
+                              ", \"algorithm\": \"" + w.work.algorithm() + "\"");
+        }
+      }
+      st.buckets = works_.size();
+      if (!opts_.gradientAsBucketView) copyOut();
+    }
+    works_.clear();
+    const auto end = Clock::now();
+    if (timeline_) {
+      timeline_->span("finalize (blocked)", "stall", entered, waited, core::Timeline::kCompute);
+      timeline_->flush();
+    }
+    st.exposedMs = ms(end - entered);
+    st.stepMs = ms(end - stepStart_);
+    st.computeMs = st.stepMs - st.exposedMs;
+    st.hiddenMs = std::max(0.0, st.commMs - st.exposedMs);
+    st.utilization = st.stepMs > 0 ? st.computeMs / st.stepMs : 1.0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_ = st;
+    }
+    if (stats_) {
+      std::fprintf(stderr,
+                   "gradcomm[rank %d] step %llu: step %.2f ms, communication %.2f ms (exposed %.2f, hidden %.2f), "
+                   "utilization %.3f, %zu allreduces, %.1f MB%s\n",
+                   rank_, static_cast<unsigned long long>(st.step), st.stepMs, st.commMs, st.exposedMs, st.hiddenMs,
+                   st.utilization, st.buckets, st.bytes / 1e6, sync_ ? "" : " (no synchronisation)");
+    }
+    if (sync_ && opts_.rebuildBuckets && !rebuilt_) rebuild();
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fill(state_.begin(), state_.end(), kPending);
+    std::fill(readyCount_.begin(), readyCount_.end(), 0);
+    readyOrder_.clear();
+    marked_ = 0;
+    nextLaunch_ = 0;
+    ++step_;
+    stepStart_ = end;
+    stepStarted_ = true;
+  }
+
+  StepStats lastStepStats() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_;
+  }
+
+  std::vector<std::vector<size_t>> buckets() const {
+    std::vector<std::vector<size_t>> out;
+    for (const auto& b : layout_.buckets) out.push_back(b.gradients);
+    return out;
+  }
+
+ private:
+  enum State : uint8_t { kPending, kReady, kUnused };
+  struct Launched {
+    size_t bucket;
+    Work work;
+  };
+
+  [[noreturn]] void fail(const Error& e, const std::string& what) { comm_.impl()->abortAndThrow(e, what); }
+
+  void checkIndex(size_t i, const char* fn) const {
+    if (i >= grads_.size()) {
+      throw InvalidArgument(std::string("Reducer::") + fn + "(" + std::to_string(i) + "): there are only " +
+                            std::to_string(grads_.size()) + " gradients");
+    }
+  }
+
+  void validateLocally() const {
+    for (size_t i = 0; i < grads_.size(); ++i) {
+      const auto& g = grads_[i];
+      (void)dataTypeSize(g.type);  // throws for an invalid enum
+      if (!opts_.gradientAsBucketView && g.count > 0 && !g.data) {
+        throw InvalidArgument("Reducer: gradient " + std::to_string(i) +
+                              " has no data pointer (pass GradientSpec::data, or use gradientAsBucketView)");
+      }
+    }
+    if (opts_.firstBucketBytes == 0 || opts_.bucketCapBytes == 0) {
+      throw ConfigError("Reducer: bucket caps must be positive");
+    }
+  }
+
+  /// Every rank must have registered the same gradients: compare counts and
+  /// types once, at construction, and name the first difference.
+  void agreeAcrossRanks() {
+    const int p = comm_.size();
+    uint64_t n = grads_.size();
+    std::vector<uint64_t> all(static_cast<size_t>(p));
+    comm_.allgather(&n, all.data(), 1, DataType::kInt64).wait();
+    for (int r = 0; r < p; ++r) {
+      if (all[static_cast<size_t>(r)] != n) {
+        throw InvalidArgument("Reducer: rank " + std::to_string(rank_) + " registered " + std::to_string(n) +
+                              " gradients but rank " + std::to_string(r) + " registered " +
+                              std::to_string(all[static_cast<size_t>(r)]) + "; every rank must register the same");
+      }
+    }
+    std::vector<int64_t> mine(2 * n), every(2 * n * static_cast<size_t>(p));
+    for (size_t i = 0; i < n; ++i) {
+      mine[2 * i] = static_cast<int64_t>(grads_[i].count);
+      mine[2 * i + 1] = static_cast<int64_t>(grads_[i].type);
+    }
+    comm_.allgather(mine.data(), every.data(), mine.size(), DataType::kInt64).wait();
+    for (size_t i = 0; i < n; ++i) {
+      for (int r = 0; r < p; ++r) {
+        const int64_t* theirs = every.data() + static_cast<size_t>(r) * 2 * n;
+        if (theirs[2 * i] != mine[2 * i] || theirs[2 * i + 1] != mine[2 * i + 1]) {
+          throw InvalidArgument("Reducer: gradient " + std::to_string(i) + " has " + std::to_string(mine[2 * i]) + " " +
+                                toString(static_cast<DataType>(mine[2 * i + 1])) + " elements on rank " +
+                                std::to_string(rank_) + " but " + std::to_string(theirs[2 * i]) + " " +
+                                toString(static_cast<DataType>(theirs[2 * i + 1])) + " on rank " + std::to_string(r) +
+                                "; every rank must register the same gradients in the same order");
+        }
+      }
+    }
+  }
+
+  char* bucketPtr(size_t b) const { return memory_[b].get(); }
+
+  /// Switches to a new layout. With `keepValues`, the gradients' current
+  /// values move into the new bucket memory (views must not change value).
+  void install(reducer::BucketLayout layout, bool keepValues) {
+    std::vector<std::unique_ptr<char, AlignedFree>> memory;
+    for (const auto& b : layout.buckets) {
+      const size_t bytes = std::max<size_t>(64, (b.count * dataTypeSize(b.type) + 63) / 64 * 64);
+      char* p = static_cast<char*>(std::aligned_alloc(64, bytes));
+      if (!p) throw std::bad_alloc();
+      std::memset(p, 0, bytes);
+      memory.emplace_back(p);
+    }
+    if (keepValues) {
+      for (size_t g = 0; g < grads_.size(); ++g) {
+        const size_t e = dataTypeSize(grads_[g].type);
+        std::memcpy(memory[layout.bucketOf[g]].get() + layout.offsetOf[g] * e,
+                    bucketPtr(layout_.bucketOf[g]) + layout_.offsetOf[g] * e, grads_[g].count * e);
+      }
+    }
+    layout_ = std::move(layout);
+    memory_ = std::move(memory);
+    readyCount_.assign(layout_.buckets.size(), 0);
+  }
+
+  void mark(size_t i, bool unused) {
+    const auto now = Clock::now();
+    checkIndex(i, unused ? "markUnused" : "markReady");
+    std::vector<size_t> launch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stepStarted_) {
+        stepStart_ = now;
+        stepStarted_ = true;
+      }
+      if (state_[i] != kPending) {
+        fail(InvalidUsage("Reducer: gradient " + std::to_string(i) + " was marked " +
+                          (state_[i] == kReady ? "ready" : "unused") +
+                          " twice in one step; mark each gradient once per step, then call finalize()"),
+             "misused its Reducer");
+      }
+      state_[i] = unused ? kUnused : kReady;
+      ++marked_;
+      readyOrder_.push_back(i);
+      const size_t b = layout_.bucketOf[i];
+      const size_t e = dataTypeSize(grads_[i].type);
+      char* slot = bucketPtr(b) + layout_.offsetOf[i] * e;
+      if (unused) {
+        std::memset(slot, 0, grads_[i].count * e);
+      } else if (!opts_.gradientAsBucketView && sync_ && grads_[i].count) {
+        std::memcpy(slot, grads_[i].data, grads_[i].count * e);
+      }
+      ++readyCount_[b];
+      // Launch, in bucket order, every bucket that is complete.
+      while (sync_ && nextLaunch_ < layout_.buckets.size() &&
+             readyCount_[nextLaunch_] == layout_.buckets[nextLaunch_].gradients.size()) {
+        launch.push_back(nextLaunch_++);
+      }
+      for (size_t bucket : launch) launchBucket(bucket);
+    }
+    if (timeline_) {
+      timeline_->instant((unused ? "unused " : "ready ") + std::to_string(i), "gradient", now, core::Timeline::kCompute,
+                         "\"gradient\": " + std::to_string(i));
+      for (size_t bucket : launch) {
+        timeline_->instant("queue bucket " + std::to_string(bucket), "bucket", Clock::now(), core::Timeline::kCompute,
+                           "\"bucket\": " + std::to_string(bucket));
+      }
+    }
+  }
+
+  // Called with mu_ held: submission order is launch order on every rank.
+  void launchBucket(size_t b) {
+    const auto& bucket = layout_.buckets[b];
+    const size_t e = dataTypeSize(bucket.type);
+    const ReduceOp op = opts_.average && isFloatingPoint(bucket.type) ? ReduceOp::kAvg : ReduceOp::kSum;
+    CollectiveOptions co;
+    co.algorithm = opts_.algorithm;
+    const size_t per = opts_.partitionBytes == SIZE_MAX ? bucket.count : std::max<size_t>(1, opts_.partitionBytes / e);
+    char* base = bucketPtr(b);
+    for (size_t off = 0; off < bucket.count || (bucket.count == 0 && off == 0); off += per) {
+      const size_t n = std::min(per, bucket.count - off);
+      works_.push_back({b, comm_.allreduce(base + off * e, base + off * e, n, bucket.type, op, co)});
+      if (bucket.count == 0) break;
+    }
+  }
+
+  void copyOut() {
+    for (size_t g = 0; g < grads_.size(); ++g) {
+      const size_t e = dataTypeSize(grads_[g].type);
+      if (grads_[g].count) {
+        std::memcpy(grads_[g].data, bucketPtr(layout_.bucketOf[g]) + layout_.offsetOf[g] * e, grads_[g].count * e);
+      }
+    }
+  }
+
+  /// After the first synchronised step: everyone adopts rank 0's ready order.
+  void rebuild() {
+    rebuilt_ = true;
+    std::vector<int64_t> order(grads_.size());
+    for (size_t k = 0; k < readyOrder_.size(); ++k) order[k] = static_cast<int64_t>(readyOrder_[k]);
+    comm_.broadcast(order.data(), order.data(), order.size(), DataType::kInt64, 0).wait();
+    std::vector<size_t> o(order.begin(), order.end());
+    auto layout = reducer::assignBuckets(info_, o, opts_.firstBucketBytes, opts_.bucketCapBytes);
+    bool same = layout.buckets.size() == layout_.buckets.size();
+    for (size_t b = 0; same && b < layout.buckets.size(); ++b) same = layout.buckets[b].gradients == layout_.buckets[b].gradients;
+    if (!same) install(std::move(layout), opts_.gradientAsBucketView);
+  }
+
+  Communicator comm_;
+  std::vector<GradientSpec> grads_;
+  std::vector<reducer::GradientInfo> info_;
+  ReducerOptions opts_;
+  bool stats_ = false;
+  int rank_ = 0;
+  reducer::BucketLayout layout_;
+  std::vector<std::unique_ptr<char, AlignedFree>> memory_;
+  std::unique_ptr<core::Timeline> timeline_;
+
+  mutable std::mutex mu_;
+  std::vector<State> state_;
+  std::vector<size_t> readyCount_;
+  std::vector<size_t> readyOrder_;
+  size_t marked_ = 0;
+  size_t nextLaunch_ = 0;
+  std::vector<Launched> works_;
+  bool sync_ = true;
+  bool rebuilt_ = false;
+  uint64_t step_ = 0;
+  bool stepStarted_ = false;
+  Clock::time_point stepStart_{};
+  StepStats last_;
+};
+
+}  // namespace detail
+
+Reducer::Reducer(Communicator comm, std::vector<GradientSpec> gradients, ReducerOptions options)
+    : impl_(std::make_unique<detail::ReducerImpl>(std::move(comm), std::move(gradients), std::move(options))) {}
+Reducer::~Reducer() = default;
+size_t Reducer::numGradients() const { return impl_->numGradients(); }
+void* Reducer::gradient(size_t i) { return impl_->gradient(i); }
+void Reducer::markReady(size_t i) { impl_->markReady(i); }
+void Reducer::markUnused(size_t i) { impl_->markUnused(i); }
+void Reducer::finalize() { impl_->finalize(); }
+void Reducer::setSynchronization(bool enabled) { impl_->setSynchronization(enabled); }
+StepStats Reducer::lastStepStats() const { return impl_->lastStepStats(); }
+std::vector<std::vector<size_t>> Reducer::buckets() const { return impl_->buckets(); }
+
+}  // namespace gradcomm
