@@ -1,0 +1,317 @@
+// gradcomm-stepsim: replays a model's gradient profile to measure how much
+// communication a training step still exposes.
+//
+//   mpirun -np 2 gradcomm-stepsim --model resnet50 --mode all --steps 6 --compute-ms 400
+//
+// Backward compute is real CPU work: each layer's gradient is written (the
+// memory traffic a backward pass makes) and the core is kept busy until the
+// layer's share of --compute-ms has passed; shares are proportional to the
+// layer's parameter count. Layers produce gradients last-to-first, as
+// backward does. Three ways to synchronise them:
+//   noverlap   one allreduce of all gradients after the whole backward
+//   pertensor  an allreduce per gradient as soon as it exists, no buckets
+//   reducer    gradcomm's Reducer (buckets launched while backward continues)
+// The first step of each mode is a warm-up (and the Reducer's bucket
+// rebuild) and is not reported.
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gradcomm/gradcomm.hpp"
+#include "gradcomm/mpi.hpp"
+#include "gradcomm/reducer.hpp"
+
+using namespace gradcomm;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int gRank = 0;
+
+[[noreturn]] void die(const std::string& m) {
+  if (gRank == 0) std::fprintf(stderr, "gradcomm-stepsim: %s\n", m.c_str());
+  MPI_Finalize();
+  std::exit(2);
+}
+
+struct Layer {
+  std::string name;
+  size_t params;
+};
+
+// ResNet-50 (He et al. 2016, torchvision layout): conv weights (no bias)
+// and BatchNorm weight + bias per conv, bottleneck stages of 3, 4, 6, 3
+// blocks, the final 2048 x 1000 classifier. 161 tensors, 25,557,032 values.
+std::vector<Layer> resnet50() {
+  std::vector<Layer> l;
+  auto conv = [&](const std::string& n, size_t in, size_t out, size_t k) {
+    l.push_back({n + ".weight", in * out * k * k});
+    l.push_back({n + ".bn.weight", out});
+    l.push_back({n + ".bn.bias", out});
+  };
+  conv("conv1", 3, 64, 7);
+  const size_t blocks[4] = {3, 4, 6, 3}, mids[4] = {64, 128, 256, 512};
+  size_t in = 64;
+  for (int s = 0; s < 4; ++s) {
+    const size_t mid = mids[s], out = mid * 4;
+    for (size_t b = 0; b < blocks[s]; ++b) {
+      const std::string n = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
+      conv(n + ".conv1", in, mid, 1);
+      conv(n + ".conv2", mid, mid, 3);
+      conv(n + ".conv3", mid, out, 1);
+      if (b == 0) conv(n + ".downsample", in, out, 1);
+      in = out;
+    }
+  }
+  l.push_back({"fc.weight", 2048 * 1000});
+  l.push_back({"fc.bias", 1000});
+  return l;
+}
+
+// BERT-base (Devlin et al. 2019): vocabulary 30522, hidden 768, 12 layers,
+// 12 heads, intermediate 3072, 512 positions, 2 token types, pooler.
+// 199 tensors, 109,482,240 values.
+std::vector<Layer> bertBase() {
+  const size_t h = 768, ff = 3072;
+  std::vector<Layer> l = {{"embeddings.word", 30522 * h},  {"embeddings.position", 512 * h},
+                          {"embeddings.token_type", 2 * h}, {"embeddings.ln.weight", h},
+                          {"embeddings.ln.bias", h}};
+  for (int i = 0; i < 12; ++i) {
+    const std::string n = "layer" + std::to_string(i);
+    for (const char* m : {".query", ".key", ".value", ".attention.output"}) {
+      l.push_back({n + m + ".weight", h * h});
+      l.push_back({n + m + ".bias", h});
+    }
+    l.push_back({n + ".attention.ln.weight", h});
+    l.push_back({n + ".attention.ln.bias", h});
+    l.push_back({n + ".intermediate.weight", h * ff});
+    l.push_back({n + ".intermediate.bias", ff});
+    l.push_back({n + ".output.weight", ff * h});
+    l.push_back({n + ".output.bias", h});
+    l.push_back({n + ".output.ln.weight", h});
+    l.push_back({n + ".output.ln.bias", h});
+  }
+  l.push_back({"pooler.weight", h * h});
+  l.push_back({"pooler.bias", h});
+  return l;
+}
+
+// "uniform:160x64K": N tensors of the given bytes (float32).
+std::vector<Layer> uniform(const std::string& spec) {
+  auto x = spec.find('x');
+  if (x == std::string::npos) die("--model uniform:NxBYTES, e.g. uniform:160x64K");
+  size_t n = std::strtoull(spec.c_str(), nullptr, 10);
+  std::string b = spec.substr(x + 1);
+  double bytes = std::strtod(b.c_str(), nullptr);
+  if (b.back() == 'K') bytes *= 1024;
+  if (b.back() == 'M') bytes *= 1024 * 1024;
+  std::vector<Layer> l;
+  for (size_t i = 0; i < n; ++i) l.push_back({"t" + std::to_string(i), static_cast<size_t>(bytes / 4)});
+  return l;
+}
+
+struct Args {
+  std::string model = "resnet50";
+  std::string mode = "all";
+  int steps = 6;
+  double computeMs = 200;
+  std::string json;
+  std::string algorithm;
+};
+
+struct Result {
+  std::string mode;
+  double stepMs = 0, computeMs = 0, exposedMs = 0, utilization = 0, commMs = 0;
+};
+
+// Busy work that also writes the gradient: returns when `until` is reached.
+void backwardLayer(float* grad, size_t n, int rank, int step, Clock::time_point until) {
+  const float v = static_cast<float>(rank + 1) * 0.5f + static_cast<float>(step);
+  for (size_t i = 0; i < n; ++i) grad[i] = v;
+  volatile double sink = 0;
+  while (Clock::now() < until) {
+    for (int k = 0; k < 64; ++k) sink = sink + std::sqrt(static_cast<double>(k) + sink);
+  }
+}
+
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+Result run(Communicator& comm, const std::vector<Layer>& layers, const std::string& mode, const Args& a) {
+  const size_t n = layers.size();
+  size_t total = 0;
+  for (const auto& l : layers) total += l.params;
+  std::vector<size_t> offset(n);
+  for (size_t i = 0, o = 0; i < n; ++i) offset[i] = o, o += layers[i].params;
+  // Per-layer compute time, proportional to parameters.
+  std::vector<double> layerMs(n);
+  for (size_t i = 0; i < n; ++i) layerMs[i] = a.computeMs * static_cast<double>(layers[i].params) / total;
+
+  std::vector<float> flat(total, 0.0f);  // noverlap and pertensor gradients
+  std::unique_ptr<Reducer> reducer;
+  if (mode == "reducer") {
+    std::vector<GradientSpec> specs;
+    for (size_t i = 0; i < n; ++i) specs.push_back({layers[i].params, DataType::kFloat32, nullptr});
+    ReducerOptions o;
+    o.gradientAsBucketView = true;
+    o.algorithm = a.algorithm;
+    reducer = std::make_unique<Reducer>(comm, specs, o);
+  }
+  CollectiveOptions co;
+  co.algorithm = a.algorithm;
+  Result r;
+  r.mode = mode;
+  int measured = 0;
+  for (int step = 0; step < a.steps; ++step) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto start = Clock::now();
+    auto until = start;
+    std::vector<Work> works;
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = n - 1 - k;  // backward: last layer first
+      until += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(layerMs[i]));
+      float* g = reducer ? static_cast<float*>(reducer->gradient(i)) : flat.data() + offset[i];
+      backwardLayer(g, layers[i].params, comm.rank(), step, until);
+      if (reducer) reducer->markReady(i);
+      if (mode == "pertensor") {
+        works.push_back(comm.allreduce(g, g, layers[i].params, DataType::kFloat32, ReduceOp::kAvg, co));
+      }
+    }
+    const double computeMs = msSince(start);
+    const auto blocked = Clock::now();
+    double commMs = 0;
+    if (mode == "noverlap") {
+      Work w = comm.allreduce(flat.data(), flat.data(), total, DataType::kFloat32, ReduceOp::kAvg, co);
+      w.wait();
+      commMs = std::chrono::duration<double, std::milli>(w.endTime() - w.startTime()).count();
+    } else if (mode == "pertensor") {
+      for (auto& w : works) {
+        w.wait();
+        commMs += std::chrono::duration<double, std::milli>(w.endTime() - w.startTime()).count();
+      }
+    } else {
+      reducer->finalize();
+      commMs = reducer->lastStepStats().commMs;
+    }
+    const double exposed = msSince(blocked);
+    const double stepMs = msSince(start);
+    // Check one value per step: the average of (rank + 1) * 0.5 + step.
+    const float* g0 = reducer ? static_cast<const float*>(reducer->gradient(0)) : flat.data();
+    const float want = static_cast<float>(comm.size() + 1) * 0.25f + static_cast<float>(step);
+    if (std::fabs(g0[0] - want) > 1e-3f) die("wrong average in mode " + mode);
+    if (step == 0) continue;  // warm-up
+    r.stepMs += stepMs;
+    r.computeMs += computeMs;
+    r.exposedMs += exposed;
+    r.commMs += commMs;
+    ++measured;
+  }
+  // The slowest rank defines the step.
+  double v[4] = {r.stepMs / measured, r.computeMs / measured, r.exposedMs / measured, r.commMs / measured};
+  MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  r.stepMs = v[0];
+  r.computeMs = v[1];
+  r.exposedMs = v[2];
+  r.commMs = v[3];
+  r.utilization = r.computeMs / r.stepMs;
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) die("option " + k + " needs a value");
+      return argv[++i];
+    };
+    if (k == "--model") a.model = next();
+    else if (k == "--mode") a.mode = next();
+    else if (k == "--steps") a.steps = std::atoi(next().c_str());
+    else if (k == "--compute-ms") a.computeMs = std::atof(next().c_str());
+    else if (k == "--json") a.json = next();
+    else if (k == "--algo") a.algorithm = next();
+    else if (k == "-h" || k == "--help") {
+      if (gRank == 0) {
+        std::printf("usage: mpirun -np N gradcomm-stepsim [--model resnet50|bert-base|uniform:NxBYTES]\n"
+                    "         [--mode noverlap|pertensor|reducer|all] [--steps N] [--compute-ms MS]\n"
+                    "         [--algo NAME] [--json FILE]\n");
+      }
+      MPI_Finalize();
+      return 0;
+    } else {
+      die("unknown option '" + k + "' (try --help)");
+    }
+  }
+  if (a.steps < 2) die("--steps must be at least 2 (the first is a warm-up)");
+  if (a.computeMs < 0) die("--compute-ms must not be negative");
+  std::vector<Layer> layers;
+  if (a.model == "resnet50") layers = resnet50();
+  else if (a.model == "bert-base") layers = bertBase();
+  else if (a.model.rfind("uniform:", 0) == 0) layers = uniform(a.model.substr(8));
+  else die("unknown --model '" + a.model + "'; valid: resnet50, bert-base, uniform:NxBYTES");
+  std::vector<std::string> modes;
+  if (a.mode == "all") modes = {"noverlap", "pertensor", "reducer"};
+  else if (a.mode == "noverlap" || a.mode == "pertensor" || a.mode == "reducer") modes = {a.mode};
+  else die("unknown --mode '" + a.mode + "'; valid: noverlap, pertensor, reducer, all");
+
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, gRank, MPI_INFO_NULL, &local);
+  int localRank = 0, size = 1, hosts = 0;
+  MPI_Comm_rank(local, &localRank);
+  MPI_Comm_free(&local);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int leader = localRank == 0;
+  MPI_Allreduce(&leader, &hosts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+
+  size_t params = 0;
+  for (const auto& l : layers) params += l.params;
+  std::vector<Result> results;
+  {
+    Communicator comm = communicatorFromMpi(MPI_COMM_WORLD);
+    if (gRank == 0) {
+      std::printf("# gradcomm-stepsim: %s, %zu gradients, %.1f MB float32, %d ranks on %d host%s, compute %.0f ms/step, "
+                  "%d steps (first is warm-up)\n",
+                  a.model.c_str(), layers.size(), params * 4 / 1e6, size, hosts, hosts == 1 ? "" : "s", a.computeMs,
+                  a.steps);
+      std::printf("# %-10s %10s %11s %13s %11s %11s\n", "mode", "step_ms", "compute_ms", "exposed_ms", "comm_ms",
+                  "utilization");
+      std::fflush(stdout);
+    }
+    for (const auto& m : modes) {
+      Result r = run(comm, layers, m, a);
+      results.push_back(r);
+      if (gRank == 0) {
+        std::printf("  %-10s %10.1f %11.1f %13.1f %11.1f %11.3f\n", m.c_str(), r.stepMs, r.computeMs, r.exposedMs,
+                    r.commMs, r.utilization);
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (gRank == 0 && !a.json.empty()) {
+    std::ofstream f(a.json);
+    f << "{\"model\": \"" << a.model << "\", \"ranks\": " << size << ", \"hosts\": " << hosts
+      << ", \"gradients\": " << layers.size() << ", \"bytes\": " << params * 4 << ", \"results\": [\n";
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      f << "  {\"model\": \"" << a.model << "\", \"mode\": \"" << r.mode << "\", \"ranks\": " << size
+        << ", \"hosts\": " << hosts << ", \"step_ms\": " << r.stepMs << ", \"compute_ms\": " << r.computeMs
+        << ", \"exposed_comm_ms\": " << r.exposedMs << ", \"comm_ms\": " << r.commMs
+        << ", \"utilization\": " << r.utilization << "}" << (i + 1 < results.size() ? "," : "") << "\n";
+    }
+    f << "]}\n";
+  }
+  MPI_Finalize();
+  return 0;
+}
