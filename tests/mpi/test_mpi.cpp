@@ -11,6 +11,7 @@
 
 #include "algorithms/catalog.hpp"
 #include "gradcomm/mpi.hpp"
+#include "gradcomm/reducer.hpp"
 #include "support/collective_check.hpp"
 
 using namespace gradcomm;
@@ -214,5 +215,47 @@ TEST(Mpi, CountsAboveTwoGigabytesWork) {
       bad += work[i] != want;
     }
     EXPECT_EQ(bad, 0u) << algo;
+  }
+}
+
+TEST(Mpi, ReducerAveragesEveryStepWhateverTheReadyOrder) {
+  Options o = testOptions();
+  o.set("BUCKET_CAP", "32K");
+  o.set("FIRST_BUCKET", "8K");
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, o);
+  const std::vector<size_t> sizes = {5000, 3, 12000, 1, 700, 9000, 64};
+  for (bool view : {false, true}) {
+    std::vector<std::vector<double>> grads;
+    std::vector<GradientSpec> specs;
+    for (size_t c : sizes) grads.emplace_back(c, 0.0);
+    for (auto& g : grads) specs.push_back({g.size(), DataType::kFloat64, view ? nullptr : g.data()});
+    ReducerOptions ro;
+    ro.gradientAsBucketView = view;
+    Reducer red(comm, specs, ro);
+    for (int step = 0; step < 3; ++step) {
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        // A different ready order on every rank and step.
+        const size_t g = (k * 3 + static_cast<size_t>(comm.rank() + step)) % sizes.size();
+        double* d = view ? static_cast<double*>(red.gradient(g)) : grads[g].data();
+        for (size_t i = 0; i < sizes[g]; ++i) d[i] = comm.rank() + step + static_cast<double>(i % 5);
+        red.markReady(g);
+      }
+      red.finalize();
+      const double meanRank = (comm.size() - 1) / 2.0;
+      for (size_t g = 0; g < sizes.size(); ++g) {
+        const double* d = view ? static_cast<const double*>(red.gradient(g)) : grads[g].data();
+        for (size_t i = 0; i < sizes[g]; ++i) ASSERT_DOUBLE_EQ(d[i], meanRank + step + static_cast<double>(i % 5));
+      }
+    }
+    // Every rank adopted rank 0's layout.
+    std::vector<int64_t> first(sizes.size(), -1), all(sizes.size() * static_cast<size_t>(comm.size()));
+    auto b = red.buckets();
+    for (size_t k = 0; k < b.size(); ++k) {
+      for (size_t g : b[k]) first[g] = static_cast<int64_t>(k);
+    }
+    comm.allgather(first.data(), all.data(), first.size(), DataType::kInt64).wait();
+    for (int r = 0; r < comm.size(); ++r) {
+      for (size_t g = 0; g < sizes.size(); ++g) EXPECT_EQ(all[static_cast<size_t>(r) * sizes.size() + g], first[g]);
+    }
   }
 }
