@@ -9,6 +9,11 @@
 // data path. Rounds pipeline: a rank stages round k+1 while peers still
 // reduce round k. A rank reuses a buffer only after every peer has
 // published that it finished reading the round that last used it.
+//
+// Small messages (one round, at most kDirectMaxBytes) take a shorter path
+// with one synchronisation instead of two: every rank stages its whole
+// input and reduces the whole vector itself, in rank order, so every rank
+// still computes identical bits.
 #include <unistd.h>
 
 #include <cstring>
@@ -38,9 +43,11 @@ class ShmAllreduceSchedule final : public Schedule {
     }
     in_ = static_cast<const char*>(call.input);
     out_ = static_cast<char*>(call.output);
+    direct_ = rounds_ == 1 && call.count * elem_ <= kDirectMaxBytes;
   }
 
   bool advance() override {
+    if (direct_) return advanceDirect();
     bool moved = false;
     for (bool any = true; any && !done();) {
       any = tryGather() || tryReduce() || tryStage();
@@ -127,13 +134,7 @@ class ShmAllreduceSchedule final : public Schedule {
       if (q == me_) continue;
       const ShmRankBlock& blk = g_.block(q);
       if (blk.ready[b].load(std::memory_order_acquire) < rid) return stall(q, "stage its data");
-      if (blk.fingerprint[b] != ctx_.tag.fingerprint) {
-        throw MismatchError("rank " + std::to_string(ctx_.transport->rank()) + ": shared-memory allreduce #" +
-                            std::to_string(ctx_.tag.seq) + " does not match the call of rank " +
-                            std::to_string(g_.ranks()[static_cast<size_t>(q)]) +
-                            " (a different collective, data type, op, count or algorithm): every rank must issue "
-                            "the same collectives in the same order");
-      }
+      if (blk.fingerprint[b] != ctx_.tag.fingerprint) throwMismatch(q);
     }
     const size_t begin = roundBegin(k);
     const Slice own = slice(k, me_);
@@ -192,6 +193,53 @@ class ShmAllreduceSchedule final : public Schedule {
     return moved;
   }
 
+  static constexpr size_t kDirectMaxBytes = 16 * 1024;
+
+  // Small messages: stage everything, then reduce everything.
+  bool advanceDirect() {
+    bool moved = false;
+    const int b = buf(0);
+    const uint64_t rid = id(0);
+    if (stageNext_ == 0) {
+      if (rid > 2) {
+        for (int q = 0; q < p_; ++q) {
+          if (q != me_ && g_.block(q).consumed.load(std::memory_order_acquire) < rid - 2) {
+            return stall(q, "finish reading an earlier round");
+          }
+        }
+      }
+      if (call_.count) std::memcpy(g_.buffer(me_, b), in_, call_.count * elem_);
+      ShmRankBlock& blk = g_.block(me_);
+      blk.fingerprint[b] = ctx_.tag.fingerprint;
+      blk.ready[b].store(rid, std::memory_order_release);
+      stageNext_ = 1;
+      moved = true;
+    }
+    for (int q = 0; q < p_; ++q) {
+      if (q == me_) continue;
+      const ShmRankBlock& blk = g_.block(q);
+      if (blk.ready[b].load(std::memory_order_acquire) < rid) return stall(q, "stage its data") || moved;
+      if (blk.fingerprint[b] != ctx_.tag.fingerprint) throwMismatch(q);
+    }
+    if (call_.count) {
+      // Our own operand comes from our staged copy: in place, `out` is `in`.
+      ctx_.reduce(out_, g_.buffer(0, b), g_.buffer(1, b), call_.count);
+      for (int q = 2; q < p_; ++q) ctx_.reduce(out_, out_, g_.buffer(q, b), call_.count);
+      if (call_.op == ReduceOp::kAvg) ctx_.divide(out_, call_.count, static_cast<double>(p_));
+    }
+    g_.block(me_).consumed.store(rid, std::memory_order_release);
+    reduceNext_ = gatherNext_ = 1;
+    return true;
+  }
+
+  [[noreturn]] void throwMismatch(int q) const {
+    throw MismatchError("rank " + std::to_string(ctx_.transport->rank()) + ": shared-memory allreduce #" +
+                        std::to_string(ctx_.tag.seq) + " does not match the call of rank " +
+                        std::to_string(g_.ranks()[static_cast<size_t>(q)]) +
+                        " (a different collective, data type, op, count or algorithm): every rank must issue "
+                        "the same collectives in the same order");
+  }
+
   CollectiveCall call_;
   RunContext ctx_;
   ShmGroup& g_;
@@ -207,6 +255,7 @@ class ShmAllreduceSchedule final : public Schedule {
   size_t stageNext_ = 0, reduceNext_ = 0, gatherNext_ = 0;
   uint64_t gathered_ = 0;  // peers gathered in the current round (bit q % 64)
   int gatheredCount_ = 0;
+  bool direct_ = false;
   int stalledOn_ = -1;
   const char* stalledFor_ = "";
 };

@@ -1,6 +1,7 @@
 #include "core/progress_engine.hpp"
 
 #include <immintrin.h>
+#include <sys/prctl.h>
 
 #include <cstdio>
 
@@ -25,12 +26,12 @@ void Backoff::idle() {
     _mm_pause();
     return;
   }
-  if (idle_ <= spins_ + 16) {
+  if (idle_ <= spins_ + yields_) {
     std::this_thread::yield();
     return;
   }
   // 1us, 2us, 4us, ... up to the cap.
-  int doublings = std::min(idle_ - spins_ - 16, 30);
+  int doublings = std::min(idle_ - spins_ - yields_, 30);
   auto sleep = std::chrono::nanoseconds(1000LL << std::min(doublings, 20));
   if (sleep > maxSleep_) sleep = maxSleep_;
   std::this_thread::sleep_for(sleep);
@@ -67,6 +68,7 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op) {
 }
 
 void ProgressEngine::throwIfFailed() const {
+  if (!failedFlag_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(queueMu_);
   if (failed_) rethrowAs(failCode_, "communicator is unusable after an earlier failure: " + failReason_);
 }
@@ -76,6 +78,7 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
     std::lock_guard<std::mutex> lock(queueMu_);
     if (failed_) return;
     failed_ = true;
+    failedFlag_.store(true);
     failCode_ = code;
     failReason_ = reason;
   }
@@ -126,6 +129,7 @@ void ProgressEngine::failActive(std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(queueMu_);
     if (!failed_) {
       failed_ = true;
+      failedFlag_.store(true);
       failCode_ = code;
       failReason_ = reason;
     }
@@ -153,9 +157,13 @@ bool ProgressEngine::drive() {
       active_->ctx.workspace = &workspace_;
       if (listener_) listener_(*active_, true);
       // A peer that failed earlier may have left messages that would let
-      // this operation "complete" with stale data: look for its notice first.
-      if (auto remote = transport_->pollAbort()) {
-        throw RemoteError(active_->describe() + " cannot run because " + *remote);
+      // this operation "complete" with stale data: look for its notice first
+      // (at most every 50 us: back-to-back small calls need not pay for it).
+      if (now - lastAbortPoll_ >= std::chrono::microseconds(50)) {
+        lastAbortPoll_ = now;
+        if (auto remote = transport_->pollAbort()) {
+          throw RemoteError(active_->describe() + " cannot run because " + *remote);
+        }
       }
       transport::Tag announced;
       announced.seq = active_->seq;
@@ -225,30 +233,40 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
 }
 
 bool ProgressEngine::waitFor(OperationState& op, Clock::time_point deadline) {
-  Backoff backoff(settings_.pollSpins, settings_.pollMaxSleep);
+  // A waiting caller has nothing else to do: it drives progress itself and
+  // yields for a while (a few milliseconds on a free core) before it sleeps,
+  // since a sleep costs the kernel's timer slack (50 us by default) on top
+  // of the latency. While anyone waits, the background thread stands aside.
+  struct Waiting {
+    std::atomic<int>& n;
+    explicit Waiting(std::atomic<int>& c) : n(c) { ++n; }
+    ~Waiting() { --n; }
+  } waiting(waiters_);
+  Backoff backoff(settings_.pollSpins, 10000, settings_.pollMaxSleep);
   while (!op.finished()) {
     if (Clock::now() >= deadline) return false;
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
-    if (drive.owns_lock()) {
-      bool moved = this->drive();
-      drive.unlock();
-      if (moved) {
-        backoff.reset();
-      } else {
-        backoff.idle();
-      }
+    if (!drive.owns_lock()) {
+      // Another thread is in the middle of a step; it lets go shortly.
+      backoff.idle();
       continue;
     }
-    // The background thread is driving: sleep until it finishes `op`.
-    std::unique_lock<std::mutex> lock(op.mu);
-    op.cv.wait_until(lock, std::min(deadline, Clock::now() + std::chrono::milliseconds(1)),
-                     [&] { return op.finished(); });
+    bool moved = this->drive();
+    drive.unlock();
+    if (moved) {
+      backoff.reset();
+    } else {
+      backoff.idle();
+    }
   }
   return true;
 }
 
 void ProgressEngine::threadMain() {
-  Backoff backoff(settings_.pollSpins, settings_.pollMaxSleep);
+  // Short sleeps must be short: the default timer slack would stretch a
+  // 1 us back-off sleep to about 50 us. Affects this thread only.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+  Backoff backoff(settings_.pollSpins, 16, settings_.pollMaxSleep);
   auto idleSince = Clock::now();
   while (!stop_.load()) {
     if (!busy_.load()) {
@@ -265,9 +283,14 @@ void ProgressEngine::threadMain() {
       backoff.reset();
       continue;
     }
+    if (waiters_.load() > 0) {
+      // A waiting caller drives; look again shortly.
+      backoff.idle();
+      idleSince = Clock::now();
+      continue;
+    }
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
     if (!drive.owns_lock()) {
-      // A waiting caller drives; look again shortly.
       backoff.idle();
       continue;
     }
@@ -301,6 +324,7 @@ void ProgressEngine::shutdown(const std::string& reason) {
       pending = active_ != nullptr || !queue_.empty();
       if (!failed_) {
         failed_ = true;
+        failedFlag_.store(true);
         failCode_ = ErrorCode::kInvalidUsage;
         failReason_ = reason;
       }

@@ -29,12 +29,17 @@ struct EngineSettings {
 /// not steal the core the computation needs.
 class Backoff {
  public:
-  Backoff(int spins, std::chrono::nanoseconds maxSleep) : spins_(spins), maxSleep_(maxSleep) {}
+  /// `yields`: how many sched_yield()s come between spinning and sleeping. A
+  /// yield returns at once when the core is free and hands the core over
+  /// when another thread (a peer rank on an oversubscribed host) needs it.
+  Backoff(int spins, int yields, std::chrono::nanoseconds maxSleep)
+      : spins_(spins), yields_(yields), maxSleep_(maxSleep) {}
   void reset() { idle_ = 0; }
   void idle();
 
  private:
   int spins_;
+  int yields_;
   std::chrono::nanoseconds maxSleep_;
   int idle_ = 0;
 };
@@ -87,17 +92,20 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::condition_variable queueCv_;
   std::deque<std::shared_ptr<detail::OperationState>> queue_;
   bool failed_ = false;
+  std::atomic<bool> failedFlag_{false};  // mirrors failed_ for a lock-free check
   ErrorCode failCode_ = ErrorCode::kInternal;
   std::string failReason_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> busy_{false};     // an operation is active or queued
   std::atomic<bool> blocked_{false};  // the thread sleeps on queueCv_ (set under queueMu_)
+  std::atomic<int> waiters_{0};       // callers inside waitFor(): they drive, the thread stands aside
 
   std::mutex driveMu_;
   std::shared_ptr<detail::OperationState> active_;   // guarded by driveMu_
   detail::Clock::time_point lastProgress_{};          // guarded by driveMu_
   detail::Clock::time_point lastHealthCheck_{};       // guarded by driveMu_
   detail::Clock::time_point lastProbe_{};             // guarded by driveMu_
+  detail::Clock::time_point lastAbortPoll_{};         // guarded by driveMu_
 
   std::thread thread_;
 };
