@@ -63,6 +63,10 @@ class Algorithm {
     return {};
   }
   virtual SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const = 0;
+  /// unsupportedReason(...).empty(), without building a message (hot path).
+  virtual bool canRun(const CollectiveCall& call, const transport::Transport& t) const {
+    return unsupportedReason(call, t).empty();
+  }
 };
 
 /// Algorithms written in the plan vocabulary: a pure planner plus the

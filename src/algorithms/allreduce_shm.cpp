@@ -277,10 +277,15 @@ class ShmAllreduce final : public Algorithm {
     if (g->bufferBytes() / static_cast<size_t>(g->localSize()) < 8) return "its chunk is smaller than one element";
     return {};
   }
+  bool canRun(const CollectiveCall&, const transport::Transport& t) const override {
+    const ShmGroup* g = const_cast<transport::Transport&>(t).sharedMemory();
+    return g && t.size() >= 2 && g->localSize() == t.size() && g->localSize() <= 64 &&
+           g->bufferBytes() / static_cast<size_t>(g->localSize()) >= 8;
+  }
   SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
     ShmGroup* g = ctx.transport->sharedMemory();
     if (!g) throw UnsupportedError("shared-memory allreduce without shared memory");
-    return std::make_unique<ShmAllreduceSchedule>(call, ctx, *g);
+    return makeSchedule<ShmAllreduceSchedule>(ctx.workspace, call, ctx, *g);
   }
 };
 

@@ -112,7 +112,7 @@ class Native final : public Algorithm {
         stages.push_back([nat] { return nat->barrier(); });
         break;
     }
-    return std::make_unique<StagedSchedule>(std::move(stages), std::move(finish), toString(call.collective));
+    return makeSchedule<StagedSchedule>(nullptr, std::move(stages), std::move(finish), toString(call.collective));
   }
 
  private:

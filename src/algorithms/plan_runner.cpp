@@ -172,7 +172,7 @@ SchedulePtr PlannedAlgorithm::schedule(const CollectiveCall& call, RunContext ct
     compiled = CompiledPlan::compile(empty ? emptyPlan(rank, size) : plan(call, rank, size, ctx.tuning));
     ctx.workspace->storePlan(key, compiled);
   }
-  return std::make_unique<PlanRunner>(std::move(compiled), call, ctx);
+  return makeSchedule<PlanRunner>(ctx.workspace, std::move(compiled), call, ctx);
 }
 
 Plan emptyPlan(int rank, int size) {

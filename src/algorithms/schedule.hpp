@@ -22,6 +22,44 @@ class Schedule {
   virtual void healthCheck() {}
 };
 
-using SchedulePtr = std::unique_ptr<Schedule>;
+class Workspace;
+
+/// Destroys a schedule and gives its memory back to the workspace it came
+/// from (or to the heap).
+struct ScheduleDeleter {
+  Workspace* pool = nullptr;
+  void operator()(Schedule* s) const;
+};
+using SchedulePtr = std::unique_ptr<Schedule, ScheduleDeleter>;
+
+/// Constructs a T in memory recycled by `pool` (schedules are created per
+/// operation; this keeps a stream of small operations off the allocator).
+template <typename T, typename... Args>
+SchedulePtr makeSchedule(Workspace* pool, Args&&... args);
+
+}  // namespace gradcomm::algorithms
+
+#include "algorithms/workspace.hpp"
+
+namespace gradcomm::algorithms {
+
+template <typename T, typename... Args>
+SchedulePtr makeSchedule(Workspace* pool, Args&&... args) {
+  void* mem = pool ? pool->acquireBlock(sizeof(T)) : ::operator new(sizeof(T));
+  if (!mem) mem = ::operator new(sizeof(T));  // too large for a block
+  const bool pooled = pool && pool->ownsBlock(mem);
+  try {
+    return SchedulePtr(new (mem) T(std::forward<Args>(args)...), ScheduleDeleter{pooled ? pool : nullptr});
+  } catch (...) {
+    if (pooled) pool->releaseBlock(mem); else ::operator delete(mem);
+    throw;
+  }
+}
+
+inline void ScheduleDeleter::operator()(Schedule* s) const {
+  if (!s) return;
+  s->~Schedule();
+  if (pool) pool->releaseBlock(s); else ::operator delete(s);
+}
 
 }  // namespace gradcomm::algorithms

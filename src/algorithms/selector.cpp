@@ -93,7 +93,7 @@ const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport
     case Collective::kAllreduce: {
       const size_t bytes = callBytes(call, t.size());
       // All ranks on one host: shared memory beats point-to-point at every size.
-      if (shmAllreduce().unsupportedReason(call, t).empty()) return shmAllreduce();
+      if (shmAllreduce().canRun(call, t)) return shmAllreduce();
       if (bytes <= default_.smallMessageBytes) return recursiveDoublingAllreduce();
       if (bytes <= default_.treeMaxBytes) return treeAllreduce();
       return ringAllreduce();
@@ -115,8 +115,8 @@ Selector::Choice Selector::select(const CollectiveCall& call, const transport::T
       throw InvalidArgument("unknown " + std::string(toString(call.collective)) + " algorithm '" + forced +
                             "'; valid: " + algorithmNames(call.collective));
     }
-    std::string why = a->unsupportedReason(call, t);
-    if (why.empty()) return {a, {}};
+    if (a->canRun(call, t)) return {a, {}};
+    const std::string why = a->unsupportedReason(call, t);
     const Algorithm& d = byDefault(call, t);
     return {&d, "algorithm '" + forced + "' cannot run this call (" + why + "); using '" + d.name() + "'"};
   }
@@ -126,8 +126,8 @@ Selector::Choice Selector::select(const CollectiveCall& call, const transport::T
     if (bytes < r.lo || bytes >= r.hi) continue;
     const Algorithm* a = findAlgorithm(call.collective, r.name);
     if (!a) continue;  // a bare name that this collective lacks
-    std::string why = a->unsupportedReason(call, t);
-    if (why.empty()) return {a, {}};
+    if (a->canRun(call, t)) return {a, {}};
+    const std::string why = a->unsupportedReason(call, t);
     const Algorithm& d = byDefault(call, t);
     return {&d, "GRADCOMM_ALGO chose '" + r.name + "' but it cannot run this call (" + why + "); using '" +
                     d.name() + "'"};

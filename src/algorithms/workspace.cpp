@@ -27,7 +27,31 @@ std::shared_ptr<const CompiledPlan> CompiledPlan::compile(Plan plan) {
   return c;
 }
 
-Workspace::~Workspace() { std::free(scratch_); }
+Workspace::~Workspace() {
+  std::free(scratch_);
+  for (void* b : allBlocks_) ::operator delete(b, std::align_val_t(64));
+}
+
+void* Workspace::acquireBlock(size_t bytes) {
+  if (bytes > kBlockBytes) return nullptr;
+  if (freeBlocks_.empty()) {
+    void* b = ::operator new(kBlockBytes, std::align_val_t(64));
+    allBlocks_.push_back(b);
+    return b;
+  }
+  void* b = freeBlocks_.back();
+  freeBlocks_.pop_back();
+  return b;
+}
+
+void Workspace::releaseBlock(void* block) { freeBlocks_.push_back(block); }
+
+bool Workspace::ownsBlock(void* block) const {
+  for (void* b : allBlocks_) {
+    if (b == block) return true;
+  }
+  return false;
+}
 
 char* Workspace::scratch(size_t bytes) {
   if (bytes <= scratchSize_) return scratch_;

@@ -76,11 +76,20 @@ class Workspace {
   std::unique_ptr<RunnerBuffers> takeBuffers();
   void giveBack(std::unique_ptr<RunnerBuffers> b);
 
+  /// Memory for one schedule object: a recycled block of kBlockBytes, or
+  /// null when `bytes` does not fit one.
+  static constexpr size_t kBlockBytes = 1024;
+  void* acquireBlock(size_t bytes);
+  void releaseBlock(void* block);
+  bool ownsBlock(void* block) const;
+
  private:
   char* scratch_ = nullptr;
   size_t scratchSize_ = 0;
   std::unordered_map<PlanKey, std::shared_ptr<const CompiledPlan>, PlanKeyHash> plans_;
   std::vector<std::unique_ptr<RunnerBuffers>> freeBuffers_;
+  std::vector<void*> freeBlocks_;
+  std::vector<void*> allBlocks_;
 };
 
 }  // namespace gradcomm::algorithms
