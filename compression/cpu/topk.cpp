@@ -1,0 +1,243 @@
+#include "compression/cpu/topk.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "compression/cpu/kernel_table.hpp"
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::compression {
+namespace {
+
+using detail::ScanSource;
+
+constexpr size_t kVectorSlack = 16;  // the widest vector append writes this far past the count
+constexpr size_t kMinHeadroom = 1024;
+
+inline uint32_t keyOf(float t) {
+  uint32_t u;
+  std::memcpy(&u, &t, sizeof u);
+  return u & 0x7FFFFFFFu;
+}
+
+uint64_t splitMix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Reused between calls: the sample and the compaction need O(sample + k)
+// keys, and a fresh allocation of that size costs page faults every step.
+std::vector<uint32_t>& scratchKeys() {
+  thread_local std::vector<uint32_t> keys;
+  return keys;
+}
+
+// Cuts idx/val[0, count) to its top k (ties to the lower index, which is
+// the earlier entry: entries are in index order) and keeps the order.
+// Returns the magnitude key of the k-th entry.
+template <typename IndexT>
+uint32_t keepTopK(IndexT* idx, float* val, size_t& count, size_t k) {
+  std::vector<uint32_t>& keys = scratchKeys();
+  keys.resize(count);
+  for (size_t i = 0; i < count; ++i) keys[i] = keyOf(val[i]);
+  std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(k - 1), keys.end(),
+                   std::greater<uint32_t>());
+  const uint32_t kth = keys[k - 1];
+  size_t above = 0;
+  for (size_t i = 0; i < count; ++i) above += keyOf(val[i]) > kth ? 1 : 0;
+  size_t ties = k - above;
+  size_t out = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const uint32_t key = keyOf(val[i]);
+    if (key > kth || (key == kth && ties > 0)) {
+      if (key == kth) --ties;
+      idx[out] = idx[i];
+      val[out] = val[i];
+      ++out;
+    }
+  }
+  count = out;
+  return kth;
+}
+
+// A magnitude key such that, with ~4 standard deviations of margin, at
+// least `low` of the n elements have a key >= it. Strata of equal length
+// with one random element each give an unbiased sample in address order.
+// If j sampled keys are >= the threshold, about j*n/m elements are, with a
+// standard deviation of about sqrt(j)*n/m; (j - 4 sqrt(j)) * n/m >= low
+// gives sqrt(j) = 2 + sqrt(4 + low*m/n).
+uint32_t sampleThreshold(const float* a, const float* b, size_t n, size_t m, size_t low, uint64_t seed) {
+  const double expected = static_cast<double>(low) * static_cast<double>(m) / static_cast<double>(n);
+  const double root = 2.0 + std::sqrt(4.0 + expected);
+  const double jReal = std::ceil(root * root);
+  if (jReal >= static_cast<double>(m)) return 0;
+  const size_t j = static_cast<size_t>(jReal);
+  std::vector<uint32_t>& keys = scratchKeys();
+  keys.resize(m);
+  const size_t q = n / m, rem = n % m;
+  uint64_t state = seed ^ 0x6A09E667F3BCC909ull;
+  for (size_t s = 0; s < m; ++s) {
+    const size_t begin = s * q + (s < rem ? s : rem);
+    const size_t len = q + (s < rem ? 1 : 0);
+    const size_t pos = begin + static_cast<size_t>(splitMix64(state) % len);
+    keys[s] = keyOf(b ? a[pos] + b[pos] : a[pos]);
+  }
+  std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(j - 1), keys.end(),
+                   std::greater<uint32_t>());
+  return keys[j - 1];
+}
+
+template <typename IndexT>
+struct Filter;
+template <>
+struct Filter<uint32_t> {
+  static detail::Filter32Fn get(const detail::KernelTable& t) { return t.filter32; }
+};
+template <>
+struct Filter<uint64_t> {
+  static detail::Filter64Fn get(const detail::KernelTable& t) { return t.filter64; }
+};
+
+// One filter pass from `lo` up, compacting to the running top-k whenever the
+// buffer fills; each compaction raises the threshold to just above the k-th.
+template <typename IndexT>
+void scan(const detail::KernelTable& table, const ScanSource& src, size_t n, uint32_t lo, size_t k, IndexT* idx,
+          float* val, size_t& count, size_t capacity, TopKStats& stats) {
+  const auto filter = Filter<IndexT>::get(table);
+  size_t i = 0;
+  while (true) {
+    i = filter(src, i, n, lo, idx, val, &count, capacity);
+    if (i >= n) break;
+    // capacity >= k + kVectorSlack + kMinHeadroom, so this always frees room.
+    lo = keepTopK(idx, val, count, k) + 1;
+    ++stats.compactions;
+  }
+  ++stats.dataPasses;
+  stats.candidates = count;
+}
+
+}  // namespace
+
+size_t topkScratchCapacity(size_t n, size_t k) {
+  if (k >= n) return n;
+  return k + std::max(k, kMinHeadroom) + kVectorSlack;
+}
+
+template <typename IndexT>
+size_t selectTopK(const float* in, float* residual, size_t n, const TopKOptions& options, IndexT* idx, float* val,
+                  size_t capacity, TopKStats* statsOut) {
+  TopKStats stats;
+  if (n == 0) {
+    if (statsOut) *statsOut = stats;
+    return 0;
+  }
+  if (!in || !idx || !val) throw InvalidArgument("top-k: null buffer for " + std::to_string(n) + " elements");
+  if (std::is_same<IndexT, uint32_t>::value && needsWideIndices(n)) {
+    throw InvalidArgument("top-k: " + std::to_string(n) + " elements need 64-bit indices; use uint64_t");
+  }
+  if (options.k == 0) throw InvalidArgument("top-k: k is 0; select at least one element (Spec::topkCount)");
+  if (residual && in < residual + n && residual < in + n) {
+    throw InvalidArgument("top-k: the input and the residual overlap; keep the residual in its own buffer");
+  }
+  const size_t k = std::min(options.k, n);
+  if (capacity < topkScratchCapacity(n, k)) {
+    throw InvalidArgument("top-k: output buffers hold " + std::to_string(capacity) + " entries but " +
+                          std::to_string(topkScratchCapacity(n, k)) + " are needed (topkScratchCapacity)");
+  }
+
+  if (k == n) {  // everything is sent
+    for (size_t i = 0; i < n; ++i) {
+      idx[i] = static_cast<IndexT>(i);
+      val[i] = residual ? in[i] + residual[i] : in[i];
+    }
+    if (residual) std::fill(residual, residual + n, 0.0f);
+    stats.dataPasses = 1;
+    stats.candidates = n;
+    if (statsOut) *statsOut = stats;
+    return n;
+  }
+
+  const detail::KernelTable& table = detail::kernelTable(options.isa);
+  const ScanSource first{in, residual, residual};          // folds the residual in on the way
+  const ScanSource folded{residual ? residual : in, nullptr, nullptr};  // t, once folded
+  const size_t low = k - k / 10, high = k + k / 10;
+  size_t count = 0;
+  bool done = false;
+
+  if (options.approximate && options.sampleSize > 0 && n / 4 > options.sampleSize) {
+    stats.sampled = true;
+    const uint32_t lo = sampleThreshold(in, residual, n, options.sampleSize, low, options.seed);
+    scan(table, first, n, lo, k, idx, val, count, capacity, stats);
+    if (count >= low) {
+      if (count > high) keepTopK(idx, val, count, k);
+      done = true;
+    } else {
+      stats.fellBack = true;
+      count = 0;
+    }
+  }
+
+  if (!done) {
+    size_t hist[detail::kHistogramBuckets] = {};
+    table.histogram(stats.dataPasses == 0 ? first : folded, n, hist);
+    ++stats.dataPasses;
+    size_t bucket = detail::kHistogramBuckets, above = 0;
+    while (bucket > 0 && above < k) above += hist[--bucket];
+    const uint32_t lo = static_cast<uint32_t>(bucket) << detail::kHistogramShift;
+    scan(table, folded, n, lo, k, idx, val, count, capacity, stats);
+    if (count < k) {
+      throw InternalError("top-k: the filter pass kept " + std::to_string(count) + " of the " +
+                          std::to_string(above) + " elements its histogram counted (k = " + std::to_string(k) +
+                          "); was the input modified concurrently?");
+    }
+    if (count > k) keepTopK(idx, val, count, k);
+  }
+
+  if (residual) {
+    for (size_t i = 0; i < count; ++i) residual[idx[i]] = 0.0f;
+  }
+  if (statsOut) *statsOut = stats;
+  return count;
+}
+
+template size_t selectTopK<uint32_t>(const float*, float*, size_t, const TopKOptions&, uint32_t*, float*, size_t,
+                                     TopKStats*);
+template size_t selectTopK<uint64_t>(const float*, float*, size_t, const TopKOptions&, uint64_t*, float*, size_t,
+                                     TopKStats*);
+
+void topk(const float* in, float* residual, size_t n, const TopKOptions& options, SparseTensor& out,
+          TopKStats* stats) {
+  out.denseCount = n;
+  const size_t capacity = topkScratchCapacity(n, std::min(options.k, n));
+  out.values.resize(capacity);
+  size_t count = 0;
+  try {
+    if (needsWideIndices(n)) {
+      out.indices32.clear();
+      out.indices64.resize(capacity);
+      count = selectTopK(in, residual, n, options, out.indices64.data(), out.values.data(), capacity, stats);
+      out.indices64.resize(count);
+    } else {
+      out.indices64.clear();
+      out.indices32.resize(capacity);
+      count = selectTopK(in, residual, n, options, out.indices32.data(), out.values.data(), capacity, stats);
+      out.indices32.resize(count);
+    }
+  } catch (...) {
+    // Leave a consistent, empty tensor rather than buffers of scratch.
+    out.indices32.clear();
+    out.indices64.clear();
+    out.values.clear();
+    throw;
+  }
+  out.values.resize(count);
+}
+
+}  // namespace gradcomm::compression
