@@ -21,37 +21,23 @@
 
 #include "compression/cuda/compression_cuda.hpp"
 #include "compression/cuda/cuda_check.cuh"
+#include "compression/cuda/radix_select.hpp"
 #include "compression/sparse_tensor.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::compression::cuda {
 namespace {
 
-constexpr int kBuckets = 2048;
+using detail::Digit;
+using detail::SelectState;
+
+constexpr int kBuckets = detail::kRadixBuckets;
 constexpr int kHistThreads = 256;
 constexpr int kThreads = 256;
 constexpr int kItems = 16;
 constexpr int kTile = kThreads * kItems;
 constexpr int kScanThreads = 1024;
-constexpr unsigned long long kAllTies = ~0ull;
 constexpr size_t kAlign = 256;
-
-struct Digit {
-  int shift;
-  int bits;
-};
-constexpr Digit kDigits[3] = {{20, 11}, {9, 11}, {0, 9}};
-
-struct SelectState {
-  uint32_t prefix;
-  uint32_t prefixMask;
-  uint32_t threshold;
-  uint32_t done;
-  unsigned long long remaining;  // elements still to find inside the prefix
-  unsigned long long above;      // elements whose key is above the prefix range
-  unsigned long long ties;       // elements with key == threshold to take, lowest index first
-  unsigned long long total;      // elements selected
-};
 
 struct Workspace {
   SelectState* state;
@@ -86,27 +72,7 @@ Workspace carve(void* base, size_t n) {
 
 __device__ inline uint32_t keyOf(float t) { return __float_as_uint(t) & 0x7FFFFFFFu; }
 
-__device__ inline void selectAtLeast(SelectState* s, uint32_t lower) {
-  // key >= lower, written as key > lower - 1 (or everything from key 0).
-  if (lower == 0) {
-    s->threshold = 0;
-    s->ties = kAllTies;
-  } else {
-    s->threshold = lower - 1;
-    s->ties = 0;
-  }
-}
-
-__global__ void initKernel(SelectState* s, unsigned long long k, int all) {
-  s->prefix = 0;
-  s->prefixMask = 0;
-  s->above = 0;
-  s->remaining = k;
-  s->done = all;
-  s->threshold = 0;
-  s->ties = all ? kAllTies : 0;
-  s->total = all ? k : 0;
-}
+__global__ void initKernel(SelectState* s, unsigned long long k, int all) { detail::initSelect(*s, k, all != 0); }
 
 // Histogram of one digit of the keys that match the prefix. With kFold the
 // residual is folded in (t = in + residual, stored back): pass 0 only.
@@ -118,7 +84,7 @@ __global__ void histogramKernel(const float* __restrict__ a, float* __restrict__
   __shared__ unsigned local[kBuckets];
   for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) local[b] = 0;
   __syncthreads();
-  const uint32_t prefix = s->prefix, mask = s->prefixMask;
+  const SelectState state = *s;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     float t = a[i];
@@ -127,7 +93,7 @@ __global__ void histogramKernel(const float* __restrict__ a, float* __restrict__
       residual[i] = t;
     }
     const uint32_t key = keyOf(t);
-    if ((key & mask) == prefix) atomicAdd(&local[(key >> shift) & digitMask], 1u);
+    if (detail::inPrefix(state, key)) atomicAdd(&local[(key >> shift) & digitMask], 1u);
   }
   __syncthreads();
   for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) {
@@ -142,47 +108,9 @@ __global__ void foldKernel(const float* __restrict__ in, float* __restrict__ res
   }
 }
 
-// One thread: the bucket of the remaining-th largest key, then either a
-// final rule or a longer prefix for the next pass.
-__global__ void selectKernel(SelectState* s, const unsigned long long* hist, int shift, int bits, int last,
-                             int approximate, unsigned long long low, unsigned long long high) {
-  if (threadIdx.x != 0 || blockIdx.x != 0 || s->done) return;
-  const int buckets = 1 << bits;
-  unsigned long long cum = 0;
-  int b = buckets - 1;
-  for (; b > 0; --b) {
-    if (cum + hist[b] >= s->remaining) break;
-    cum += hist[b];
-  }
-  const unsigned long long inBucket = hist[b];
-  const unsigned long long above = s->above + cum;
-  const unsigned long long need = s->remaining - cum;
-  const uint32_t lower = s->prefix | (static_cast<uint32_t>(b) << shift);
-  const uint32_t upper = lower | ((1u << shift) - 1u);
-  if (need == inBucket) {  // the whole bucket is in
-    selectAtLeast(s, lower);
-    s->total = above + inBucket;
-    s->done = 1;
-  } else if (last) {  // shift 0: the bucket is one key
-    s->threshold = lower;
-    s->ties = need;
-    s->total = above + need;
-    s->done = 1;
-  } else if (approximate && above + inBucket <= high) {
-    selectAtLeast(s, lower);
-    s->total = above + inBucket;
-    s->done = 1;
-  } else if (approximate && above >= low) {
-    s->threshold = upper;
-    s->ties = 0;
-    s->total = above;
-    s->done = 1;
-  } else {
-    s->prefix = lower;
-    s->prefixMask |= static_cast<uint32_t>(buckets - 1) << shift;
-    s->above = above;
-    s->remaining = need;
-  }
+__global__ void selectKernel(SelectState* s, const unsigned long long* hist, int pass, unsigned long long low,
+                             unsigned long long high, int approximate) {
+  detail::selectStep(*s, hist, detail::radixDigit(pass), pass == 2, approximate != 0, low, high);
 }
 
 __global__ void tileCountKernel(const float* __restrict__ t, size_t n, const SelectState* __restrict__ s,
@@ -347,7 +275,7 @@ void topk(const float* in, float* residual, size_t n, size_t k, bool approximate
   initKernel<<<1, 1, 0, s>>>(w.state, k, k == n ? 1 : 0);
   const unsigned histGrid = detail::gridFor(n, kHistThreads * 8, 4096);
   for (int pass = 0; pass < 3; ++pass) {
-    const Digit d = kDigits[pass];
+    const Digit d = detail::radixDigit(pass);
     unsigned long long* hist = w.hist + pass * kBuckets;
     const uint32_t digitMask = (1u << d.bits) - 1u;
     if (pass == 0 && residual) {
@@ -355,7 +283,7 @@ void topk(const float* in, float* residual, size_t n, size_t k, bool approximate
     } else {
       histogramKernel<false><<<histGrid, kHistThreads, 0, s>>>(t, nullptr, n, w.state, d.shift, digitMask, hist);
     }
-    selectKernel<<<1, 1, 0, s>>>(w.state, hist, d.shift, d.bits, pass == 2 ? 1 : 0, approximate ? 1 : 0, low, high);
+    selectKernel<<<1, 1, 0, s>>>(w.state, hist, pass, low, high, approximate ? 1 : 0);
   }
   // With k == n every pass returned at once, so the residual was never folded.
   if (k == n && residual) foldKernel<<<detail::gridFor(n, kThreads), kThreads, 0, s>>>(in, residual, n);

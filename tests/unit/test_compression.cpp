@@ -17,6 +17,7 @@
 #include "compression/cpu/cast.hpp"
 #include "compression/cpu/isa.hpp"
 #include "compression/cpu/topk.hpp"
+#include "compression/cuda/radix_select.hpp"
 #include "compression/sparse_tensor.hpp"
 #include "gradcomm/error.hpp"
 #include "support/compression_reference.hpp"
@@ -602,6 +603,83 @@ TEST(CompressionTopK, RejectsBadArgumentsBeforeReadingAnything) {
   o.k = 200;  // more than n: everything is sent
   topk(t.data(), nullptr, t.size(), o, out);
   EXPECT_EQ(out.nnz(), 100u);
+}
+
+// ---- the device top-k's selection logic, simulated on the host -------------------------
+
+namespace {
+
+// The device pipeline with the CPU doing the histograms: the same decision
+// code as the kernel (radix_select.hpp) and the same final rule as the
+// compaction. Returns the selected indices; *passes gets the histogram
+// passes run.
+std::vector<uint64_t> simulateDeviceTopK(const std::vector<float>& t, size_t k, bool approximate, int* passes) {
+  namespace rs = gradcomm::compression::cuda::detail;
+  const size_t n = t.size();
+  k = std::min(k, n);
+  rs::SelectState s;
+  rs::initSelect(s, k, k == n);
+  const unsigned long long low = k - k / 10, high = k + k / 10;
+  *passes = 0;
+  for (int pass = 0; pass < 3 && !s.done; ++pass) {
+    const rs::Digit d = rs::radixDigit(pass);
+    std::vector<unsigned long long> hist(rs::kRadixBuckets, 0);
+    for (float x : t) {
+      const uint32_t key = gradcomm::testing::magnitudeKey(x);
+      if (rs::inPrefix(s, key)) ++hist[(key >> d.shift) & ((1u << d.bits) - 1u)];
+    }
+    rs::selectStep(s, hist.data(), d, pass == 2, approximate, low, high);
+    ++*passes;
+  }
+  EXPECT_EQ(s.done, 1u);
+  std::vector<uint64_t> out;
+  unsigned long long tie = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint32_t key = gradcomm::testing::magnitudeKey(t[i]);
+    if (key > s.threshold || (key == s.threshold && tie++ < s.ties)) out.push_back(i);
+  }
+  EXPECT_EQ(out.size(), s.total);
+  return out;
+}
+
+}  // namespace
+
+TEST(CompressionDeviceSelect, ExactRadixSelectMatchesBruteForce) {
+  const uint64_t seed = gradcomm::testing::compressionSeed("CompressionDeviceSelect.Exact");
+  for (const char* dist : kDistributions) {
+    for (size_t n : {size_t{1}, size_t{5}, size_t{1000}, size_t{65537}}) {
+      const std::vector<float> t = distribution(dist, n, seed + n);
+      for (size_t k : {size_t{1}, size_t{2}, n / 100 + 1, n / 2, n - 1, n}) {
+        if (k == 0) continue;
+        int passes = 0;
+        ASSERT_EQ(simulateDeviceTopK(t, k, false, &passes), gradcomm::testing::bruteForceTopK(t, k))
+            << dist << " n=" << n << " k=" << k;
+      }
+    }
+  }
+  std::vector<float> special(100, 1.0f);
+  special[7] = std::nanf("");
+  special[9] = -kInf;
+  int passes = 0;
+  EXPECT_EQ(simulateDeviceTopK(special, 3, false, &passes), std::vector<uint64_t>({0, 7, 9}));
+}
+
+TEST(CompressionDeviceSelect, ApproximateRadixSelectStaysWithinTenPercent) {
+  const uint64_t seed = gradcomm::testing::compressionSeed("CompressionDeviceSelect.Approximate");
+  size_t runs = 0, onePass = 0;
+  for (const char* dist : kDistributions) {
+    const std::vector<float> t = distribution(dist, size_t{1} << 18, seed);
+    for (size_t k : {size_t{10}, t.size() / 1000, t.size() / 100, t.size() / 10}) {
+      int passes = 0;
+      const std::vector<uint64_t> got = simulateDeviceTopK(t, k, true, &passes);
+      EXPECT_GE(got.size(), k - k / 10) << dist << " k=" << k;
+      EXPECT_LE(got.size(), k + k / 10) << dist << " k=" << k;
+      EXPECT_EQ(gradcomm::testing::topSetViolation(t, got), "") << dist << " k=" << k;
+      ++runs;
+      onePass += passes == 1 ? 1 : 0;
+    }
+  }
+  std::printf("[   info   ] device approximate select: %zu of %zu runs settled after one pass\n", onePass, runs);
 }
 
 // ---- scatter-add ---------------------------------------------------------------------
