@@ -176,6 +176,35 @@ struct VBf16 {
   }
 };
 
+// Appends the lanes of t (elements i..i+15) selected by m. Compresses into a
+// register and stores whole vectors: the memory form of vcompress is
+// microcoded and slow on some cores; the slack past `count` is within `cap`
+// and is overwritten by later appends.
+template <class IndexT>
+inline size_t appendSelected(__m512 t, __mmask16 m, size_t i, IndexT* idx, float* val, size_t count) {
+  _mm512_storeu_ps(val + count, _mm512_maskz_compress_ps(m, t));
+  if constexpr (sizeof(IndexT) == 4) {
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i ids = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(i))), iota);
+    _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi32(m, ids));
+  } else {
+    const __m512i base = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(i)), _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
+    const __mmask8 m0 = static_cast<__mmask8>(m), m1 = static_cast<__mmask8>(m >> 8);
+    _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi64(m0, base));
+    _mm512_storeu_si512(idx + count + __builtin_popcount(m0),
+                        _mm512_maskz_compress_epi64(m1, _mm512_add_epi64(base, _mm512_set1_epi64(8))));
+  }
+  return count + static_cast<size_t>(__builtin_popcount(m));
+}
+
+template <bool kAdd, bool kStore>
+inline __m512 loadT(const ScanSource& src, size_t i) {
+  __m512 t = _mm512_loadu_ps(src.a + i);
+  if constexpr (kAdd) t = _mm512_add_ps(t, _mm512_loadu_ps(src.b + i));
+  if constexpr (kStore) _mm512_storeu_ps(src.store + i, t);
+  return t;
+}
+
 template <bool kAdd, bool kStore, class IndexT>
 size_t filterVec(const ScanSource& src, size_t i, size_t end, uint32_t lo, IndexT* idx, float* val, size_t* countp,
                  size_t cap) {
@@ -183,34 +212,19 @@ size_t filterVec(const ScanSource& src, size_t i, size_t end, uint32_t lo, Index
   size_t count = *countp;
   const __m512i absMask = _mm512_set1_epi32(static_cast<int>(kAbsMask));
   const __m512i loV = _mm512_set1_epi32(static_cast<int>(lo));
-  const __m512i iota32 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i iota64 = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+  auto select = [&](__m512 t) {
+    return _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(t), absMask), loV);
+  };
+  // Branch-free: a branch on "anything selected here?" is taken by ~15% of
+  // vectors at a 1% selection rate, at random, and its mispredictions cost
+  // more than compressing every vector.
   for (; i + kW <= end; i += kW) {
     if (count + kW > cap) {
       *countp = count;
       return i;
     }
-    __m512 t = _mm512_loadu_ps(src.a + i);
-    if constexpr (kAdd) t = _mm512_add_ps(t, _mm512_loadu_ps(src.b + i));
-    if constexpr (kStore) _mm512_storeu_ps(src.store + i, t);
-    const __mmask16 m = _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(t), absMask), loV);
-    if (m) {
-      // Compress into a register and store whole vectors: the memory form of
-      // vcompress is microcoded and slow on some cores; the slack past
-      // `count` is within `cap` and is overwritten by later appends.
-      _mm512_storeu_ps(val + count, _mm512_maskz_compress_ps(m, t));
-      if constexpr (sizeof(IndexT) == 4) {
-        const __m512i ids = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(i))), iota32);
-        _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi32(m, ids));
-      } else {
-        const __m512i base = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(i)), iota64);
-        const __mmask8 m0 = static_cast<__mmask8>(m), m1 = static_cast<__mmask8>(m >> 8);
-        _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi64(m0, base));
-        _mm512_storeu_si512(idx + count + __builtin_popcount(m0),
-                            _mm512_maskz_compress_epi64(m1, _mm512_add_epi64(base, _mm512_set1_epi64(8))));
-      }
-      count += static_cast<size_t>(__builtin_popcount(m));
-    }
+    const __m512 t = loadT<kAdd, kStore>(src, i);
+    count = appendSelected(t, select(t), i, idx, val, count);
   }
   *countp = count;
   return filterTail<kAdd, kStore>(src, i, end, lo, idx, val, countp, cap);

@@ -50,18 +50,21 @@ uint32_t keepTopK(IndexT* idx, float* val, size_t& count, size_t k) {
   std::nth_element(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(k - 1), keys.end(),
                    std::greater<uint32_t>());
   const uint32_t kth = keys[k - 1];
+  // nth_element left the k-1 keys before the k-th at or above it.
   size_t above = 0;
-  for (size_t i = 0; i < count; ++i) above += keyOf(val[i]) > kth ? 1 : 0;
+  for (size_t i = 0; i + 1 < k; ++i) above += keys[i] > kth ? 1 : 0;
   size_t ties = k - above;
+  // Branch-free: most candidates are kept, at random, so a branch here
+  // would mispredict often.
   size_t out = 0;
   for (size_t i = 0; i < count; ++i) {
     const uint32_t key = keyOf(val[i]);
-    if (key > kth || (key == kth && ties > 0)) {
-      if (key == kth) --ties;
-      idx[out] = idx[i];
-      val[out] = val[i];
-      ++out;
-    }
+    const size_t tie = key == kth ? 1 : 0;
+    const size_t keep = (key > kth ? 1 : 0) | (tie & (ties != 0 ? 1 : 0));
+    ties -= tie & keep;
+    idx[out] = idx[i];
+    val[out] = val[i];
+    out += keep;
   }
   count = out;
   return kth;
@@ -171,12 +174,16 @@ size_t selectTopK(const float* in, float* residual, size_t n, const TopKOptions&
   size_t count = 0;
   bool done = false;
 
-  if (options.approximate && options.sampleSize > 0 && n / 4 > options.sampleSize) {
+  // The sampled threshold aims (with ~4 standard deviations of margin) to let
+  // at least `wanted` elements through: then every element it drops ranks
+  // below all it keeps, and cutting the candidates to k is exact.
+  if (options.sampleSize > 0 && n / 4 > options.sampleSize) {
     stats.sampled = true;
-    const uint32_t lo = sampleThreshold(in, residual, n, options.sampleSize, low, options.seed);
+    const size_t wanted = options.approximate ? low : k;
+    const uint32_t lo = sampleThreshold(in, residual, n, options.sampleSize, wanted, options.seed);
     scan(table, first, n, lo, k, idx, val, count, capacity, stats);
-    if (count >= low) {
-      if (count > high) keepTopK(idx, val, count, k);
+    if (count >= wanted) {
+      if (count > (options.approximate ? high : k)) keepTopK(idx, val, count, k);
       done = true;
     } else {
       stats.fellBack = true;

@@ -4,18 +4,23 @@
 // Order: larger |t| first; NaN ranks above inf (so it is sent, not kept in
 // the residual forever); equal magnitudes go to the lower index. Both modes
 // return the exact top-c set for some c (all elements ranked above the c-th
-// and none below it), with indices in increasing order:
-//  - exact: c == k. A magnitude histogram pass finds the bucket of the k-th
-//    element, a filter pass collects everything from that bucket up, and an
-//    nth_element over the collected candidates cuts them to k. 2 passes.
-//  - approximate: |c - k| <= k/10. The threshold is estimated from a
-//    stratified random sample (sampleSize elements) chosen so that, with
-//    ~4 standard deviations of margin, at least 0.9k elements pass; one
-//    filter pass collects them, and a candidate count above 1.1k is cut to k
-//    as in exact mode. Only if fewer than 0.9k passed (about 3e-5 of calls
-//    for a representative sample) does the exact path run as well: worst
-//    case sample + 3 passes. Inputs of at most 4*sampleSize elements use the
-//    exact path directly.
+// and none below it), with indices in increasing order; exact mode has
+// c == k, approximate mode |c - k| <= k/10.
+//
+// Algorithm, for n > 4 * sampleSize: a stratified random sample of
+// sampleSize elements gives a magnitude threshold that, with ~4 standard
+// deviations of margin, lets at least `wanted` elements through (k exact,
+// 0.9k approximate). One filter pass collects the elements at or above it
+// (folding the residual in on the way). If at least `wanted` came through,
+// every dropped element ranks below every kept one, so an nth_element over
+// the candidates cuts them to exactly k (exact mode; approximate mode only
+// cuts when more than 1.1k came through). If fewer came through (about
+// 3e-5 of calls on a representative sample), the exact fallback runs: a
+// magnitude histogram pass finds the bucket of the k-th element and a second
+// filter pass collects from there. Cost: sample + 1 pass normally; worst
+// case sample + 3 passes. Smaller inputs use the fallback path directly
+// (2 passes).
+//
 // A bounded candidate buffer (topkScratchCapacity) is compacted to the
 // running top-k whenever it fills, raising the threshold; memory stays
 // O(k) whatever the distribution (all-equal inputs, adversarial orders).
@@ -28,14 +33,14 @@
 namespace gradcomm::compression {
 
 /// Default size of the approximate mode's sample.
-inline constexpr size_t kDefaultTopKSample = 65536;
+inline constexpr size_t kDefaultTopKSample = 16384;
 
 /// How to select.
 struct TopKOptions {
   size_t k = 0;                            ///< elements to select (Spec::topkCount); >= 1 when n > 0
-  bool approximate = true;                 ///< sample-based threshold, count within 10% of k
-  uint64_t seed = 0;                       ///< sampling seed; vary it per step
-  size_t sampleSize = kDefaultTopKSample;  ///< elements sampled in approximate mode
+  bool approximate = true;                 ///< count within 10% of k (saves the final cut), else exactly k
+  uint64_t seed = 0;                       ///< sampling seed; vary it per step (exact results do not depend on it)
+  size_t sampleSize = kDefaultTopKSample;  ///< elements sampled for the threshold; 0: never sample
   Isa isa = detectIsa();                   ///< instruction set of the scan kernels
 };
 
@@ -44,7 +49,7 @@ struct TopKStats {
   size_t dataPasses = 0;    ///< full passes over the n elements
   size_t compactions = 0;   ///< times the candidate buffer filled and was cut to the running top-k
   bool sampled = false;     ///< the threshold came from a sample
-  bool fellBack = false;    ///< the sampled threshold kept fewer than 0.9k; the exact path ran too
+  bool fellBack = false;    ///< the sampled threshold let too few through; the histogram path ran too
   size_t candidates = 0;    ///< entries the last scan collected, before the final cut
 };
 

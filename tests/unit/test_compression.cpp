@@ -410,16 +410,23 @@ TEST(CompressionTopK, ExactMatchesBruteForceAtEveryLevel) {
         const std::vector<float> t = distribution(dist, n, seed + n);
         for (size_t k : {size_t{1}, size_t{3}, n / 100 + 1, n / 2 + 1, n - 1, n}) {
           if (k == 0 || k > n) continue;
-          TopKOptions o;
-          o.k = k;
-          o.approximate = false;
-          o.isa = isa;
-          SparseTensor out;
-          topk(t.data(), nullptr, n, o, out);
-          ASSERT_EQ(out.denseCount, n);
-          ASSERT_EQ(indicesOf(out), gradcomm::testing::bruteForceTopK(t, k))
-              << toString(isa) << " " << dist << " n=" << n << " k=" << k;
-          for (size_t i = 0; i < out.nnz(); ++i) ASSERT_EQ(bitsOf(out.values[i]), bitsOf(t[out.index(i)]));
+          // Both paths: the histogram path (sampling off) and the sampled one.
+          for (size_t sampleSize : {size_t{0}, size_t{512}}) {
+            TopKOptions o;
+            o.k = k;
+            o.approximate = false;
+            o.sampleSize = sampleSize;
+            o.seed = seed;
+            o.isa = isa;
+            SparseTensor out;
+            TopKStats stats;
+            topk(t.data(), nullptr, n, o, out, &stats);
+            ASSERT_EQ(out.denseCount, n);
+            ASSERT_EQ(indicesOf(out), gradcomm::testing::bruteForceTopK(t, k))
+                << toString(isa) << " " << dist << " n=" << n << " k=" << k << " sample=" << sampleSize;
+            for (size_t i = 0; i < out.nnz(); ++i) ASSERT_EQ(bitsOf(out.values[i]), bitsOf(t[out.index(i)]));
+            if (sampleSize > 0 && n == 40009 && k < n) EXPECT_TRUE(stats.sampled);
+          }
         }
       }
     }
