@@ -188,7 +188,8 @@ inline size_t appendSelected(__m512 t, __mmask16 m, size_t i, IndexT* idx, float
     const __m512i ids = _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<uint32_t>(i))), iota);
     _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi32(m, ids));
   } else {
-    const __m512i base = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(i)), _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m512i iota = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m512i base = _mm512_add_epi64(_mm512_set1_epi64(static_cast<long long>(i)), iota);
     const __mmask8 m0 = static_cast<__mmask8>(m), m1 = static_cast<__mmask8>(m >> 8);
     _mm512_storeu_si512(idx + count, _mm512_maskz_compress_epi64(m0, base));
     _mm512_storeu_si512(idx + count + __builtin_popcount(m0),
@@ -212,7 +213,7 @@ size_t filterVec(const ScanSource& src, size_t i, size_t end, uint32_t lo, Index
   size_t count = *countp;
   const __m512i absMask = _mm512_set1_epi32(static_cast<int>(kAbsMask));
   const __m512i loV = _mm512_set1_epi32(static_cast<int>(lo));
-  auto select = [&](__m512 t) {
+  auto selectMask = [&](__m512 t) {
     return _mm512_cmpge_epu32_mask(_mm512_and_si512(_mm512_castps_si512(t), absMask), loV);
   };
   // Branch-free: a branch on "anything selected here?" is taken by ~15% of
@@ -224,7 +225,7 @@ size_t filterVec(const ScanSource& src, size_t i, size_t end, uint32_t lo, Index
       return i;
     }
     const __m512 t = loadT<kAdd, kStore>(src, i);
-    count = appendSelected(t, select(t), i, idx, val, count);
+    count = appendSelected(t, selectMask(t), i, idx, val, count);
   }
   *countp = count;
   return filterTail<kAdd, kStore>(src, i, end, lo, idx, val, countp, cap);
