@@ -1,0 +1,49 @@
+#pragma once
+// Compression kernels on device memory, stream-ordered, with the same
+// semantics as the CPU kernels (bit for bit for the casts and the residual,
+// the same selection for exact top-k). Declared without CUDA headers;
+// compiled only when the library is built with CUDA. `stream` is a
+// cudaStream_t (null: the default stream). Launch errors throw
+// TransportError; argument errors throw InvalidArgument before anything is
+// launched.
+#include <cstddef>
+#include <cstdint>
+
+#include "gradcomm/types.hpp"
+
+namespace gradcomm::compression::cuda {
+
+/// out[i] = half(in[i] * scale), type kFloat16 (saturating) or kBFloat16;
+/// see compression/cpu/cast.hpp for the rounding rules.
+void castToHalf(const float* in, uint16_t* out, size_t n, DataType type, float scale, void* stream);
+/// out[i] = float(in[i]), exact; an fp16 NaN comes back quiet.
+void decodeHalf(const uint16_t* in, float* out, size_t n, DataType type, void* stream);
+/// t = in[i] + residual[i]; out[i] = half(t * scale);
+/// residual[i] = (t*scale - float(out[i])) / scale, 0 where not finite.
+void castWithResidual(const float* in, float* residual, uint16_t* out, size_t n, DataType type, float scale,
+                      void* stream);
+
+/// Bytes of device scratch topk() needs for n elements.
+size_t topkWorkspaceBytes(size_t n);
+/// Entries topk() may write: k (exact) or k + k/10 (approximate), at most n.
+size_t topkCapacity(size_t n, size_t k, bool approximate);
+
+/// Top-k by magnitude of t = in (+ residual), ordered like the CPU top-k
+/// (NaN above inf, ties to the lower index), by radix select on the
+/// magnitude bits (11 + 11 + 9 bits, one histogram pass each) and an ordered
+/// compaction. Exact: exactly k, the same set as the CPU. Approximate: stops
+/// refining as soon as a digit bucket boundary gives a count within 10% of k
+/// (often after the first pass). Writes indices in increasing order
+/// (uint32 when n < 2^32, else uint64: `wideIndices` must say which),
+/// values, and the count to *nnzDevice (device memory). With a residual,
+/// t is folded into it and the sent positions are zeroed.
+void topk(const float* in, float* residual, size_t n, size_t k, bool approximate, void* indices, bool wideIndices,
+          float* values, size_t capacity, uint64_t* nnzDevice, void* workspace, size_t workspaceBytes, void* stream);
+
+/// dense[indices[i]] += values[i] (atomic: repeated indices add up). Device
+/// memory cannot be validated from the host, so indices >= denseCount are
+/// skipped and counted into *badDevice when it is not null.
+void scatterAdd(float* dense, size_t denseCount, const void* indices, bool wideIndices, const float* values,
+                size_t nnz, unsigned long long* badDevice, void* stream);
+
+}  // namespace gradcomm::compression::cuda
