@@ -17,13 +17,54 @@ namespace detail {
 struct OperationState;
 class CommunicatorImpl;
 }  // namespace detail
+namespace compression {
+class Residual;
+}
+
+/// Error-feedback memory of one tensor for compressed allreduce: the part of
+/// past gradients that compression has not sent yet, added to the next call.
+class GRADCOMM_API ErrorFeedback {
+ public:
+  ErrorFeedback();
+  ~ErrorFeedback();
+  ErrorFeedback(ErrorFeedback&&) noexcept;
+  ErrorFeedback& operator=(ErrorFeedback&&) noexcept;
+  /// Forgets the carried error (after a skipped step or a model change).
+  void clear();
+  /// Elements carried (0 before first use).
+  size_t size() const;
+  /// The carried error, size() floats; null when empty.
+  const float* data() const;
+  /// For the library: the state behind it.
+  compression::Residual& residual() { return *impl_; }
+
+ private:
+  std::unique_ptr<compression::Residual> impl_;
+};
 
 /// Per-call options. Empty fields mean "use the communicator's choice".
 struct CollectiveOptions {
   /// Force an algorithm by name for this call ("ring", "rd", "hd", "tree",
   /// "native", ...). An algorithm that cannot run the call falls back to the
-  /// default with a warning; an unknown name is an InvalidArgument.
+  /// default with a warning; an unknown name is an InvalidArgument. With
+  /// compression it names the algorithm that moves the compressed payload.
   std::string algorithm;
+  /// Gradient compression of a float32 sum or avg allreduce: "none",
+  /// "fp16", "bf16", "topk:0.01" (fraction) or "topk:1000" (count), each
+  /// optionally followed by ":ef=0|1" (error feedback; on by default for
+  /// top-k), ":exact" (top-k), ":prescale" (divide by the ranks before the
+  /// cast). Empty: GRADCOMM_COMPRESSION.
+  std::string compression;
+  /// Where this tensor's error feedback lives. Null: the communicator keeps
+  /// one per (output address, count).
+  ErrorFeedback* errorFeedback = nullptr;
+};
+
+/// A timed part of an operation (for example "compress", "decompress").
+struct WorkPhase {
+  std::string name;
+  std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point end;
 };
 
 /// Handle to one asynchronous collective. Copies refer to the same operation.
@@ -50,6 +91,8 @@ class GRADCOMM_API Work {
   std::chrono::steady_clock::time_point endTime() const;
   /// Bytes the operation moves (the whole buffer, as gradcomm-bench counts).
   size_t bytes() const;
+  /// Timed phases inside the operation (compression), once it finished.
+  std::vector<WorkPhase> phases() const;
 
  private:
   friend class detail::CommunicatorImpl;

@@ -1,4 +1,5 @@
 #pragma once
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -45,6 +46,9 @@ struct RunContext {
   kernels::SimdLevel simd = kernels::SimdLevel::kScalar;
   Tuning tuning;
   Workspace* workspace = nullptr;
+  /// Phases the schedule times (filled in by the engine; may be null).
+  std::vector<std::pair<std::string, std::pair<std::chrono::steady_clock::time_point,
+                                                std::chrono::steady_clock::time_point>>>* phases = nullptr;
   /// At least `bytes` of 64-byte aligned scratch, reused between operations.
   char* scratch(size_t bytes) const { return workspace->scratch(bytes); }
 };

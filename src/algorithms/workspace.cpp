@@ -29,6 +29,7 @@ std::shared_ptr<const CompiledPlan> CompiledPlan::compile(Plan plan) {
 
 Workspace::~Workspace() {
   std::free(scratch_);
+  for (char* b : buffers_) std::free(b);
   for (void* b : allBlocks_) ::operator delete(b, std::align_val_t(64));
 }
 
@@ -63,6 +64,18 @@ char* Workspace::scratch(size_t bytes) {
   if (!scratch_) throw std::bad_alloc();
   scratchSize_ = rounded;
   return scratch_;
+}
+
+char* Workspace::buffer(int slot, size_t bytes) {
+  if (bytes <= bufferSizes_[slot]) return buffers_[slot];
+  std::free(buffers_[slot]);
+  buffers_[slot] = nullptr;
+  bufferSizes_[slot] = 0;
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  buffers_[slot] = static_cast<char*>(std::aligned_alloc(64, rounded));
+  if (!buffers_[slot]) throw std::bad_alloc();
+  bufferSizes_[slot] = rounded;
+  return buffers_[slot];
 }
 
 std::shared_ptr<const CompiledPlan> Workspace::findPlan(const PlanKey& key) const {

@@ -71,6 +71,10 @@ class Workspace {
 
   /// At least `bytes` of 64-byte aligned memory, valid until the next call.
   char* scratch(size_t bytes);
+  /// Like scratch(), one of kBufferSlots independent buffers (compression
+  /// keeps its payloads here while the algorithm underneath uses scratch()).
+  static constexpr int kBufferSlots = 2;
+  char* buffer(int slot, size_t bytes);
   std::shared_ptr<const CompiledPlan> findPlan(const PlanKey& key) const;
   void storePlan(const PlanKey& key, std::shared_ptr<const CompiledPlan> plan);
   std::unique_ptr<RunnerBuffers> takeBuffers();
@@ -86,6 +90,8 @@ class Workspace {
  private:
   char* scratch_ = nullptr;
   size_t scratchSize_ = 0;
+  char* buffers_[kBufferSlots] = {nullptr, nullptr};
+  size_t bufferSizes_[kBufferSlots] = {0, 0};
   std::unordered_map<PlanKey, std::shared_ptr<const CompiledPlan>, PlanKeyHash> plans_;
   std::vector<std::unique_ptr<RunnerBuffers>> freeBuffers_;
   std::vector<void*> freeBlocks_;

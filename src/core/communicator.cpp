@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/catalog.hpp"
+#include "compression/compression.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/units.hpp"
 #include "gradcomm/mpi.hpp"
@@ -75,6 +76,7 @@ struct Agreement {
 constexpr const char* kAgreedParams[] = {
     "GRADCOMM_ALGO",        "GRADCOMM_SEGMENT_SIZE", "GRADCOMM_PIPELINE_DEPTH", "GRADCOMM_SMALL_MESSAGE",
     "GRADCOMM_TREE_MAX",    "GRADCOMM_SHM",          "GRADCOMM_SHM_CHUNK",      "GRADCOMM_BUCKET_CAP",
+    "GRADCOMM_COMPRESSION",
     "GRADCOMM_FIRST_BUCKET", "GRADCOMM_PARTITION_SIZE",
 };
 
@@ -248,6 +250,21 @@ Work Communicator::barrier(const CollectiveOptions& options) {
   c.count = 0;
   return checked().submit(c, options);
 }
+
+std::vector<WorkPhase> Work::phases() const {
+  std::vector<WorkPhase> out;
+  if (!state_ || !state_->finished()) return out;
+  for (const auto& p : state_->phases) out.push_back({p.first, p.second.first, p.second.second});
+  return out;
+}
+
+ErrorFeedback::ErrorFeedback() : impl_(std::make_unique<compression::Residual>()) {}
+ErrorFeedback::~ErrorFeedback() = default;
+ErrorFeedback::ErrorFeedback(ErrorFeedback&&) noexcept = default;
+ErrorFeedback& ErrorFeedback::operator=(ErrorFeedback&&) noexcept = default;
+void ErrorFeedback::clear() { impl_->clear(); }
+size_t ErrorFeedback::size() const { return impl_->size(); }
+const float* ErrorFeedback::data() const { return impl_->data(); }
 
 std::vector<std::string> algorithmNames(Collective collective) {
   std::vector<std::string> out;

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "algorithms/catalog.hpp"
+#include "algorithms/compressed.hpp"
 #include "core/log.hpp"
 #include "kernels/reduce.hpp"
 
@@ -50,7 +52,8 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
       rank_(transport->rank()),
       size_(transport->size()),
       simd_(kernels::resolveSimd(config_.simd)),
-      selector_(config_.algo, algorithms::DefaultRule{config_.smallMessageBytes, config_.treeMaxBytes}) {
+      selector_(config_.algo, algorithms::DefaultRule{config_.smallMessageBytes, config_.treeMaxBytes}),
+      defaultCompression_(compression::Spec::parse(config_.compression)) {
   core::setLogLevel(config_.logLevel);
   core::EngineSettings settings;
   settings.timeout = config_.timeout;
@@ -136,6 +139,28 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
   algorithms::Selector::Choice choice{nullptr, {}};
   try {
     validate(call);
+    if (call.collective == Collective::kAllreduce) {
+      const bool asked = !options.compression.empty();
+      compression::Spec spec = defaultCompression_;
+      if (asked) {
+        try {
+          spec = compression::Spec::parse(options.compression);
+        } catch (const ConfigError& e) {
+          throw InvalidArgument(std::string("CollectiveOptions::compression: ") + e.what());
+        }
+      }
+      if (spec.kind != compression::Kind::kNone) {
+        const bool applies = call.type == DataType::kFloat32 && (call.op == ReduceOp::kSum || call.op == ReduceOp::kAvg);
+        if (applies) return submitCompressed(call, spec, options);
+        if (asked) {
+          throw UnsupportedError("compression '" + spec.toString() + "' applies to float32 sum or avg allreduces; "
+                                 "this call is " + toString(call.type) + " " + toString(call.op) +
+                                 " (leave compression empty for it)");
+        }
+        core::logOnce(core::LogLevel::kInfo, rank_,
+                      "GRADCOMM_COMPRESSION applies only to float32 sum/avg allreduces; other calls run uncompressed");
+      }
+    }
     choice = selector_.select(call, engine_->transport(), options.algorithm);
   } catch (const Error& e) {
     reject(e, call);
@@ -157,6 +182,51 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
   op->algo = algo;
   op->call = call;
   op->ctx = runContext(call, tag);
+  engine_->submit(op);
+  return Work(op);
+}
+
+compression::Residual* CommunicatorImpl::implicitResidual(const void* output, size_t count) {
+  std::lock_guard<std::mutex> lock(residualMu_);
+  auto& slot = residuals_[{output, count}];
+  if (!slot) slot = std::make_unique<compression::Residual>();
+  return slot.get();
+}
+
+Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compression::Spec& spec,
+                                        const CollectiveOptions& options) {
+  const CollectiveCall inner = algorithms::compressedInnerCall(call, spec, size_);
+  std::string forced = options.algorithm;
+  if (!forced.empty() && !algorithms::findAlgorithm(inner.collective, forced)) {
+    core::logOnce(core::LogLevel::kWarn, rank_,
+                  "algorithm '" + forced + "' cannot move a " + spec.toString() + " payload (it is not a " +
+                      toString(inner.collective) + " algorithm); using the default");
+    forced.clear();
+  }
+  auto choice = selector_.select(inner, engine_->transport(), forced);
+  if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
+  const algorithms::Algorithm* algo = choice.algorithm;
+  compression::Residual* residual = nullptr;
+  if (spec.errorFeedback) {
+    residual = options.errorFeedback ? &options.errorFeedback->residual() : implicitResidual(call.output, call.count);
+  }
+  auto op = std::make_shared<OperationState>();
+  op->algorithm = spec.toString() + "+" + algo->name();
+  op->fingerprint = callFingerprint(call, op->algorithm);
+  op->bytes = algorithms::Selector::callBytes(call, size_);
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    op->seq = nextSeq_++;
+  }
+  transport::Tag tag;
+  tag.seq = op->seq;
+  tag.fingerprint = op->fingerprint;
+  op->ctx = runContext(call, tag);
+  op->call = call;
+  op->custom = [call, spec, residual, algo](const algorithms::RunContext& ctx) {
+    return algorithms::compressedAllreduce(call, ctx, spec, residual, *algo);
+  };
+  op->customWhat = "allreduce[" + spec.toString() + "]";
   engine_->submit(op);
   return Work(op);
 }

@@ -1,11 +1,13 @@
 #pragma once
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/selector.hpp"
+#include "compression/compression.hpp"
 #include "core/params.hpp"
 #include "core/progress_engine.hpp"
 #include "gradcomm/communicator.hpp"
@@ -52,6 +54,13 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   kernels::SimdLevel simd_;
   algorithms::Selector selector_;
   std::shared_ptr<core::ProgressEngine> engine_;
+  Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
+                        const CollectiveOptions& options);
+  compression::Residual* implicitResidual(const void* output, size_t count);
+
+  compression::Spec defaultCompression_;
+  std::mutex residualMu_;
+  std::map<std::pair<const void*, size_t>, std::unique_ptr<compression::Residual>> residuals_;
   std::mutex submitMu_;
   uint64_t nextSeq_ = 0;  // guarded by submitMu_
   std::atomic<bool> destroyed_{false};

@@ -7,6 +7,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "algorithms/algorithm.hpp"
 
@@ -39,6 +41,9 @@ struct OperationState {
 
   std::atomic<int> status{kQueued};
   std::exception_ptr error;  ///< set before status becomes kFailed
+
+  /// Timed phases, appended by the schedule on the driving thread.
+  std::vector<std::pair<std::string, std::pair<Clock::time_point, Clock::time_point>>> phases;
 
   Clock::time_point queuedAt{};
   Clock::time_point startedAt{};

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <functional>
 
+#include "compression/compression.hpp"
 #include "core/units.hpp"
 #include "gradcomm/error.hpp"
 
@@ -143,6 +144,13 @@ const std::vector<ParamDef>& registry() {
                           "Allow the shared-memory algorithm between ranks on the same host"));
     d.push_back(bytesParam("GRADCOMM_SHM_CHUNK", "128K", &Config::shmChunkBytes, 4096,
                                    "Shared-memory algorithm: bytes per rank per pipeline chunk"));
+    d.push_back(ParamDef{
+        "GRADCOMM_COMPRESSION", "none", "none | fp16 | bf16 | topk:RATIO|COUNT [:ef=0|1][:exact][:prescale]",
+        "Compression of float32 sum/avg allreduces (and Reducer buckets) when the call names none",
+        [](Config& c, const std::string& v, const std::string&) {
+          c.compression = compression::Spec::parse(v).toString();  // validates
+        },
+        [](const Config& c) { return c.compression; }});
     d.push_back(bytesParam("GRADCOMM_BUCKET_CAP", "25M", &Config::bucketCapBytes, 1,
                            "Reducer: largest bucket of gradients"));
     d.push_back(bytesParam("GRADCOMM_FIRST_BUCKET", "1M", &Config::firstBucketBytes, 1,

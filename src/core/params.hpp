@@ -29,6 +29,7 @@ struct Config {
   std::string simd;                       // GRADCOMM_SIMD
   bool shm = true;                        // GRADCOMM_SHM
   size_t shmChunkBytes = 0;               // GRADCOMM_SHM_CHUNK
+  std::string compression;                // GRADCOMM_COMPRESSION
   size_t bucketCapBytes = 0;              // GRADCOMM_BUCKET_CAP
   size_t firstBucketBytes = 0;            // GRADCOMM_FIRST_BUCKET
   size_t partitionBytes = 0;              // GRADCOMM_PARTITION_SIZE

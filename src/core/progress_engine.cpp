@@ -155,6 +155,7 @@ bool ProgressEngine::drive() {
       active_->startedAt = now;
       active_->status.store(OperationState::kRunning);
       active_->ctx.workspace = &workspace_;
+      active_->ctx.phases = &active_->phases;
       if (listener_) listener_(*active_, true);
       // A peer that failed earlier may have left messages that would let
       // this operation "complete" with stale data: look for its notice first

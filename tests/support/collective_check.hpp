@@ -4,6 +4,9 @@
 // expected result alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -23,15 +26,32 @@ struct CollectiveCase {
   int root = 0;
   bool inPlace = false;
   uint64_t seed = 1;
+  /// Lossless-on-these-inputs compression only: "fp16", "bf16" (small
+  /// integer inputs sum exactly) or "topk:K:exact:ef=0" (each rank sends its
+  /// exact top K; the reference keeps the same elements).
+  std::string compression;
 
   std::string describe() const {
     std::ostringstream s;
     s << toString(collective) << "/" << (algorithm.empty() ? "default" : algorithm) << " " << toString(type) << " "
       << toString(op) << " count=" << count << " root=" << root << (inPlace ? " in-place" : " out-of-place")
-      << " seed=" << seed;
+      << (compression.empty() ? "" : " compression=" + compression) << " seed=" << seed;
     return s.str();
   }
 };
+
+/// Keeps the k largest magnitudes of float32 `v` (ties: lower index), zeroes the rest.
+inline void keepTopK(std::vector<unsigned char>& v, size_t count, size_t k) {
+  auto* f = reinterpret_cast<float*>(v.data());
+  std::vector<size_t> idx(count);
+  for (size_t i = 0; i < count; ++i) idx[i] = i;
+  std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return std::fabs(f[a]) > std::fabs(f[b]); });
+  std::vector<bool> keep(count, false);
+  for (size_t i = 0; i < k && i < count; ++i) keep[idx[i]] = true;
+  for (size_t i = 0; i < count; ++i) {
+    if (!keep[i]) f[i] = 0.0f;
+  }
+}
 
 /// Runs `c` on this rank and returns an empty string or what went wrong.
 inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
@@ -75,6 +95,7 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
   }
   CollectiveOptions opts;
   opts.algorithm = c.algorithm;
+  opts.compression = c.compression;
   Work w;
   switch (c.collective) {
     case Collective::kAllreduce: w = comm.allreduce(in, out, c.count, c.type, c.op, opts); break;
@@ -85,7 +106,7 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
     case Collective::kBarrier: w = comm.barrier(opts); break;
   }
   w.wait();
-  if (!c.algorithm.empty() && w.algorithm() != c.algorithm) {
+  if (!c.algorithm.empty() && c.compression.empty() && w.algorithm() != c.algorithm) {
     return c.describe() + ": ran algorithm " + w.algorithm() + " instead";
   }
   if (!c.inPlace && std::memcmp(inBuf.data(), mine.data(), mine.size()) != 0) {
@@ -94,6 +115,10 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
   std::vector<unsigned char> want;
   const unsigned char* got = static_cast<const unsigned char*>(out);
   size_t checkCount = outCount;
+  if (c.compression.rfind("topk:", 0) == 0) {
+    const size_t k = std::strtoull(c.compression.c_str() + 5, nullptr, 10);
+    for (auto& in : inputs) keepTopK(in, c.count, k);
+  }
   switch (c.collective) {
     case Collective::kAllreduce: want = reduceReference(c.type, c.op, inputs, c.count); break;
     case Collective::kBroadcast: want = inputs[static_cast<size_t>(c.root)]; break;
