@@ -45,12 +45,14 @@ struct Args {
   std::vector<std::string> baselines;
   std::string json;
   std::string csv;
+  std::vector<std::string> compressions = {"none"};
   bool quiet = false;
 };
 
 struct Row {
   std::string algorithm;  // "default", an algorithm name, or "baseline:<name>"
   std::string executed;   // what actually ran (the selector's choice for "default")
+  std::string compression;
   DataType type;
   ReduceOp op;
   size_t bytes;
@@ -126,6 +128,8 @@ void usage() {
       "  --algo NAME|LIST|all    gradcomm algorithm(s); 'default' = the selector's choice\n"
       "  --baseline LIST         any of mpi (MPI's own collective), memcpy (each rank copies\n"
       "                          the same bytes), p2p (one-way stream rank 0 -> rank 1)\n"
+      "  --compression LIST      none, fp16, bf16, topk:RATIO (e.g. topk:0.01); each a separate table;\n"
+      "                          #wrong is checked for none/fp16/bf16 (exact on the test data), not for top-k\n"
       "  --json FILE, --csv FILE write every row (rank 0)\n"
       "  -q, --quiet             no progress on stderr\n"
       "Sizes are bytes of the whole buffer as in nccl-tests (allgather: the output,\n"
@@ -199,6 +203,8 @@ Args parseArgs(int argc, char** argv) {
       a.algos = splitList(next());
     } else if (k == "--baseline") {
       a.baselines = splitList(next());
+    } else if (k == "--compression") {
+      a.compressions = splitList(next());
     } else if (k == "--json") {
       a.json = next();
     } else if (k == "--csv") {
@@ -475,8 +481,8 @@ double timeCalls(const Context& ctx, Buffers& b, bool inPlace, const Geometry& g
 }
 
 // One size of one configuration, out of place and in place.
-std::vector<Row> runSize(const Context& ctx, const std::string& algo, DataType t, ReduceOp op, size_t bytes,
-                         Buffers& b) {
+std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std::string& compression, DataType t,
+                         ReduceOp op, size_t bytes, Buffers& b) {
   const size_t elem = dataTypeSize(t);
   const Geometry g = geometry(ctx.args.collective, bytes, elem);
   const size_t realBytes = (ctx.args.collective == Collective::kAllgather || ctx.args.collective == Collective::kReduceScatter)
@@ -487,6 +493,8 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, DataType t
   const std::string base = isBaseline ? algo.substr(9) : "";
   CollectiveOptions opts;
   if (!isBaseline && algo != "default") opts.algorithm = algo;
+  opts.compression = compression;
+  const bool lossy = compression.rfind("topk", 0) == 0;
   const Collective coll = ctx.args.collective;
 
   for (bool inPlace : {false, true}) {
@@ -575,7 +583,8 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, DataType t
     }
 
     long long wrong = 0;
-    if (ctx.args.check && !isBaseline) {
+    if (ctx.args.check && !isBaseline && lossy) wrong = -1;  // top-k is lossy by design: not checked
+    if (ctx.args.check && !isBaseline && !lossy) {
       auto [in, out] = callBuffers(ctx, b, 0, inPlace, g, elem);
       if (inPlace) {
         // Put this rank's input where the in-place call reads it.
@@ -595,7 +604,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, DataType t
     }
     const double algbw = us > 0 ? static_cast<double>(realBytes) / us / 1e3 : 0;
     const double factor = isBaseline ? 1.0 : busFactor(coll, gSize);
-    rows.push_back(Row{algo, ran, t, op, realBytes, realBytes / elem, coll == Collective::kBroadcast ? ctx.args.root : -1,
+    rows.push_back(Row{algo, ran, isBaseline ? "none" : compression, t, op, realBytes, realBytes / elem, coll == Collective::kBroadcast ? ctx.args.root : -1,
                        inPlace, us, algbw, algbw * factor, wrong});
   }
   return rows;
@@ -667,12 +676,31 @@ int main(int argc, char** argv) {
   std::vector<Row> all;
   size_t progress = 0;
   const size_t totalSteps = configs.size() * args.types.size() * args.ops.size() * sizes.size();
-  for (const auto& cfg : configs) {
+  struct Config {
+    std::string algo;
+    std::string compression;
+  };
+  std::vector<Config> runs;
+  for (const auto& c : args.compressions) {
+    for (const auto& cfg : configs) {
+      if (cfg.rfind("baseline:", 0) == 0 && c != args.compressions.front()) continue;  // baselines once
+      if (c != "none" && args.collective != Collective::kAllreduce) die("--compression applies to allreduce only");
+      runs.push_back({cfg, c});
+    }
+  }
+  for (const auto& run : runs) {
+    const std::string& cfg = run.algo;
     for (DataType t : args.types) {
       for (ReduceOp op : args.ops) {
         if (op == ReduceOp::kAvg && !isFloatingPoint(t)) continue;
+        if (run.compression != "none" && (t != DataType::kFloat32 || (op != ReduceOp::kSum && op != ReduceOp::kAvg))) {
+          if (gRank == 0) std::printf("# %s [%s]: compression needs float32 sum/avg\n", cfg.c_str(), run.compression.c_str());
+          continue;
+        }
         if (gRank == 0) {
-          std::printf("#\n# algorithm: %s\n", cfg.c_str());
+          std::printf("#\n# algorithm: %s%s\n", cfg.c_str(),
+                      run.compression == "none" || cfg.rfind("baseline:", 0) == 0 ? ""
+                                                                                  : (" compression: " + run.compression).c_str());
           std::printf("#                                                              out-of-place                       in-place          \n");
           std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n");
           std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n");
@@ -693,7 +721,7 @@ int main(int argc, char** argv) {
           for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
           std::vector<Row> rows;
           try {
-            rows = runSize(ctx, cfg, t, op, bytes, b);
+            rows = runSize(ctx, cfg, cfg.rfind("baseline:", 0) == 0 ? "none" : run.compression, t, op, bytes, b);
           } catch (const Error& e) {
             die(std::string("failed: ") + e.what());
           }
@@ -704,9 +732,10 @@ int main(int argc, char** argv) {
           if (gRank == 0) {
             const Row& o = rows[0];
             const Row& ip = rows.size() > 1 ? rows[1] : rows[0];
-            std::printf("%12zu  %12zu  %8s  %6s  %6d  %7.2f  %6.2f  %6.2f  %5lld  %7.2f  %6.2f  %6.2f  %5lld\n", o.bytes,
-                        o.count, ncclTypeName(t), toString(op), o.root, o.timeUs, o.algbw, o.busbw, o.wrong, ip.timeUs,
-                        ip.algbw, ip.busbw, ip.wrong);
+            auto wrongText = [](long long w) { return w < 0 ? std::string("N/A") : std::to_string(w); };
+            std::printf("%12zu  %12zu  %8s  %6s  %6d  %7.2f  %6.2f  %6.2f  %5s  %7.2f  %6.2f  %6.2f  %5s\n", o.bytes,
+                        o.count, ncclTypeName(t), toString(op), o.root, o.timeUs, o.algbw, o.busbw,
+                        wrongText(o.wrong).c_str(), ip.timeUs, ip.algbw, ip.busbw, wrongText(ip.wrong).c_str());
             std::fflush(stdout);
           }
           for (const auto& r : rows) {
@@ -718,7 +747,7 @@ int main(int argc, char** argv) {
         if (gRank == 0) {
           long long wrongTotal = 0;
           for (const auto& r : all) {
-            if (r.algorithm == cfg) wrongTotal += r.wrong;
+            if (r.algorithm == cfg && r.compression == run.compression && r.wrong > 0) wrongTotal += r.wrong;
           }
           std::printf("# Out of bounds values : %lld %s\n", wrongTotal, wrongTotal ? "FAILED" : "OK");
           std::printf("# Avg bus bandwidth    : %g \n", busN ? busSum / busN : 0.0);
@@ -728,7 +757,7 @@ int main(int argc, char** argv) {
   }
 
   long long wrongAll = 0;
-  for (const auto& r : all) wrongAll += r.wrong;
+  for (const auto& r : all) wrongAll += r.wrong > 0 ? r.wrong : 0;
   if (gRank == 0) {
     auto field = [](const Row& r, std::ostream& os, bool json) {
       if (json) {
@@ -744,11 +773,13 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < all.size(); ++i) {
         const Row& r = all[i];
         f << "  {\"collective\": \"" << toString(args.collective) << "\", \"algorithm\": \"" << jsonEscape(r.algorithm)
-          << "\", \"executed\": \"" << jsonEscape(r.executed) << "\", \"compression\": \"none\", \"dtype\": \""
+          << "\", \"executed\": \"" << jsonEscape(r.executed) << "\", \"compression\": \"" << jsonEscape(r.compression)
+          << "\", \"dtype\": \""
           << toString(r.type) << "\", \"op\": \"" << toString(r.op) << "\", \"bytes\": " << r.bytes
           << ", \"count\": " << r.count << ", \"root\": " << r.root << ", \"in_place\": " << (r.inPlace ? "true" : "false")
           << ", \"time_us\": " << r.timeUs << ", \"algbw_GBps\": " << r.algbw << ", \"busbw_GBps\": " << r.busbw
-          << ", \"wrong\": " << r.wrong << "}" << (i + 1 < all.size() ? "," : "") << "\n";
+          << ", \"wrong\": " << (r.wrong < 0 ? std::string("null") : std::to_string(r.wrong)) << "}"
+          << (i + 1 < all.size() ? "," : "") << "\n";
       }
       f << "]}\n";
     }
@@ -756,7 +787,8 @@ int main(int argc, char** argv) {
       std::ofstream f(args.csv);
       f << "collective,algorithm,executed,compression,dtype,op,bytes,count,root,in_place,time_us,algbw_GBps,busbw_GBps,wrong\n";
       for (const Row& r : all) {
-        f << toString(args.collective) << "," << r.algorithm << "," << r.executed << ",none," << toString(r.type) << ","
+        f << toString(args.collective) << "," << r.algorithm << "," << r.executed << "," << r.compression << ","
+          << toString(r.type) << ","
           << toString(r.op) << "," << r.bytes << "," << r.count << "," << r.root << "," << (r.inPlace ? 1 : 0) << ","
           << r.timeUs << "," << r.algbw << "," << r.busbw << "," << r.wrong << "\n";
       }

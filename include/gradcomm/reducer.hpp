@@ -41,6 +41,10 @@ struct ReducerOptions {
   bool rebuildBuckets = true;
   /// Force an allreduce algorithm for the buckets ("" = the selector's choice).
   std::string algorithm;
+  /// Compression of float32 buckets ("" = GRADCOMM_COMPRESSION; see
+  /// CollectiveOptions::compression). Each bucket keeps its own error
+  /// feedback, carried over when buckets are rebuilt.
+  std::string compression;
   /// Chrome trace of this rank ("" = GRADCOMM_TIMELINE; the rank number is
   /// inserted before ".json", or appended).
   std::string timelinePath;

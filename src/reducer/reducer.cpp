@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "core/communicator_impl.hpp"
+#include "compression/compression.hpp"
 #include "core/timeline.hpp"
 #include "reducer/bucket_layout.hpp"
 
@@ -44,6 +46,12 @@ class ReducerImpl {
     if (opts_.firstBucketBytes == 0) opts_.firstBucketBytes = cfg.firstBucketBytes;
     if (opts_.partitionBytes == 0) opts_.partitionBytes = cfg.partitionBytes == 0 ? SIZE_MAX : cfg.partitionBytes;
     if (opts_.timelinePath.empty()) opts_.timelinePath = cfg.timelinePath;
+    if (opts_.compression.empty()) opts_.compression = cfg.compression;
+    try {
+      compression_ = compression::Spec::parse(opts_.compression);
+    } catch (const ConfigError& e) {
+      throw InvalidArgument(std::string("ReducerOptions::compression: ") + e.what());
+    }
     stats_ = opts_.printStats || cfg.stats;
     rank_ = comm_.rank();
     validateLocally();
@@ -118,6 +126,10 @@ class ReducerImpl {
                           w.work.endTime(), core::Timeline::kComm,
                           "\"bucket\": " + std::to_string(w.bucket) + ", \"bytes\": " + std::to_string(w.work.bytes()) +
                               ", \"algorithm\": \"" + w.work.algorithm() + "\"");
+          for (const auto& ph : w.work.phases()) {
+            timeline_->span(ph.name + " bucket " + std::to_string(w.bucket), ph.name.c_str(), ph.start, ph.end,
+                            core::Timeline::kComm, "\"bucket\": " + std::to_string(w.bucket));
+          }
         }
       }
       st.buckets = works_.size();
@@ -309,12 +321,60 @@ class ReducerImpl {
     const ReduceOp op = opts_.average && isFloatingPoint(bucket.type) ? ReduceOp::kAvg : ReduceOp::kSum;
     CollectiveOptions co;
     co.algorithm = opts_.algorithm;
+    // Compression applies to float32 buckets (others stay exact); each
+    // partition of a bucket keeps its own error feedback.
+    const bool compress = compression_.kind != compression::Kind::kNone && bucket.type == DataType::kFloat32;
+    co.compression = compress ? compression_.toString() : "none";
     const size_t per = opts_.partitionBytes == SIZE_MAX ? bucket.count : std::max<size_t>(1, opts_.partitionBytes / e);
     char* base = bucketPtr(b);
     for (size_t off = 0; off < bucket.count || (bucket.count == 0 && off == 0); off += per) {
       const size_t n = std::min(per, bucket.count - off);
+      co.errorFeedback = compress && compression_.errorFeedback ? &feedback(b, off, n) : nullptr;
       works_.push_back({b, comm_.allreduce(base + off * e, base + off * e, n, bucket.type, op, co)});
       if (bucket.count == 0) break;
+    }
+  }
+
+  /// Error feedback of the partition of bucket b at element `offset`.
+  ErrorFeedback& feedback(size_t b, size_t offset, size_t count) {
+    auto& f = feedback_[{b, offset}];
+    if (f.size() != 0 && f.size() != count) f.clear();
+    return f;
+  }
+
+  /// New buckets: move each gradient's carried error to its new place, so
+  /// rebuilding loses nothing that compression has not sent yet.
+  void remapFeedback(const reducer::BucketLayout& from, const reducer::BucketLayout& to) {
+    if (feedback_.empty()) return;
+    const size_t per = opts_.partitionBytes == SIZE_MAX ? SIZE_MAX : std::max<size_t>(1, opts_.partitionBytes / 4);
+    std::vector<std::vector<float>> carried(grads_.size());
+    for (size_t g = 0; g < grads_.size(); ++g) {
+      if (grads_[g].type != DataType::kFloat32) continue;
+      carried[g].assign(grads_[g].count, 0.0f);
+      const size_t b = from.bucketOf[g], off = from.offsetOf[g];
+      for (size_t i = 0; i < grads_[g].count; ++i) {
+        const size_t at = off + i;
+        const size_t part = per == SIZE_MAX ? 0 : at / per * per;
+        auto it = feedback_.find({b, part});
+        if (it != feedback_.end() && it->second.size() > at - part) carried[g][i] = it->second.data()[at - part];
+      }
+    }
+    feedback_.clear();
+    for (size_t b = 0; b < to.buckets.size(); ++b) {
+      const auto& bucket = to.buckets[b];
+      if (bucket.type != DataType::kFloat32) continue;
+      const size_t step = per == SIZE_MAX ? bucket.count : per;
+      for (size_t part = 0; part < bucket.count; part += step) {
+        const size_t n = std::min(step, bucket.count - part);
+        float* dst = feedback(b, part, n).residual().data(n);
+        for (size_t k = 0; k < bucket.gradients.size(); ++k) {
+          const size_t g = bucket.gradients[k], off = bucket.offsets[k];
+          for (size_t i = 0; i < grads_[g].count; ++i) {
+            const size_t at = off + i;
+            if (at >= part && at < part + n) dst[at - part] = carried[g][i];
+          }
+        }
+      }
     }
   }
 
@@ -337,7 +397,10 @@ class ReducerImpl {
     auto layout = reducer::assignBuckets(info_, o, opts_.firstBucketBytes, opts_.bucketCapBytes);
     bool same = layout.buckets.size() == layout_.buckets.size();
     for (size_t b = 0; same && b < layout.buckets.size(); ++b) same = layout.buckets[b].gradients == layout_.buckets[b].gradients;
-    if (!same) install(std::move(layout), opts_.gradientAsBucketView);
+    if (!same) {
+      remapFeedback(layout_, layout);
+      install(std::move(layout), opts_.gradientAsBucketView);
+    }
   }
 
   Communicator comm_;
@@ -357,6 +420,8 @@ class ReducerImpl {
   size_t marked_ = 0;
   size_t nextLaunch_ = 0;
   std::vector<Launched> works_;
+  compression::Spec compression_;
+  std::map<std::pair<size_t, size_t>, ErrorFeedback> feedback_;  // (bucket, partition offset)
   bool sync_ = true;
   bool rebuilt_ = false;
   uint64_t step_ = 0;
