@@ -1,0 +1,156 @@
+// Checks that scripts/netns-cluster really makes H separate hosts of P ranks:
+//  - MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) groups exactly the P ranks of
+//    each host (ranks hP..hP+P-1 on host h) and nothing across hosts;
+//  - every host has its own processor name, ending in "-h<index>";
+//  - bytes between hosts cross the host's eth0 (so they pass the tbf shaper),
+//    bytes within a host do not (shared memory).
+// Expects GRADCOMM_NETNS_HOSTS and GRADCOMM_NETNS_PPN (set by netns-cluster).
+// Each rank writes PASS/FAIL to $GRADCOMM_TEST_MARKER_DIR/rank<N>.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr size_t kProbeBytes = size_t{4} << 20;
+
+int rank_ = 0;
+bool ok_ = true;
+
+void fail(const std::string& what) {
+  std::fprintf(stderr, "[rank %d] topology_check: FAIL: %s\n", rank_, what.c_str());
+  ok_ = false;
+}
+
+// Bytes sent and received on eth0 of this process's network namespace.
+bool eth0Bytes(unsigned long long& rx, unsigned long long& tx) {
+  std::ifstream in("/proc/self/net/dev");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string ifname = line.substr(0, colon);
+    ifname.erase(0, ifname.find_first_not_of(' '));
+    if (ifname != "eth0") continue;
+    std::istringstream fields(line.substr(colon + 1));
+    unsigned long long v[9] = {0};
+    for (auto& x : v) fields >> x;
+    rx = v[0];
+    tx = v[8];
+    return true;
+  }
+  return false;
+}
+
+// Rank `from` sends kProbeBytes to rank `to`; returns how much eth0 counters
+// of the sender moved (tx) and of the receiver (rx), on those two ranks.
+unsigned long long probe(int from, int to) {
+  std::vector<char> buf(kProbeBytes, 'p');
+  unsigned long long rx0 = 0, tx0 = 0, rx1 = 0, tx1 = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  eth0Bytes(rx0, tx0);
+  if (rank_ == from) MPI_Send(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, to, 7, MPI_COMM_WORLD);
+  if (rank_ == to) MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_BYTE, from, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  MPI_Barrier(MPI_COMM_WORLD);
+  eth0Bytes(rx1, tx1);
+  return rank_ == from ? tx1 - tx0 : rank_ == to ? rx1 - rx0 : 0;
+}
+
+void writeMarker(bool ok) {
+  if (const char* dir = std::getenv("GRADCOMM_TEST_MARKER_DIR")) {
+    std::string path = std::string(dir) + "/rank" + std::to_string(rank_);
+    if (FILE* f = std::fopen(path.c_str(), "w")) {
+      std::fputs(ok ? "PASS" : "FAIL", f);
+      std::fclose(f);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const char* hostsEnv = std::getenv("GRADCOMM_NETNS_HOSTS");
+  const char* ppnEnv = std::getenv("GRADCOMM_NETNS_PPN");
+  const int hosts = hostsEnv ? std::atoi(hostsEnv) : 0;
+  const int ppn = ppnEnv ? std::atoi(ppnEnv) : 0;
+  if (hosts <= 0 || ppn <= 0) {
+    fail("GRADCOMM_NETNS_HOSTS/PPN not set; run under scripts/netns-cluster");
+  } else if (size != hosts * ppn) {
+    fail("world size " + std::to_string(size) + " != hosts x ppn = " + std::to_string(hosts * ppn));
+  }
+  const int myHost = ppn > 0 ? rank_ / ppn : 0;
+
+  // Shared-memory groups: exactly my host's ranks.
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local);
+  int localSize = 0;
+  MPI_Comm_size(local, &localSize);
+  std::vector<int> members(static_cast<size_t>(localSize));
+  MPI_Allgather(&rank_, 1, MPI_INT, members.data(), 1, MPI_INT, local);
+  std::string memberText;
+  for (int m : members) {
+    memberText += (memberText.empty() ? "" : ",") + std::to_string(m);
+    if (ppn > 0 && m / ppn != myHost) fail("rank " + std::to_string(m) + " of another host shares memory with me");
+  }
+  if (localSize != ppn) fail("shared-memory group has " + std::to_string(localSize) + " ranks, expected " + std::to_string(ppn));
+  MPI_Comm_free(&local);
+
+  // Processor names: one per host, named after the host's namespace.
+  char name[MPI_MAX_PROCESSOR_NAME] = {0};
+  int len = 0;
+  MPI_Get_processor_name(name, &len);
+  const std::string suffix = "-h" + std::to_string(myHost);
+  const std::string me(name);
+  if (me.size() < suffix.size() || me.compare(me.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    fail("processor name '" + me + "' does not end in " + suffix);
+  }
+  std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  for (int r = 0; r < size && ppn > 0; ++r) {
+    const std::string other(&names[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
+    if ((r / ppn == myHost) != (other == me)) {
+      fail("rank " + std::to_string(r) + " is named '" + other + "', I am '" + me + "'");
+    }
+  }
+
+  // Traffic: between hosts over eth0, within a host not.
+  unsigned long long rx = 0, tx = 0;
+  if (!eth0Bytes(rx, tx)) fail("no eth0 in /proc/self/net/dev: not inside a netns-cluster host");
+  if (hosts >= 2 && ppn > 0) {
+    const unsigned long long moved = probe(0, ppn);
+    if ((rank_ == 0 || rank_ == ppn) && moved < kProbeBytes) {
+      fail("a " + std::to_string(kProbeBytes) + "-byte message to another host moved only " + std::to_string(moved) +
+           " bytes over eth0");
+    }
+  }
+  if (ppn >= 2) {
+    const unsigned long long moved = probe(0, 1);
+    if ((rank_ == 0 || rank_ == 1) && moved > kProbeBytes / 4) {
+      fail("a message within a host moved " + std::to_string(moved) + " bytes over eth0 (no shared memory?)");
+    }
+  }
+
+  int okInt = ok_ ? 1 : 0, allOk = 0;
+  MPI_Allreduce(&okInt, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  // Rank by rank, so the lines stay in order.
+  for (int r = 0; r < size; ++r) {
+    if (r == rank_) {
+      std::printf("topology_check rank=%d host=%s shared_group=%s\n", rank_, name, memberText.c_str());
+      std::fflush(stdout);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  if (rank_ == 0) std::printf("topology_check: %s\n", allOk == 1 ? "PASS" : "FAIL");
+  writeMarker(allOk == 1);
+  MPI_Finalize();
+  return allOk == 1 ? 0 : 1;
+}
