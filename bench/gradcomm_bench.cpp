@@ -603,7 +603,8 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
     }
     const double algbw = us > 0 ? static_cast<double>(realBytes) / us / 1e3 : 0;
-    const double factor = isBaseline ? 1.0 : busFactor(coll, gSize);
+    // MPI's collective moves what ours moves; memcpy and p2p are raw rates.
+    const double factor = (!isBaseline || base == "mpi") ? busFactor(coll, gSize) : 1.0;
     rows.push_back(Row{algo, ran, isBaseline ? "none" : compression, t, op, realBytes, realBytes / elem, coll == Collective::kBroadcast ? ctx.args.root : -1,
                        inPlace, us, algbw, algbw * factor, wrong});
   }

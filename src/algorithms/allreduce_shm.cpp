@@ -117,9 +117,9 @@ class ShmAllreduceSchedule final : public Schedule {
     if (own.offset) std::memcpy(mine, in_ + begin * elem_, own.offset * elem_);
     const size_t after = own.offset + own.count;
     if (n > after) std::memcpy(mine + after * elem_, in_ + (begin + after) * elem_, (n - after) * elem_);
-    ShmRankBlock& blk = g_.block(me_);
-    blk.fingerprint[b] = ctx_.tag.fingerprint;
-    blk.ready[b].store(rid, std::memory_order_release);
+    ShmRankBlock::Mailbox& box = g_.block(me_).mailbox[b];
+    box.fingerprint = ctx_.tag.fingerprint;
+    box.ready.store(rid, std::memory_order_release);
     ++stageNext_;
     return true;
   }
@@ -132,9 +132,9 @@ class ShmAllreduceSchedule final : public Schedule {
     const int b = buf(k);
     for (int q = 0; q < p_; ++q) {
       if (q == me_) continue;
-      const ShmRankBlock& blk = g_.block(q);
-      if (blk.ready[b].load(std::memory_order_acquire) < rid) return stall(q, "stage its data");
-      if (blk.fingerprint[b] != ctx_.tag.fingerprint) throwMismatch(q);
+      const ShmRankBlock::Mailbox& box = g_.block(q).mailbox[b];
+      if (box.ready.load(std::memory_order_acquire) < rid) return stall(q, "stage its data");
+      if (box.fingerprint != ctx_.tag.fingerprint) throwMismatch(q);
     }
     const size_t begin = roundBegin(k);
     const Slice own = slice(k, me_);
@@ -195,11 +195,14 @@ class ShmAllreduceSchedule final : public Schedule {
 
   static constexpr size_t kDirectMaxBytes = 16 * 1024;
 
-  // Small messages: stage everything, then reduce everything.
+  // Small messages: stage everything, then reduce everything. Up to
+  // Mailbox::kInlineBytes travel inside the mailbox cache line itself.
   bool advanceDirect() {
     bool moved = false;
     const int b = buf(0);
     const uint64_t rid = id(0);
+    const size_t bytes = call_.count * elem_;
+    const bool inlined = bytes <= ShmRankBlock::Mailbox::kInlineBytes;
     if (stageNext_ == 0) {
       if (rid > 2) {
         for (int q = 0; q < p_; ++q) {
@@ -208,23 +211,26 @@ class ShmAllreduceSchedule final : public Schedule {
           }
         }
       }
-      if (call_.count) std::memcpy(g_.buffer(me_, b), in_, call_.count * elem_);
-      ShmRankBlock& blk = g_.block(me_);
-      blk.fingerprint[b] = ctx_.tag.fingerprint;
-      blk.ready[b].store(rid, std::memory_order_release);
+      ShmRankBlock::Mailbox& box = g_.block(me_).mailbox[b];
+      if (bytes) std::memcpy(inlined ? box.data : g_.buffer(me_, b), in_, bytes);
+      box.fingerprint = ctx_.tag.fingerprint;
+      box.ready.store(rid, std::memory_order_release);
       stageNext_ = 1;
       moved = true;
     }
     for (int q = 0; q < p_; ++q) {
       if (q == me_) continue;
-      const ShmRankBlock& blk = g_.block(q);
-      if (blk.ready[b].load(std::memory_order_acquire) < rid) return stall(q, "stage its data") || moved;
-      if (blk.fingerprint[b] != ctx_.tag.fingerprint) throwMismatch(q);
+      const ShmRankBlock::Mailbox& box = g_.block(q).mailbox[b];
+      if (box.ready.load(std::memory_order_acquire) < rid) return stall(q, "stage its data") || moved;
+      if (box.fingerprint != ctx_.tag.fingerprint) throwMismatch(q);
     }
     if (call_.count) {
       // Our own operand comes from our staged copy: in place, `out` is `in`.
-      ctx_.reduce(out_, g_.buffer(0, b), g_.buffer(1, b), call_.count);
-      for (int q = 2; q < p_; ++q) ctx_.reduce(out_, out_, g_.buffer(q, b), call_.count);
+      auto staged = [&](int q) -> const char* {
+        return inlined ? g_.block(q).mailbox[b].data : g_.buffer(q, b);
+      };
+      ctx_.reduce(out_, staged(0), staged(1), call_.count);
+      for (int q = 2; q < p_; ++q) ctx_.reduce(out_, out_, staged(q), call_.count);
       if (call_.op == ReduceOp::kAvg) ctx_.divide(out_, call_.count, static_cast<double>(p_));
     }
     g_.block(me_).consumed.store(rid, std::memory_order_release);

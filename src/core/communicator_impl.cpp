@@ -136,7 +136,6 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
                        " called on a destroyed communicator; create a new Communicator");
   }
   engine_->throwIfFailed();
-  algorithms::Selector::Choice choice{nullptr, {}};
   try {
     validate(call);
     if (call.collective == Collective::kAllreduce) {
@@ -161,25 +160,37 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
                       "GRADCOMM_COMPRESSION applies only to float32 sum/avg allreduces; other calls run uncompressed");
       }
     }
-    choice = selector_.select(call, engine_->transport(), options.algorithm);
   } catch (const Error& e) {
     reject(e, call);
   }
-  if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
-  const algorithms::Algorithm* algo = choice.algorithm;
-
-  auto op = std::make_shared<OperationState>();
-  op->algorithm = algo->name();
-  op->fingerprint = callFingerprint(call, op->algorithm);
-  op->bytes = algorithms::Selector::callBytes(call, size_);
+  auto op = OperationState::create();
   {
     std::lock_guard<std::mutex> lock(submitMu_);
+    const size_t slot = (static_cast<size_t>(call.collective) * 31 + static_cast<size_t>(call.type) * 7 +
+                         static_cast<size_t>(call.op) + call.count * 131 + static_cast<size_t>(call.root)) %
+                        SignatureCache::kSize;
+    auto& e = cache_.entries[slot];
+    if (!(e.valid && e.collective == call.collective && e.type == call.type && e.op == call.op &&
+          e.count == call.count && e.root == call.root && e.inPlace == call.inPlace && e.forced == options.algorithm)) {
+      algorithms::Selector::Choice choice{nullptr, {}};
+      try {
+        choice = selector_.select(call, engine_->transport(), options.algorithm);
+      } catch (const Error& err) {
+        reject(err, call);
+      }
+      if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
+      e = {true, call.collective, call.type, call.op, call.count, call.root, call.inPlace, options.algorithm,
+           choice.algorithm, callFingerprint(call, choice.algorithm->name())};
+    }
+    op->algo = e.algorithm;
+    op->fingerprint = e.fingerprint;
     op->seq = nextSeq_++;
   }
+  op->algorithm = op->algo->name();
+  op->bytes = algorithms::Selector::callBytes(call, size_);
   transport::Tag tag;
   tag.seq = op->seq;
   tag.fingerprint = op->fingerprint;
-  op->algo = algo;
   op->call = call;
   op->ctx = runContext(call, tag);
   engine_->submit(op);
@@ -210,7 +221,7 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
   if (spec.errorFeedback) {
     residual = options.errorFeedback ? &options.errorFeedback->residual() : implicitResidual(call.output, call.count);
   }
-  auto op = std::make_shared<OperationState>();
+  auto op = OperationState::create();
   op->algorithm = spec.toString() + "+" + algo->name();
   op->fingerprint = callFingerprint(call, op->algorithm);
   op->bytes = algorithms::Selector::callBytes(call, size_);
@@ -237,7 +248,7 @@ Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature,
                                     std::function<void()> onComplete) {
   if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");
   engine_->throwIfFailed();
-  auto op = std::make_shared<OperationState>();
+  auto op = OperationState::create();
   op->algorithm = algorithm;
   op->fingerprint = signature;
   op->bytes = bytes;

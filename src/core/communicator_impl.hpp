@@ -58,6 +58,26 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
                         const CollectiveOptions& options);
   compression::Residual* implicitResidual(const void* output, size_t count);
 
+  /// The selector's choice and the fingerprint of recent call signatures
+  /// (they do not depend on the buffers): repeated calls skip both.
+  struct SignatureCache {
+    struct Entry {
+      bool valid = false;
+      Collective collective;
+      DataType type;
+      ReduceOp op;
+      size_t count;
+      int root;
+      bool inPlace;
+      std::string forced;
+      const algorithms::Algorithm* algorithm;
+      uint32_t fingerprint;
+    };
+    static constexpr size_t kSize = 16;
+    Entry entries[kSize];
+  };
+  SignatureCache cache_;  // guarded by submitMu_
+
   compression::Spec defaultCompression_;
   std::mutex residualMu_;
   std::map<std::pair<const void*, size_t>, std::unique_ptr<compression::Residual>> residuals_;

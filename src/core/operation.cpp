@@ -1,15 +1,62 @@
 #include "core/operation.hpp"
 
+#include <cstdlib>
+#include <new>
+#include <vector>
+
 namespace gradcomm::detail {
+namespace {
+
+// A small per-thread free list of blocks for allocate_shared: operations
+// are typically created and released on the caller's thread.
+constexpr size_t kBlockBytes = 1024;
+constexpr size_t kKeep = 32;
+
+struct FreeList {
+  std::vector<void*> blocks;
+  ~FreeList() {
+    for (void* b : blocks) ::operator delete(b);
+  }
+};
+thread_local FreeList freeList;
+
+template <typename T>
+struct PoolAllocator {
+  using value_type = T;
+  PoolAllocator() = default;
+  template <typename U> PoolAllocator(const PoolAllocator<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes <= kBlockBytes && !freeList.blocks.empty()) {
+      void* b = freeList.blocks.back();
+      freeList.blocks.pop_back();
+      return static_cast<T*>(b);
+    }
+    return static_cast<T*>(::operator new(bytes <= kBlockBytes ? kBlockBytes : bytes));
+  }
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) <= kBlockBytes && freeList.blocks.size() < kKeep) {
+      freeList.blocks.push_back(p);
+      return;
+    }
+    ::operator delete(p);
+  }
+  template <typename U> bool operator==(const PoolAllocator<U>&) const { return true; }
+  template <typename U> bool operator!=(const PoolAllocator<U>&) const { return false; }
+};
+
+}  // namespace
+
+std::shared_ptr<OperationState> OperationState::create() {
+  return std::allocate_shared<OperationState>(PoolAllocator<OperationState>());
+}
 
 void OperationState::finish(std::exception_ptr e) {
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    finishedAt = Clock::now();
-    error = e;
-    status.store(e ? kFailed : kDone, std::memory_order_release);
-  }
-  cv.notify_all();
+  // Waiters poll `status` (they drive progress themselves); the release
+  // store publishes finishedAt and error with it.
+  finishedAt = Clock::now();
+  error = e;
+  status.store(e ? kFailed : kDone, std::memory_order_release);
 }
 
 std::string OperationState::describe() const {

@@ -1,11 +1,9 @@
 #pragma once
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +20,10 @@ using Clock = std::chrono::steady_clock;
 
 /// One submitted collective, shared by its Work handles and the engine.
 struct OperationState {
+  /// Recycles the memory of finished operations (per thread), so a stream
+  /// of small collectives does not pay the allocator for each one.
+  static std::shared_ptr<OperationState> create();
+
   enum Status : int { kQueued, kRunning, kDone, kFailed };
 
   uint64_t seq = 0;
@@ -49,8 +51,6 @@ struct OperationState {
   Clock::time_point startedAt{};
   Clock::time_point finishedAt{};
 
-  std::mutex mu;
-  std::condition_variable cv;
   std::weak_ptr<core::ProgressEngine> engine;
 
   bool finished() const { return status.load(std::memory_order_acquire) >= kDone; }

@@ -19,11 +19,20 @@ namespace gradcomm::transport {
 /// Control block of one local rank, in shared memory. Each flag sits on its
 /// own cache line: writers never share a line with other writers.
 struct ShmRankBlock {
-  alignas(64) std::atomic<uint64_t> ready[2];    ///< round whose input is staged in buffer b
+  /// Staging announcement of buffer b: round number, call signature and,
+  /// for tiny messages, the data itself, in one cache line, so a peer that
+  /// polls the round number gets the rest with the same transfer.
+  struct alignas(64) Mailbox {
+    std::atomic<uint64_t> ready;  ///< round whose input is staged in buffer b
+    uint32_t fingerprint;         ///< call signature of that round
+    uint32_t reserved;
+    static constexpr size_t kInlineBytes = 48;
+    char data[kInlineBytes];  ///< the whole input when it fits
+  };
+  Mailbox mailbox[2];
   alignas(64) std::atomic<uint64_t> reduced[2];  ///< round whose own slice is reduced in buffer b
   alignas(64) std::atomic<uint64_t> consumed;    ///< last round this rank finished reading from peers
-  alignas(64) uint32_t fingerprint[2];           ///< call signature of the round in buffer b
-  int32_t pid;
+  alignas(64) int32_t pid;
   /// The operation this rank is running, whatever its algorithm: sequence
   /// number + 1 (0: none yet) and its call fingerprint. Lets host-local
   /// peers see a mismatched call even when no message would ever match.
