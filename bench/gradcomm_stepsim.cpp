@@ -129,6 +129,7 @@ struct Args {
 struct Result {
   std::string mode;
   double stepMs = 0, computeMs = 0, exposedMs = 0, utilization = 0, commMs = 0;
+  double lastMs = 0;  // duration of the last allreduce (reducer: last bucket partition)
 };
 
 // Busy work that also writes the gradient: returns when `until` is reached.
@@ -185,19 +186,22 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
     }
     const double computeMs = msSince(start);
     const auto blocked = Clock::now();
-    double commMs = 0;
+    double commMs = 0, lastMs = 0;
     if (mode == "noverlap") {
       Work w = comm.allreduce(flat.data(), flat.data(), total, DataType::kFloat32, ReduceOp::kAvg, co);
       w.wait();
       commMs = std::chrono::duration<double, std::milli>(w.endTime() - w.startTime()).count();
+      lastMs = commMs;
     } else if (mode == "pertensor") {
       for (auto& w : works) {
         w.wait();
-        commMs += std::chrono::duration<double, std::milli>(w.endTime() - w.startTime()).count();
+        lastMs = std::chrono::duration<double, std::milli>(w.endTime() - w.startTime()).count();
+        commMs += lastMs;
       }
     } else {
       reducer->finalize();
       commMs = reducer->lastStepStats().commMs;
+      lastMs = reducer->lastStepStats().lastAllreduceMs;
     }
     const double exposed = msSince(blocked);
     const double stepMs = msSince(start);
@@ -210,11 +214,14 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
     r.computeMs += computeMs;
     r.exposedMs += exposed;
     r.commMs += commMs;
+    r.lastMs += lastMs;
     ++measured;
   }
   // The slowest rank defines the step.
-  double v[4] = {r.stepMs / measured, r.computeMs / measured, r.exposedMs / measured, r.commMs / measured};
-  MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  double v[5] = {r.stepMs / measured, r.computeMs / measured, r.exposedMs / measured, r.commMs / measured,
+                 r.lastMs / measured};
+  MPI_Allreduce(MPI_IN_PLACE, v, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  r.lastMs = v[4];
   r.stepMs = v[0];
   r.computeMs = v[1];
   r.exposedMs = v[2];
@@ -285,16 +292,16 @@ int main(int argc, char** argv) {
                   "%d steps (first is warm-up)\n",
                   a.model.c_str(), layers.size(), params * 4 / 1e6, size, hosts, hosts == 1 ? "" : "s", a.computeMs,
                   a.steps);
-      std::printf("# %-10s %10s %11s %13s %11s %11s\n", "mode", "step_ms", "compute_ms", "exposed_ms", "comm_ms",
-                  "utilization");
+      std::printf("# %-10s %10s %11s %13s %11s %11s %9s %12s\n", "mode", "step_ms", "compute_ms", "exposed_ms", "comm_ms",
+                  "utilization", "last_ms", "step/(c+last)");
       std::fflush(stdout);
     }
     for (const auto& m : modes) {
       Result r = run(comm, layers, m, a);
       results.push_back(r);
       if (gRank == 0) {
-        std::printf("  %-10s %10.1f %11.1f %13.1f %11.1f %11.3f\n", m.c_str(), r.stepMs, r.computeMs, r.exposedMs,
-                    r.commMs, r.utilization);
+        std::printf("  %-10s %10.1f %11.1f %13.1f %11.1f %11.3f %9.1f %12.3f\n", m.c_str(), r.stepMs, r.computeMs,
+                    r.exposedMs, r.commMs, r.utilization, r.lastMs, r.stepMs / (r.computeMs + r.lastMs));
         std::fflush(stdout);
       }
     }
@@ -308,6 +315,7 @@ int main(int argc, char** argv) {
       f << "  {\"model\": \"" << a.model << "\", \"mode\": \"" << r.mode << "\", \"ranks\": " << size
         << ", \"hosts\": " << hosts << ", \"step_ms\": " << r.stepMs << ", \"compute_ms\": " << r.computeMs
         << ", \"exposed_comm_ms\": " << r.exposedMs << ", \"comm_ms\": " << r.commMs
+        << ", \"last_allreduce_ms\": " << r.lastMs
         << ", \"utilization\": " << r.utilization << "}" << (i + 1 < results.size() ? "," : "") << "\n";
     }
     f << "]}\n";

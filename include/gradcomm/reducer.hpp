@@ -28,8 +28,9 @@ struct GradientSpec {
 struct ReducerOptions {
   size_t bucketCapBytes = 0;    ///< GRADCOMM_BUCKET_CAP (25M)
   size_t firstBucketBytes = 0;  ///< GRADCOMM_FIRST_BUCKET (1M)
-  /// Send each bucket as allreduces of at most this many bytes;
-  /// SIZE_MAX: whole buckets; 0: GRADCOMM_PARTITION_SIZE (default whole).
+  /// Send each bucket as allreduces of at most this many bytes, each
+  /// launched as soon as the gradients it covers are ready; SIZE_MAX: whole
+  /// buckets; 0: GRADCOMM_PARTITION_SIZE (4M).
   size_t partitionBytes = 0;
   /// Divide by the number of ranks (floating-point buckets; integer buckets are summed).
   bool average = true;
@@ -64,6 +65,7 @@ struct StepStats {
   double computeMs = 0;      ///< stepMs - exposedMs
   double utilization = 0;    ///< computeMs / stepMs
   size_t buckets = 0;        ///< allreduces launched
+  double lastAllreduceMs = 0;  ///< duration of the last one launched (the tail no overlap can hide)
   size_t bytes = 0;          ///< bytes allreduced
   bool synchronized = true;  ///< false for a step with synchronisation off
 };

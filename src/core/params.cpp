@@ -155,8 +155,9 @@ const std::vector<ParamDef>& registry() {
                            "Reducer: largest bucket of gradients"));
     d.push_back(bytesParam("GRADCOMM_FIRST_BUCKET", "1M", &Config::firstBucketBytes, 1,
                            "Reducer: cap of the first bucket (the last gradients of backward, launched first)"));
-    d.push_back(bytesParam("GRADCOMM_PARTITION_SIZE", "0", &Config::partitionBytes, 0,
-                           "Reducer: send each bucket as allreduces of at most this size (0: whole buckets)"));
+    d.push_back(bytesParam("GRADCOMM_PARTITION_SIZE", "4M", &Config::partitionBytes, 0,
+                           "Reducer: send each bucket as allreduces of at most this size, each launched as soon as "
+                           "its own gradients are ready (0: whole buckets)"));
     d.push_back(stringParam("GRADCOMM_TIMELINE", "", "path", &Config::timelinePath,
                             "Reducer: write a Chrome trace (Perfetto) per rank to PATH with the rank inserted "
                             "before .json (empty: off)"));

@@ -133,6 +133,7 @@ class ReducerImpl {
         }
       }
       st.buckets = works_.size();
+      if (!works_.empty()) st.lastAllreduceMs = ms(works_.back().work.endTime() - works_.back().work.startTime());
       if (!opts_.gradientAsBucketView) copyOut();
     }
     works_.clear();
@@ -160,10 +161,10 @@ class ReducerImpl {
     if (sync_ && opts_.rebuildBuckets && !rebuilt_) rebuild();
     std::lock_guard<std::mutex> lock(mu_);
     std::fill(state_.begin(), state_.end(), kPending);
-    std::fill(readyCount_.begin(), readyCount_.end(), 0);
+    for (auto& part : parts_) part.pending = part.gradients;
     readyOrder_.clear();
     marked_ = 0;
-    nextLaunch_ = 0;
+    nextPart_ = 0;
     ++step_;
     stepStart_ = end;
     stepStarted_ = true;
@@ -266,7 +267,41 @@ class ReducerImpl {
     }
     layout_ = std::move(layout);
     memory_ = std::move(memory);
-    readyCount_.assign(layout_.buckets.size(), 0);
+    buildParts();
+  }
+
+  /// Cuts every bucket into partitions (of partitionBytes, or whole) and
+  /// records which gradients each one waits for. Partitions launch in
+  /// (bucket, partition) order as soon as their own gradients are ready, so
+  /// a large bucket starts moving before its last gradient arrives.
+  void buildParts() {
+    parts_.clear();
+    partsOfGrad_.assign(grads_.size(), {});
+    for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+      const auto& bucket = layout_.buckets[b];
+      const size_t e = dataTypeSize(bucket.type);
+      const size_t per = opts_.partitionBytes == SIZE_MAX ? std::max<size_t>(bucket.count, 1)
+                                                          : std::max<size_t>(1, opts_.partitionBytes / e);
+      for (size_t off = 0; off < bucket.count || (bucket.count == 0 && off == 0); off += per) {
+        Part part;
+        part.bucket = b;
+        part.offset = off;
+        part.count = std::min(per, bucket.count - off);
+        for (size_t k = 0; k < bucket.gradients.size(); ++k) {
+          const size_t g = bucket.gradients[k], begin = bucket.offsets[k], end = begin + grads_[g].count;
+          // Empty gradients belong to the partition that holds their offset.
+          const bool overlaps = grads_[g].count ? (begin < off + part.count && off < end)
+                                                : (begin >= off && (begin < off + part.count || part.count == 0));
+          if (overlaps) {
+            ++part.gradients;
+            partsOfGrad_[g].push_back(parts_.size());
+          }
+        }
+        part.pending = part.gradients;
+        parts_.push_back(part);
+        if (bucket.count == 0) break;
+      }
+    }
   }
 
   void mark(size_t i, bool unused) {
@@ -296,43 +331,38 @@ class ReducerImpl {
       } else if (!opts_.gradientAsBucketView && sync_ && grads_[i].count) {
         std::memcpy(slot, grads_[i].data, grads_[i].count * e);
       }
-      ++readyCount_[b];
-      // Launch, in bucket order, every bucket that is complete.
-      while (sync_ && nextLaunch_ < layout_.buckets.size() &&
-             readyCount_[nextLaunch_] == layout_.buckets[nextLaunch_].gradients.size()) {
-        launch.push_back(nextLaunch_++);
-      }
-      for (size_t bucket : launch) launchBucket(bucket);
+      for (size_t part : partsOfGrad_[i]) --parts_[part].pending;
+      // Launch, in (bucket, partition) order, every partition that is complete.
+      while (sync_ && nextPart_ < parts_.size() && parts_[nextPart_].pending == 0) launch.push_back(nextPart_++);
+      for (size_t part : launch) launchPart(part);
     }
     if (timeline_) {
       timeline_->instant((unused ? "unused " : "ready ") + std::to_string(i), "gradient", now, core::Timeline::kCompute,
                          "\"gradient\": " + std::to_string(i));
-      for (size_t bucket : launch) {
-        timeline_->instant("queue bucket " + std::to_string(bucket), "bucket", Clock::now(), core::Timeline::kCompute,
-                           "\"bucket\": " + std::to_string(bucket));
+      for (size_t part : launch) {
+        timeline_->instant("queue bucket " + std::to_string(parts_[part].bucket), "bucket", Clock::now(),
+                           core::Timeline::kCompute,
+                           "\"bucket\": " + std::to_string(parts_[part].bucket) +
+                               ", \"offset\": " + std::to_string(parts_[part].offset));
       }
     }
   }
 
   // Called with mu_ held: submission order is launch order on every rank.
-  void launchBucket(size_t b) {
-    const auto& bucket = layout_.buckets[b];
+  void launchPart(size_t index) {
+    const Part& part = parts_[index];
+    const auto& bucket = layout_.buckets[part.bucket];
     const size_t e = dataTypeSize(bucket.type);
     const ReduceOp op = opts_.average && isFloatingPoint(bucket.type) ? ReduceOp::kAvg : ReduceOp::kSum;
     CollectiveOptions co;
     co.algorithm = opts_.algorithm;
     // Compression applies to float32 buckets (others stay exact); each
-    // partition of a bucket keeps its own error feedback.
+    // partition keeps its own error feedback.
     const bool compress = compression_.kind != compression::Kind::kNone && bucket.type == DataType::kFloat32;
     co.compression = compress ? compression_.toString() : "none";
-    const size_t per = opts_.partitionBytes == SIZE_MAX ? bucket.count : std::max<size_t>(1, opts_.partitionBytes / e);
-    char* base = bucketPtr(b);
-    for (size_t off = 0; off < bucket.count || (bucket.count == 0 && off == 0); off += per) {
-      const size_t n = std::min(per, bucket.count - off);
-      co.errorFeedback = compress && compression_.errorFeedback ? &feedback(b, off, n) : nullptr;
-      works_.push_back({b, comm_.allreduce(base + off * e, base + off * e, n, bucket.type, op, co)});
-      if (bucket.count == 0) break;
-    }
+    co.errorFeedback = compress && compression_.errorFeedback ? &feedback(part.bucket, part.offset, part.count) : nullptr;
+    char* at = bucketPtr(part.bucket) + part.offset * e;
+    works_.push_back({part.bucket, comm_.allreduce(at, at, part.count, bucket.type, op, co)});
   }
 
   /// Error feedback of the partition of bucket b at element `offset`.
@@ -415,10 +445,18 @@ class ReducerImpl {
 
   mutable std::mutex mu_;
   std::vector<State> state_;
-  std::vector<size_t> readyCount_;
+  struct Part {
+    size_t bucket = 0;
+    size_t offset = 0;     // elements into the bucket
+    size_t count = 0;
+    size_t gradients = 0;  // gradients overlapping it
+    size_t pending = 0;    // of those, not yet ready this step
+  };
+  std::vector<Part> parts_;                     // in launch order
+  std::vector<std::vector<size_t>> partsOfGrad_;  // per gradient
   std::vector<size_t> readyOrder_;
   size_t marked_ = 0;
-  size_t nextLaunch_ = 0;
+  size_t nextPart_ = 0;
   std::vector<Launched> works_;
   compression::Spec compression_;
   std::map<std::pair<size_t, size_t>, ErrorFeedback> feedback_;  // (bucket, partition offset)
