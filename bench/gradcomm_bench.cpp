@@ -460,20 +460,20 @@ MPI_Op mpiOp(ReduceOp op) {
   }
 }
 
-using CallFn = std::function<std::string(void* in, void* out)>;  // returns what ran
+using CallFn = std::function<std::string(int set, void* in, void* out)>;  // returns what ran
 
 // Times `iters` calls after `warmup` and returns the per-call time in us
 // (the slowest rank's).
 double timeCalls(const Context& ctx, Buffers& b, bool inPlace, const Geometry& g, size_t elem, const CallFn& call) {
   for (int i = 0; i < ctx.args.warmup; ++i) {
     auto [in, out] = callBuffers(ctx, b, i % b.sets, inPlace, g, elem);
-    call(in, out);
+    call(i % b.sets, in, out);
   }
   MPI_Barrier(ctx.mpi);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < ctx.args.iters; ++i) {
     auto [in, out] = callBuffers(ctx, b, i % b.sets, inPlace, g, elem);
-    call(in, out);
+    call(i % b.sets, in, out);
   }
   double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / ctx.args.iters;
   MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, ctx.mpi);
@@ -502,7 +502,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
     CallFn call;
     bool supported = true;
     if (!isBaseline) {
-      call = [&](void* in, void* out) {
+      call = [&](int, void* in, void* out) {
         Work w;
         switch (coll) {
           case Collective::kAllreduce: w = ctx.comm->allreduce(in, out, g.count, t, op, opts); break;
@@ -517,7 +517,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
     } else if (base == "mpi") {
       MPI_Datatype mt = mpiType(t);
       supported = mt != MPI_DATATYPE_NULL && op != ReduceOp::kAvg;
-      call = [&, mt](void* in, void* out) {
+      call = [&, mt](int, void* in, void* out) {
         const int n = static_cast<int>(g.count);
         switch (coll) {
           case Collective::kAllreduce: MPI_Allreduce(inPlace ? MPI_IN_PLACE : in, out, n, mt, mpiOp(op), ctx.mpi); break;
@@ -536,9 +536,11 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
         return std::string("mpi");
       };
     } else if (base == "memcpy") {
-      call = [&](void* in, void* out) {
-        // In place: copy from the other buffer set, so that bytes still move.
-        std::memcpy(out, inPlace ? b.in[0].get() : in, std::min(realBytes, std::min(b.inBytes, b.outBytes)));
+      call = [&](int set, void*, void*) {
+        // The same bytes between two whole (output-sized) buffers, whatever
+        // the collective's in-place layout.
+        std::memcpy(b.out[static_cast<size_t>(set)].get(), b.out[static_cast<size_t>((set + 1) % b.sets)].get(),
+                    std::min(realBytes, b.outBytes));
         return std::string("memcpy");
       };
     } else if (base == "p2p") {
@@ -551,14 +553,16 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
     if (base == "p2p") {
       // One-way stream: rank 0 sends `iters` messages back to back to rank 1,
       // which acknowledges the last one; time per message.
-      const int n = static_cast<int>(std::min<size_t>(realBytes, size_t{1} << 30));
+      // The output-sized buffers hold the whole size for every collective
+      // (allgather's input holds only one rank's share).
+      const int n = static_cast<int>(std::min<size_t>({realBytes, b.outBytes, size_t{1} << 30}));
       auto stream = [&](int iters) {
         MPI_Barrier(ctx.mpi);
         auto t0 = std::chrono::steady_clock::now();
         std::vector<MPI_Request> reqs;
         for (int i = 0; i < iters; ++i) {
           MPI_Request r;
-          unsigned char* buf = b.in[static_cast<size_t>(i % b.sets)].get();
+          unsigned char* buf = b.out[static_cast<size_t>(i % b.sets)].get();
           if (gRank == 0) MPI_Isend(buf, n, MPI_BYTE, 1, 5, ctx.mpi, &r), reqs.push_back(r);
           if (gRank == 1) MPI_Irecv(b.out[static_cast<size_t>(i % b.sets)].get(), n, MPI_BYTE, 0, 5, ctx.mpi, &r), reqs.push_back(r);
           if (reqs.size() >= 4) {  // a window of 4 messages in flight
@@ -576,8 +580,8 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       stream(std::max(1, ctx.args.warmup));
       us = stream(ctx.args.iters);
     } else {
-      us = timeCalls(ctx, b, inPlace, g, elem, [&](void* in, void* out) {
-        ran = call(in, out);
+      us = timeCalls(ctx, b, inPlace, g, elem, [&](int set, void* in, void* out) {
+        ran = call(set, in, out);
         return ran;
       });
     }
@@ -596,7 +600,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       } else {
         fillInput(ctx, t, op, g, in);
       }
-      call(in, out);
+      call(0, in, out);
       wrong = countWrong(ctx, t, op, g, out);
       MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, ctx.mpi);
       // Restore plausible data for the next timed runs.

@@ -129,7 +129,7 @@ struct Args {
 struct Result {
   std::string mode;
   double stepMs = 0, computeMs = 0, exposedMs = 0, utilization = 0, commMs = 0;
-  double lastMs = 0;  // duration of the last allreduce (reducer: last bucket partition)
+  double lastMs = 0;  // the last bucket's allreduce (noverlap: the one allreduce; pertensor: the last tensor's)
 };
 
 // Busy work that also writes the gradient: returns when `until` is reached.
@@ -201,7 +201,7 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
     } else {
       reducer->finalize();
       commMs = reducer->lastStepStats().commMs;
-      lastMs = reducer->lastStepStats().lastAllreduceMs;
+      lastMs = reducer->lastStepStats().lastBucketMs;
     }
     const double exposed = msSince(blocked);
     const double stepMs = msSince(start);
@@ -294,6 +294,7 @@ int main(int argc, char** argv) {
                   a.steps);
       std::printf("# %-10s %10s %11s %13s %11s %11s %9s %12s\n", "mode", "step_ms", "compute_ms", "exposed_ms", "comm_ms",
                   "utilization", "last_ms", "step/(c+last)");
+      std::printf("# last_ms: the allreduce of the last bucket (pertensor: last tensor; noverlap: everything)\n");
       std::fflush(stdout);
     }
     for (const auto& m : modes) {
@@ -315,7 +316,7 @@ int main(int argc, char** argv) {
       f << "  {\"model\": \"" << a.model << "\", \"mode\": \"" << r.mode << "\", \"ranks\": " << size
         << ", \"hosts\": " << hosts << ", \"step_ms\": " << r.stepMs << ", \"compute_ms\": " << r.computeMs
         << ", \"exposed_comm_ms\": " << r.exposedMs << ", \"comm_ms\": " << r.commMs
-        << ", \"last_allreduce_ms\": " << r.lastMs
+        << ", \"last_bucket_ms\": " << r.lastMs
         << ", \"utilization\": " << r.utilization << "}" << (i + 1 < results.size() ? "," : "") << "\n";
     }
     f << "]}\n";

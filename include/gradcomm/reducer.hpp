@@ -65,7 +65,7 @@ struct StepStats {
   double computeMs = 0;      ///< stepMs - exposedMs
   double utilization = 0;    ///< computeMs / stepMs
   size_t buckets = 0;        ///< allreduces launched
-  double lastAllreduceMs = 0;  ///< duration of the last one launched (the tail no overlap can hide)
+  double lastBucketMs = 0;   ///< the last bucket's allreduces (all its partitions): the tail no overlap can hide
   size_t bytes = 0;          ///< bytes allreduced
   bool synchronized = true;  ///< false for a step with synchronisation off
 };

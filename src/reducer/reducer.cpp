@@ -133,7 +133,9 @@ class ReducerImpl {
         }
       }
       st.buckets = works_.size();
-      if (!works_.empty()) st.lastAllreduceMs = ms(works_.back().work.endTime() - works_.back().work.startTime());
+      for (const auto& w : works_) {
+        if (w.bucket == works_.back().bucket) st.lastBucketMs += ms(w.work.endTime() - w.work.startTime());
+      }
       if (!opts_.gradientAsBucketView) copyOut();
     }
     works_.clear();
