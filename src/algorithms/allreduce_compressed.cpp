@@ -28,41 +28,21 @@ void recordPhase(const RunContext& ctx, const char* name, Clock::time_point star
   if (ctx.phases) ctx.phases->push_back({name, {start, Clock::now()}});
 }
 
-class CastCompressedAllreduce final : public Schedule {
+/// Compress, run an ordinary algorithm on the payload, finish: the frame
+/// both compressed schedules share. prepare() compresses and returns the
+/// inner schedule; finish() decompresses into the output.
+class CompressedSchedule : public Schedule {
  public:
-  CastCompressedAllreduce(const CollectiveCall& call, const RunContext& ctx, const compression::Spec& spec,
-                          compression::Residual* residual, const Algorithm& inner)
-      : call_(call), ctx_(ctx), spec_(spec), residual_(residual), inner_(inner) {
-    half_ = spec.kind == Kind::kFp16 ? DataType::kFloat16 : DataType::kBFloat16;
-  }
+  CompressedSchedule(const CollectiveCall& call, const RunContext& ctx, const compression::Spec& spec,
+                     compression::Residual* residual, const Algorithm& inner, const char* what)
+      : call_(call), ctx_(ctx), spec_(spec), residual_(residual), inner_(inner), what_(what) {}
 
   bool advance() override {
     bool moved = false;
-    const size_t n = call_.count;
-    const int p = ctx_.transport->size();
     if (!innerSchedule_) {
       const auto t0 = Clock::now();
-      auto* h = reinterpret_cast<uint16_t*>(ctx_.workspace->buffer(0, std::max<size_t>(n, 1) * 2));
-      const float scale = spec_.prescale ? 1.0f / static_cast<float>(p) : 1.0f;
-      const auto* in = static_cast<const float*>(call_.input);
-      if (residual_) {
-        compression::castWithResidual(in, residual_->data(n), h, n, half_, scale);
-      } else {
-        compression::castToHalf(in, h, n, half_, scale);
-      }
+      innerSchedule_ = prepare();
       recordPhase(ctx_, "compress", t0);
-      CollectiveCall innerCall;
-      innerCall.collective = Collective::kAllreduce;
-      innerCall.type = half_;
-      innerCall.op = ReduceOp::kSum;
-      innerCall.count = n;
-      innerCall.input = h;
-      innerCall.output = h;
-      innerCall.inPlace = true;
-      RunContext innerCtx = ctx_;
-      innerCtx.reduce = kernels::reduceFunction(half_, ReduceOp::kSum, ctx_.simd);
-      halfBuffer_ = h;
-      innerSchedule_ = inner_.schedule(innerCall, innerCtx);
       moved = true;
     }
     if (!innerDone_) {
@@ -71,6 +51,71 @@ class CastCompressedAllreduce final : public Schedule {
       innerDone_ = true;
     }
     const auto t0 = Clock::now();
+    finish();
+    recordPhase(ctx_, "decompress", t0);
+    done_ = true;
+    return true;
+  }
+  bool done() const override { return done_; }
+  std::string waitingFor() const override {
+    return std::string(what_) + ": " + (innerSchedule_ ? innerSchedule_->waitingFor() : "compressing");
+  }
+  void healthCheck() override {
+    if (innerSchedule_) innerSchedule_->healthCheck();
+  }
+
+ protected:
+  virtual SchedulePtr prepare() = 0;
+  virtual void finish() = 0;
+
+  CollectiveCall call_;
+  RunContext ctx_;
+  compression::Spec spec_;
+  compression::Residual* residual_;
+  const Algorithm& inner_;
+
+ private:
+  const char* what_;
+  SchedulePtr innerSchedule_;
+  bool innerDone_ = false;
+  bool done_ = false;
+};
+
+class CastCompressedAllreduce final : public CompressedSchedule {
+ public:
+  CastCompressedAllreduce(const CollectiveCall& call, const RunContext& ctx, const compression::Spec& spec,
+                          compression::Residual* residual, const Algorithm& inner)
+      : CompressedSchedule(call, ctx, spec, residual, inner, "compressed allreduce"),
+        half_(spec.kind == Kind::kFp16 ? DataType::kFloat16 : DataType::kBFloat16) {}
+
+ private:
+  SchedulePtr prepare() override {
+    const size_t n = call_.count;
+    const int p = ctx_.transport->size();
+    halfBuffer_ = reinterpret_cast<uint16_t*>(ctx_.workspace->buffer(0, std::max<size_t>(n, 1) * 2));
+    const float scale = spec_.prescale ? 1.0f / static_cast<float>(p) : 1.0f;
+    const auto* in = static_cast<const float*>(call_.input);
+    if (residual_) {
+      compression::castWithResidual(in, residual_->data(n), halfBuffer_, n, half_, scale);
+    } else {
+      compression::castToHalf(in, halfBuffer_, n, half_, scale);
+    }
+    CollectiveCall innerCall;
+    innerCall.collective = Collective::kAllreduce;
+    innerCall.type = half_;
+    innerCall.op = ReduceOp::kSum;
+    innerCall.count = n;
+    innerCall.input = halfBuffer_;
+    innerCall.output = halfBuffer_;
+    innerCall.inPlace = true;
+    RunContext innerCtx = ctx_;
+    innerCtx.reduce = kernels::reduceFunction(half_, ReduceOp::kSum, ctx_.simd);
+    return inner_.schedule(innerCall, innerCtx);
+  }
+
+  void finish() override {
+    const size_t n = call_.count;
+    const int p = ctx_.transport->size();
     auto* out = static_cast<float*>(call_.output);
     compression::decodeHalf(halfBuffer_, out, n, half_);
     // Pre-scaled values already summed to the average (a sum is scaled
@@ -81,83 +126,57 @@ class CastCompressedAllreduce final : public Schedule {
     } else if (!spec_.prescale && avg && n) {
       ctx_.divide(out, n, static_cast<double>(p));
     }
-    recordPhase(ctx_, "decompress", t0);
-    done_ = true;
-    return true;
-  }
-  bool done() const override { return done_; }
-  std::string waitingFor() const override {
-    return innerSchedule_ ? "compressed allreduce: " + innerSchedule_->waitingFor() : "compressed allreduce: compressing";
-  }
-  void healthCheck() override {
-    if (innerSchedule_) innerSchedule_->healthCheck();
   }
 
- private:
-  CollectiveCall call_;
-  RunContext ctx_;
-  compression::Spec spec_;
-  compression::Residual* residual_;
-  const Algorithm& inner_;
   DataType half_;
   uint16_t* halfBuffer_ = nullptr;
-  SchedulePtr innerSchedule_;
-  bool innerDone_ = false;
-  bool done_ = false;
 };
 
-class TopKAllreduce final : public Schedule {
+class TopKAllreduce final : public CompressedSchedule {
  public:
   TopKAllreduce(const CollectiveCall& call, const RunContext& ctx, const compression::Spec& spec,
                 compression::Residual* residual, const Algorithm& inner)
-      : call_(call), ctx_(ctx), spec_(spec), residual_(residual), inner_(inner) {}
+      : CompressedSchedule(call, ctx, spec, residual, inner, "top-k allgather") {}
 
-  bool advance() override {
-    bool moved = false;
+ private:
+  SchedulePtr prepare() override {
     const size_t n = call_.count;
     const int p = ctx_.transport->size();
     const int r = ctx_.transport->rank();
-    if (!innerSchedule_) {
-      const auto t0 = Clock::now();
-      const size_t k = n == 0 ? 0 : spec_.topkCount(n);
-      const size_t kmax = spec_.approximate ? std::min(n, k + k / 10 + 1) : k;
-      slotBytes_ = (8 + compression::encodedBytes(n, kmax) + 7) / 8 * 8;
-      gather_ = ctx_.workspace->buffer(1, slotBytes_ * static_cast<size_t>(p));
-      char* mine = gather_ + static_cast<size_t>(r) * slotBytes_;
-      compression::SparseTensor sparse;
-      if (n) {
-        compression::TopKOptions o;
-        o.k = k;
-        o.approximate = spec_.approximate;
-        o.seed = ctx_.tag.seq * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r);
-        compression::topk(static_cast<const float*>(call_.input), residual_ ? residual_->data(n) : nullptr, n, o,
-                          sparse);
-      } else {
-        sparse.denseCount = 0;
-      }
-      if (sparse.nnz() > kmax) {
-        throw InternalError("top-k selected " + std::to_string(sparse.nnz()) + " elements, more than the " +
-                            std::to_string(kmax) + " its payload slot holds");
-      }
-      const uint64_t len = compression::encode(sparse, mine + 8, slotBytes_ - 8);
-      std::memcpy(mine, &len, 8);
-      recordPhase(ctx_, "compress", t0);
-      CollectiveCall innerCall;
-      innerCall.collective = Collective::kAllgather;
-      innerCall.type = DataType::kUInt8;
-      innerCall.count = slotBytes_;
-      innerCall.input = mine;
-      innerCall.output = gather_;
-      innerCall.inPlace = true;
-      innerSchedule_ = inner_.schedule(innerCall, ctx_);
-      moved = true;
+    const size_t k = n == 0 ? 0 : spec_.topkCount(n);
+    const size_t kmax = spec_.approximate ? std::min(n, k + k / 10 + 1) : k;
+    slotBytes_ = (8 + compression::encodedBytes(n, kmax) + 7) / 8 * 8;
+    gather_ = ctx_.workspace->buffer(1, slotBytes_ * static_cast<size_t>(p));
+    char* mine = gather_ + static_cast<size_t>(r) * slotBytes_;
+    compression::SparseTensor sparse;
+    if (n) {
+      compression::TopKOptions o;
+      o.k = k;
+      o.approximate = spec_.approximate;
+      o.seed = ctx_.tag.seq * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r);
+      compression::topk(static_cast<const float*>(call_.input), residual_ ? residual_->data(n) : nullptr, n, o, sparse);
+    } else {
+      sparse.denseCount = 0;
     }
-    if (!innerDone_) {
-      moved = innerSchedule_->advance() || moved;
-      if (!innerSchedule_->done()) return moved;
-      innerDone_ = true;
+    if (sparse.nnz() > kmax) {
+      throw InternalError("top-k selected " + std::to_string(sparse.nnz()) + " elements, more than the " +
+                          std::to_string(kmax) + " its payload slot holds");
     }
-    const auto t0 = Clock::now();
+    const uint64_t len = compression::encode(sparse, mine + 8, slotBytes_ - 8);
+    std::memcpy(mine, &len, 8);
+    CollectiveCall innerCall;
+    innerCall.collective = Collective::kAllgather;
+    innerCall.type = DataType::kUInt8;
+    innerCall.count = slotBytes_;
+    innerCall.input = mine;
+    innerCall.output = gather_;
+    innerCall.inPlace = true;
+    return inner_.schedule(innerCall, ctx_);
+  }
+
+  void finish() override {
+    const size_t n = call_.count;
+    const int p = ctx_.transport->size();
     auto* out = static_cast<float*>(call_.output);
     if (n) std::memset(out, 0, n * sizeof(float));
     for (int q = 0; q < p; ++q) {
@@ -171,29 +190,10 @@ class TopKAllreduce final : public Schedule {
       compression::decodeAdd(slot + 8, static_cast<size_t>(len), out, n);
     }
     if (call_.op == ReduceOp::kAvg && n) ctx_.divide(out, n, static_cast<double>(p));
-    recordPhase(ctx_, "decompress", t0);
-    done_ = true;
-    return true;
-  }
-  bool done() const override { return done_; }
-  std::string waitingFor() const override {
-    return innerSchedule_ ? "top-k allgather: " + innerSchedule_->waitingFor() : "top-k: selecting";
-  }
-  void healthCheck() override {
-    if (innerSchedule_) innerSchedule_->healthCheck();
   }
 
- private:
-  CollectiveCall call_;
-  RunContext ctx_;
-  compression::Spec spec_;
-  compression::Residual* residual_;
-  const Algorithm& inner_;
   size_t slotBytes_ = 0;
   char* gather_ = nullptr;
-  SchedulePtr innerSchedule_;
-  bool innerDone_ = false;
-  bool done_ = false;
 };
 
 }  // namespace

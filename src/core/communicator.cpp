@@ -175,55 +175,46 @@ void Communicator::destroy() {
   if (impl_) impl_->destroy();
 }
 
-Work Communicator::allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
-                             const CollectiveOptions& options) {
+namespace {
+
+CollectiveCall makeCall(Collective coll, const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                        int root) {
   CollectiveCall c;
-  c.collective = Collective::kAllreduce;
+  c.collective = coll;
   c.type = type;
   c.op = op;
   c.count = count;
+  c.root = root;
   c.input = in;
   c.output = out;
   c.inPlace = in == out;
-  return checked().submit(c, options);
+  return c;
+}
+
+}  // namespace
+
+Work Communicator::allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op,
+                             const CollectiveOptions& options) {
+  return checked().submit(makeCall(Collective::kAllreduce, in, out, count, type, op, 0), options);
 }
 
 Work Communicator::broadcast(const void* in, void* out, size_t count, DataType type, int root,
                              const CollectiveOptions& options) {
-  CollectiveCall c;
-  c.collective = Collective::kBroadcast;
-  c.type = type;
-  c.count = count;
-  c.root = root;
-  c.input = in;
-  c.output = out;
-  c.inPlace = in == out || (in == nullptr && checked().rank() != root);
-  return checked().submit(c, options);
+  auto& impl = checked();
+  CollectiveCall c = makeCall(Collective::kBroadcast, in, out, count, type, ReduceOp::kSum, root);
+  c.inPlace = in == out || (in == nullptr && impl.rank() != root);
+  return impl.submit(c, options);
 }
 
 Work Communicator::reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root,
                           const CollectiveOptions& options) {
-  CollectiveCall c;
-  c.collective = Collective::kReduce;
-  c.type = type;
-  c.op = op;
-  c.count = count;
-  c.root = root;
-  c.input = in;
-  c.output = out;
-  c.inPlace = in == out;
-  return checked().submit(c, options);
+  return checked().submit(makeCall(Collective::kReduce, in, out, count, type, op, root), options);
 }
 
 Work Communicator::allgather(const void* in, void* out, size_t count, DataType type,
                              const CollectiveOptions& options) {
   auto& impl = checked();
-  CollectiveCall c;
-  c.collective = Collective::kAllgather;
-  c.type = type;
-  c.count = count;
-  c.input = in;
-  c.output = out;
+  CollectiveCall c = makeCall(Collective::kAllgather, in, out, count, type, ReduceOp::kSum, 0);
   c.inPlace = out != nullptr &&
               in == static_cast<const char*>(out) + static_cast<size_t>(impl.rank()) * count * sizeOrZero(type);
   return impl.submit(c, options);
@@ -232,23 +223,15 @@ Work Communicator::allgather(const void* in, void* out, size_t count, DataType t
 Work Communicator::reduceScatter(const void* in, void* out, size_t count, DataType type, ReduceOp op,
                                  const CollectiveOptions& options) {
   auto& impl = checked();
-  CollectiveCall c;
-  c.collective = Collective::kReduceScatter;
-  c.type = type;
-  c.op = op;
-  c.count = count;
-  c.input = in;
-  c.output = out;
+  CollectiveCall c = makeCall(Collective::kReduceScatter, in, out, count, type, op, 0);
   c.inPlace = in != nullptr &&
               out == static_cast<const char*>(in) + static_cast<size_t>(impl.rank()) * count * sizeOrZero(type);
   return impl.submit(c, options);
 }
 
 Work Communicator::barrier(const CollectiveOptions& options) {
-  CollectiveCall c;
-  c.collective = Collective::kBarrier;
-  c.count = 0;
-  return checked().submit(c, options);
+  return checked().submit(makeCall(Collective::kBarrier, nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum, 0),
+                          options);
 }
 
 std::vector<WorkPhase> Work::phases() const {

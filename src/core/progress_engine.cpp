@@ -246,21 +246,21 @@ bool ProgressEngine::waitFor(OperationState& op, Clock::time_point deadline) {
   Backoff backoff(settings_.pollSpins, 10000, settings_.pollMaxSleep);
   while (!op.finished()) {
     if (Clock::now() >= deadline) return false;
-    std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
-    if (!drive.owns_lock()) {
-      // Another thread is in the middle of a step; it lets go shortly.
-      backoff.idle();
-      continue;
-    }
-    bool moved = this->drive();
-    drive.unlock();
-    if (moved) {
-      backoff.reset();
-    } else {
-      backoff.idle();
-    }
+    driveOrBackOff(backoff);
   }
   return true;
+}
+
+void ProgressEngine::driveOrBackOff(Backoff& backoff) {
+  // When another thread is in the middle of a step, it lets go shortly.
+  std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
+  const bool moved = lock.owns_lock() && drive();
+  if (lock.owns_lock()) lock.unlock();
+  if (moved) {
+    backoff.reset();
+  } else {
+    backoff.idle();
+  }
 }
 
 void ProgressEngine::threadMain() {
@@ -290,18 +290,7 @@ void ProgressEngine::threadMain() {
       idleSince = Clock::now();
       continue;
     }
-    std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
-    if (!drive.owns_lock()) {
-      backoff.idle();
-      continue;
-    }
-    bool moved = this->drive();
-    drive.unlock();
-    if (moved) {
-      backoff.reset();
-    } else {
-      backoff.idle();
-    }
+    driveOrBackOff(backoff);
     idleSince = Clock::now();
   }
 }

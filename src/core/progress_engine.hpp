@@ -79,6 +79,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
  private:
   void threadMain();
   bool drive();  // requires driveMu_
+  /// One step of whoever polls: drive if the lock is free, then back off
+  /// unless something moved.
+  void driveOrBackOff(Backoff& backoff);
   void checkHealth(detail::Clock::time_point now);
   void failActive(std::exception_ptr e);
   void failQueued();
