@@ -32,7 +32,7 @@ build: deps $(BUILD)/CMakeCache.txt
 demo: build
 	@echo "== gradcomm demo: allreduce sweep, 2 ranks on this host (shared memory) =="
 	$(MPIRUN) -np 2 $(BUILD)/bin/gradcomm-bench -b 8 -e 128M -f 8 -n 20 -w 5 \
-	  --algo default,shm,ring,rd --baseline mpi,memcpy
+	  --algo default,shm,ring,rd --baseline mpi,memcpy -q
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 1500
