@@ -14,7 +14,10 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_btl_tcp_if_include ?= lo
 export OMPI_MCA_oob_tcp_if_include ?= lo
-MPIRUN = mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
+# Two ranks on two or more cores: no oversubscription, so no yield-when-idle
+# (with it, the ranks' polling loops hand the cores back and forth and small
+# messages take tens of microseconds).
+MPIRUN = mpirun --bind-to none
 
 .PHONY: all deps build demo test sweep install clean
 
