@@ -264,3 +264,60 @@ TEST(Mpi, ReducerAveragesEveryStepWhateverTheReadyOrder) {
     }
   }
 }
+
+TEST(Mpi, ReducerAccumulatesOverUnsynchronisedSteps) {
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions());
+  std::vector<std::vector<float>> grads = {std::vector<float>(3000, 0.0f), std::vector<float>(7, 0.0f)};
+  std::vector<GradientSpec> specs;
+  for (auto& g : grads) specs.push_back({g.size(), DataType::kFloat32, g.data()});
+  Reducer red(comm, specs);
+  red.setSynchronization(false);
+  for (int micro = 0; micro < 2; ++micro) {
+    for (size_t g = 0; g < grads.size(); ++g) {
+      for (auto& v : grads[g]) v += static_cast<float>(comm.rank() + 1);
+      red.markReady(g);
+    }
+    red.finalize();
+  }
+  red.setSynchronization(true);
+  for (size_t g = 0; g < grads.size(); ++g) {
+    for (auto& v : grads[g]) v += static_cast<float>(comm.rank() + 1);
+    red.markReady(g);
+  }
+  red.finalize();
+  // Each rank accumulated 3 * (rank + 1); the average is 3 * (p + 1) / 2.
+  const float want = 3.0f * static_cast<float>(comm.size() + 1) / 2.0f;
+  for (const auto& g : grads) {
+    for (float v : g) ASSERT_FLOAT_EQ(v, want);
+  }
+}
+
+TEST(Mpi, ReducerMisuseOnOneRankFailsOnEveryRank) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions("30s"));
+  std::vector<std::vector<float>> grads = {std::vector<float>(1000, 1.0f), std::vector<float>(500, 1.0f),
+                                           std::vector<float>(20, 1.0f)};
+  std::vector<GradientSpec> specs;
+  for (auto& g : grads) specs.push_back({g.size(), DataType::kFloat32, g.data()});
+  Reducer red(comm, specs);
+  std::string what;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    for (size_t g = 0; g < grads.size(); ++g) {
+      if (comm.rank() == 1 && g == 1) continue;  // rank 1 forgets gradient 1
+      red.markReady(g);
+    }
+    red.finalize();
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (comm.rank() == 1) {
+    EXPECT_TRUE(contains(what, "gradient(s) 1 were never marked ready")) << what;
+  } else {
+    EXPECT_TRUE(contains(what, "rank 1")) << what;
+  }
+  EXPECT_LT(seconds, 10.0);
+  comm.destroy();
+  MPI_Barrier(MPI_COMM_WORLD);
+}
