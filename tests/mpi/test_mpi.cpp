@@ -299,10 +299,12 @@ TEST(Mpi, ReducerMisuseOnOneRankFailsOnEveryRank) {
                                            std::vector<float>(20, 1.0f)};
   std::vector<GradientSpec> specs;
   for (auto& g : grads) specs.push_back({g.size(), DataType::kFloat32, g.data()});
-  Reducer red(comm, specs);
   std::string what;
   auto t0 = std::chrono::steady_clock::now();
   try {
+    // Inside the try: a slow rank may still be constructing (a collective
+    // step) when rank 1 has already failed and aborted the communicator.
+    Reducer red(comm, specs);
     for (size_t g = 0; g < grads.size(); ++g) {
       if (comm.rank() == 1 && g == 1) continue;  // rank 1 forgets gradient 1
       red.markReady(g);
