@@ -42,7 +42,7 @@ bool Work::wait(std::chrono::milliseconds timeout) {
   return state_->finished();
 }
 
-std::string Work::algorithm() const { return state_ ? state_->algorithm : std::string(); }
+std::string Work::algorithm() const { return state_ ? state_->algorithmName() : std::string(); }
 
 uint64_t Work::sequence() const { return state_ ? state_->seq : 0; }
 

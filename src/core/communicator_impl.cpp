@@ -32,6 +32,11 @@ bool isReduction(Collective c) {
   return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kReduceScatter;
 }
 
+// Calls up to this size take their first progress step inside submit (see
+// ProgressEngine::submit): for them latency is everything, and one step is
+// short. Larger calls return at once and overlap with the caller's work.
+constexpr size_t kEagerMaxBytes = 64 * 1024;
+
 }  // namespace
 
 uint32_t callFingerprint(const CollectiveCall& call, const std::string& algorithm) {
@@ -85,7 +90,13 @@ void CommunicatorImpl::validate(const CollectiveCall& c) const {
     throw InvalidArgument(std::string(toString(c.collective)) + ": count " + std::to_string(c.count) +
                           " is too large to address");
   }
+  validateBuffers(c, elem);
+}
+
+void CommunicatorImpl::validateBuffers(const CollectiveCall& c, size_t elem) const {
   if (c.count == 0 || c.collective == Collective::kBarrier) return;
+  const bool perRank = c.collective == Collective::kAllgather || c.collective == Collective::kReduceScatter;
+  const size_t factor = perRank ? static_cast<size_t>(size_) : 1;
   const bool root = c.root == rank_;
   const bool needIn = c.collective != Collective::kBroadcast || root;
   const bool needOut = c.collective != Collective::kReduce || root;
@@ -130,70 +141,121 @@ algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, 
   return ctx;
 }
 
+compression::Spec CommunicatorImpl::compressionFor(const CollectiveCall& call, const CollectiveOptions& options) const {
+  if (call.collective != Collective::kAllreduce) return {};
+  const bool asked = !options.compression.empty();
+  compression::Spec spec = defaultCompression_;
+  if (asked) {
+    // The same text, call after call: parse it once per thread.
+    thread_local std::string lastText;
+    thread_local compression::Spec lastSpec;
+    if (options.compression != lastText) {
+      try {
+        lastSpec = compression::Spec::parse(options.compression);
+      } catch (const ConfigError& e) {
+        throw InvalidArgument(std::string("CollectiveOptions::compression: ") + e.what());
+      }
+      lastText = options.compression;
+    }
+    spec = lastSpec;
+  }
+  if (spec.kind == compression::Kind::kNone) return spec;
+  const bool applies = call.type == DataType::kFloat32 && (call.op == ReduceOp::kSum || call.op == ReduceOp::kAvg);
+  if (applies) return spec;
+  if (asked) {
+    throw UnsupportedError("compression '" + spec.toString() + "' applies to float32 sum or avg allreduces; "
+                           "this call is " + toString(call.type) + " " + toString(call.op) +
+                           " (leave compression empty for it)");
+  }
+  core::logOnce(core::LogLevel::kInfo, rank_,
+                "GRADCOMM_COMPRESSION applies only to float32 sum/avg allreduces; other calls run uncompressed");
+  return {};
+}
+
 Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOptions& options) {
   if (destroyed_.load()) {
     throw InvalidUsage(std::string(toString(call.collective)) +
                        " called on a destroyed communicator; create a new Communicator");
   }
   engine_->throwIfFailed();
-  try {
-    validate(call);
-    if (call.collective == Collective::kAllreduce) {
-      const bool asked = !options.compression.empty();
-      compression::Spec spec = defaultCompression_;
-      if (asked) {
-        try {
-          spec = compression::Spec::parse(options.compression);
-        } catch (const ConfigError& e) {
-          throw InvalidArgument(std::string("CollectiveOptions::compression: ") + e.what());
-        }
-      }
-      if (spec.kind != compression::Kind::kNone) {
-        const bool applies = call.type == DataType::kFloat32 && (call.op == ReduceOp::kSum || call.op == ReduceOp::kAvg);
-        if (applies) return submitCompressed(call, spec, options);
-        if (asked) {
-          throw UnsupportedError("compression '" + spec.toString() + "' applies to float32 sum or avg allreduces; "
-                                 "this call is " + toString(call.type) + " " + toString(call.op) +
-                                 " (leave compression empty for it)");
-        }
-        core::logOnce(core::LogLevel::kInfo, rank_,
-                      "GRADCOMM_COMPRESSION applies only to float32 sum/avg allreduces; other calls run uncompressed");
-      }
-    }
-  } catch (const Error& e) {
-    reject(e, call);
-  }
-  auto op = OperationState::create();
+  // A signature seen before (same collective, type, op, count, root, layout
+  // and options) was validated, has no compression and has its algorithm,
+  // fingerprint and kernels chosen: only the buffers need checking.
+  const size_t slot = (static_cast<size_t>(call.collective) * 31 + static_cast<size_t>(call.type) * 7 +
+                       static_cast<size_t>(call.op) + call.count * 131 + static_cast<size_t>(call.root)) %
+                      SignatureCache::kSize;
+  SignatureCache::Entry e;
+  bool hit = false;
+  uint64_t seq = 0;
   {
     std::lock_guard<std::mutex> lock(submitMu_);
-    const size_t slot = (static_cast<size_t>(call.collective) * 31 + static_cast<size_t>(call.type) * 7 +
-                         static_cast<size_t>(call.op) + call.count * 131 + static_cast<size_t>(call.root)) %
-                        SignatureCache::kSize;
-    auto& e = cache_.entries[slot];
-    if (!(e.valid && e.collective == call.collective && e.type == call.type && e.op == call.op &&
-          e.count == call.count && e.root == call.root && e.inPlace == call.inPlace && e.forced == options.algorithm)) {
-      algorithms::Selector::Choice choice{nullptr, {}};
-      try {
-        choice = selector_.select(call, engine_->transport(), options.algorithm);
-      } catch (const Error& err) {
-        reject(err, call);
-      }
-      if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
-      e = {true, call.collective, call.type, call.op, call.count, call.root, call.inPlace, options.algorithm,
-           choice.algorithm, callFingerprint(call, choice.algorithm->name())};
+    const auto& c = cache_.entries[slot];
+    hit = c.valid && c.collective == call.collective && c.type == call.type && c.op == call.op &&
+          c.count == call.count && c.root == call.root && c.inPlace == call.inPlace && c.forced == options.algorithm &&
+          c.compression == options.compression;
+    if (hit) {
+      e.algorithm = c.algorithm;
+      e.fingerprint = c.fingerprint;
+      e.bytes = c.bytes;
+      e.reduce = c.reduce;
+      e.divide = c.divide;
+      // A rejected call aborts the communicator, so taking the number
+      // before the buffer checks cannot put the ranks out of step.
+      seq = nextSeq_++;
     }
-    op->algo = e.algorithm;
-    op->fingerprint = e.fingerprint;
-    op->seq = nextSeq_++;
   }
-  op->algorithm = op->algo->name();
-  op->bytes = algorithms::Selector::callBytes(call, size_);
-  transport::Tag tag;
-  tag.seq = op->seq;
-  tag.fingerprint = op->fingerprint;
+  if (hit) {
+    try {
+      validateBuffers(call, dataTypeSize(call.type));
+    } catch (const Error& err) {
+      reject(err, call);
+    }
+  } else {
+    algorithms::Selector::Choice choice{nullptr, {}};
+    try {
+      validate(call);
+      const compression::Spec spec = compressionFor(call, options);
+      if (spec.kind != compression::Kind::kNone) return submitCompressed(call, spec, options);
+      choice = selector_.select(call, engine_->transport(), options.algorithm);
+    } catch (const Error& err) {
+      reject(err, call);
+    }
+    if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
+    const algorithms::RunContext probe = runContext(call, {});
+    e = {true,
+         call.collective,
+         call.type,
+         call.op,
+         call.count,
+         call.root,
+         call.inPlace,
+         options.algorithm,
+         options.compression,
+         choice.algorithm,
+         callFingerprint(call, choice.algorithm->name()),
+         algorithms::Selector::callBytes(call, size_),
+         probe.reduce,
+         probe.divide};
+    std::lock_guard<std::mutex> lock(submitMu_);
+    cache_.entries[slot] = e;
+    seq = nextSeq_++;
+  }
+  auto op = OperationState::create();
+  op->seq = seq;
+  op->algo = e.algorithm;
+  op->fingerprint = e.fingerprint;
+  op->bytes = e.bytes;
   op->call = call;
-  op->ctx = runContext(call, tag);
-  engine_->submit(op);
+  op->ctx.transport = &engine_->transport();
+  op->ctx.tag.seq = op->seq;
+  op->ctx.tag.fingerprint = op->fingerprint;
+  op->ctx.simd = simd_;
+  op->ctx.reduce = e.reduce;
+  op->ctx.divide = e.divide;
+  op->ctx.tuning.segmentBytes = config_.segmentBytes;
+  op->ctx.tuning.pipelineDepth = config_.pipelineDepth;
+  op->ctx.tuning.shmChunkBytes = config_.shmChunkBytes;
+  engine_->submit(op, op->bytes <= kEagerMaxBytes);
   return Work(op);
 }
 

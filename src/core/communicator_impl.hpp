@@ -45,6 +45,12 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
 
  private:
   void validate(const algorithms::CollectiveCall& call) const;
+  /// The buffer checks of validate() (they depend on the pointers, so a
+  /// cached signature does not cover them).
+  void validateBuffers(const algorithms::CollectiveCall& call, size_t elem) const;
+  /// Compression that applies to `call`, from the options or the default;
+  /// throws when the options ask for one that cannot apply.
+  compression::Spec compressionFor(const algorithms::CollectiveCall& call, const CollectiveOptions& options) const;
   [[noreturn]] void reject(const Error& e, const algorithms::CollectiveCall& call);
 
   std::unique_ptr<transport::Transport> pendingTransport_;
@@ -70,8 +76,12 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
       int root;
       bool inPlace;
       std::string forced;
+      std::string compression;  ///< CollectiveOptions::compression as given
       const algorithms::Algorithm* algorithm;
       uint32_t fingerprint;
+      size_t bytes;
+      kernels::ReduceFn reduce;
+      kernels::DivideFn divide;
     };
     static constexpr size_t kSize = 16;
     Entry entries[kSize];

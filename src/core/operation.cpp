@@ -18,7 +18,9 @@ struct FreeList {
     for (void* b : blocks) ::operator delete(b);
   }
 };
-thread_local FreeList freeList;
+// initial-exec: the library is loaded at start-up, and this avoids a
+// __tls_get_addr call per operation.
+__attribute__((tls_model("initial-exec"))) thread_local FreeList freeList;
 
 template <typename T>
 struct PoolAllocator {
@@ -65,7 +67,7 @@ std::string OperationState::describe() const {
                        call.collective == Collective::kReduceScatter;
   return std::string(toString(call.collective)) + " #" + std::to_string(seq) + " (" + toString(call.type) +
          (reduces ? std::string(" ") + toString(call.op) : std::string()) + ", " + std::to_string(call.count) +
-         " elements, algorithm " + algorithm + ")";
+         " elements, algorithm " + algorithmName() + ")";
 }
 
 algorithms::SchedulePtr OperationState::makeSchedule() const {

@@ -28,7 +28,7 @@ struct OperationState {
 
   uint64_t seq = 0;
   uint32_t fingerprint = 0;  ///< hash of the call signature, equal on matching ranks
-  std::string algorithm;     ///< short names fit std::string's inline buffer
+  std::string algorithm;     ///< custom operations only; see algorithmName()
   size_t bytes = 0;
   /// What runs: an algorithm on `call`, or a custom schedule factory.
   const algorithms::Algorithm* algo = nullptr;
@@ -53,6 +53,8 @@ struct OperationState {
 
   std::weak_ptr<core::ProgressEngine> engine;
 
+  /// The algorithm that runs (the catalog's name, or a custom label).
+  const char* algorithmName() const { return algo ? algo->name() : algorithm.c_str(); }
   bool finished() const { return status.load(std::memory_order_acquire) >= kDone; }
   /// "allreduce #12 (float32 sum, 1000 elements, algorithm ring)", built on
   /// demand (only error messages and traces need it).

@@ -46,9 +46,30 @@ void ProgressEngine::start() {
   thread_ = std::thread([this] { threadMain(); });
 }
 
-void ProgressEngine::submit(const std::shared_ptr<OperationState>& op) {
+void ProgressEngine::submit(const std::shared_ptr<OperationState>& op, bool eager) {
   op->engine = weak_from_this();
   op->queuedAt = Clock::now();
+  if (eager) {
+    // Idle engine: this operation becomes the active one at once and the
+    // submitting thread takes its first step (never a long earlier one).
+    std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
+    if (drive.owns_lock()) {
+      // busy_ is false only while the queue is empty and nothing is active.
+      // A concurrent submission from another thread may still queue behind
+      // this one: calls from several threads at once have no order anyway.
+      if (!failedFlag_.load() && !stop_.load() && !busy_.load() && !active_) {
+        active_ = op;
+        busy_.store(true);
+        this->drive();
+        drive.unlock();
+        callerDroveAt_.store(op->queuedAt.time_since_epoch().count(), std::memory_order_relaxed);
+        // Not done in one step: the thread must carry on if the caller does
+        // not wait soon (it wakes itself while it lingers).
+        if (!op->finished() && blocked_.load()) queueCv_.notify_one();
+        return;
+      }
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(queueMu_);
     if (failed_) {
@@ -149,9 +170,9 @@ bool ProgressEngine::drive() {
     active_ = queue_.front();
     queue_.pop_front();
   }
-  auto now = Clock::now();
   try {
     if (!active_->schedule) {
+      const auto now = Clock::now();
       active_->startedAt = now;
       active_->status.store(OperationState::kRunning);
       active_->ctx.workspace = &workspace_;
@@ -181,6 +202,11 @@ bool ProgressEngine::drive() {
       auto op = std::move(active_);
       active_.reset();
       op->schedule.reset();
+      {
+        // Nothing left: the next submission may start itself (eager).
+        std::lock_guard<std::mutex> lock(queueMu_);
+        if (queue_.empty()) busy_.store(false);
+      }
       if (listener_) listener_(*op, false);
       op->finish(nullptr);
       return true;
@@ -248,6 +274,7 @@ bool ProgressEngine::waitFor(OperationState& op, Clock::time_point deadline) {
     if (Clock::now() >= deadline) return false;
     driveOrBackOff(backoff);
   }
+  callerDroveAt_.store(op.finishedAt.time_since_epoch().count(), std::memory_order_relaxed);
   return true;
 }
 
@@ -262,6 +289,11 @@ void ProgressEngine::driveOrBackOff(Backoff& backoff) {
     backoff.idle();
   }
 }
+
+namespace {
+// How long the thread leaves an operation to the caller that just drove it.
+constexpr int64_t kCallerGraceNs = 50'000;
+}  // namespace
 
 void ProgressEngine::threadMain() {
   // Short sleeps must be short: the default timer slack would stretch a
@@ -284,10 +316,14 @@ void ProgressEngine::threadMain() {
       backoff.reset();
       continue;
     }
-    if (waiters_.load() > 0) {
-      // A waiting caller drives; look again shortly.
+    const auto now = Clock::now();
+    if (waiters_.load() > 0 ||
+        now.time_since_epoch().count() - callerDroveAt_.load(std::memory_order_relaxed) < kCallerGraceNs) {
+      // A caller drives, or drove a moment ago and is about to wait: stand
+      // aside (on a busy host a polling thread here would take the core
+      // a peer rank needs); look again shortly.
       backoff.idle();
-      idleSince = Clock::now();
+      idleSince = now;
       continue;
     }
     driveOrBackOff(backoff);

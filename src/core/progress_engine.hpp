@@ -58,7 +58,11 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   ProgressEngine& operator=(const ProgressEngine&) = delete;
 
   void start();
-  void submit(const std::shared_ptr<detail::OperationState>& op);
+  /// Queues `op`. With `eager`, when the engine was idle the submitting
+  /// thread takes one progress step at once (a small collective whose peers
+  /// are already there completes before submit returns, and its first
+  /// messages leave without waiting for a thread hand-off).
+  void submit(const std::shared_ptr<detail::OperationState>& op, bool eager = false);
   /// Drives progress until `op` finishes or `deadline` passes; true if finished.
   bool waitFor(detail::OperationState& op, detail::Clock::time_point deadline);
   /// Stops the thread and fails whatever is pending with `reason`.
@@ -102,6 +106,10 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::atomic<bool> busy_{false};     // an operation is active or queued
   std::atomic<bool> blocked_{false};  // the thread sleeps on queueCv_ (set under queueMu_)
   std::atomic<int> waiters_{0};       // callers inside waitFor(): they drive, the thread stands aside
+  /// When a caller last drove (an eager submission or the end of a wait),
+  /// in steady-clock nanoseconds: the thread leaves the next step to that
+  /// caller for a short while, since it is about to wait or submit again.
+  std::atomic<int64_t> callerDroveAt_{0};
 
   std::mutex driveMu_;
   std::shared_ptr<detail::OperationState> active_;   // guarded by driveMu_

@@ -275,3 +275,73 @@ TEST(Work, TestPollingAloneDrivesAnOperationToCompletion) {
     EXPECT_EQ(buf[4999], 3.0f);
   });
 }
+
+// Repeated calls with one signature skip validation of the signature and the
+// algorithm choice (a per-communicator cache); the buffers are still checked
+// on every call.
+TEST(Errors, NullBufferIsRejectedAfterTheSameSignatureSucceeded) {
+  auto out = perRank(3, [](RankContext& ctx) {
+    std::vector<float> buf(64, 1.0f);
+    for (int i = 0; i < 3; ++i) {
+      ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    }
+    EXPECT_EQ(buf[0], 27.0f);
+    ctx.comm.allreduce(ctx.rank == 2 ? nullptr : buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                       ReduceOp::kSum)
+        .wait();
+  });
+  EXPECT_EQ(out.code[2], static_cast<int>(ErrorCode::kInvalidArgument)) << out.what[2];
+  EXPECT_TRUE(contains(out.what[2], "input buffer is null but count is 64")) << out.what[2];
+  for (int r : {0, 1}) {
+    EXPECT_EQ(out.code[static_cast<size_t>(r)], static_cast<int>(ErrorCode::kRemote)) << out.what[static_cast<size_t>(r)];
+  }
+}
+
+// The compression option is part of a cached signature: the same call with
+// "none", then fp16, then a malformed spec behaves as each asks.
+TEST(Errors, CompressionOptionIsHonouredOnRepeatedSignatures) {
+  auto out = perRank(2, [](RankContext& ctx) {
+    const float x = 1.0f + 1.0f / 4096.0f;  // exact in float32, rounds to 1.0 in fp16
+    std::vector<float> buf(16);
+    CollectiveOptions o;
+    for (const char* c : {"none", "", "fp16", "none"}) {
+      o.compression = c;
+      std::fill(buf.begin(), buf.end(), x);
+      ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+      const float want = std::string(c) == "fp16" ? 2.0f : 2.0f * x;
+      EXPECT_EQ(buf[0], want) << "compression '" << c << "'";
+    }
+    o.compression = "fp17";
+    ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+  });
+  for (int r : {0, 1}) {
+    EXPECT_EQ(out.code[static_cast<size_t>(r)], static_cast<int>(ErrorCode::kInvalidArgument)) << out.what[static_cast<size_t>(r)];
+    EXPECT_TRUE(contains(out.what[static_cast<size_t>(r)], "CollectiveOptions::compression")) << out.what[static_cast<size_t>(r)];
+  }
+}
+
+// A small call takes its first step inside allreduce(); when the peers are
+// not there yet, the progress thread must finish it without any wait() or
+// test() from the caller.
+TEST(Work, ASmallCallStartedEagerlyCompletesWithoutWaiting) {
+  runRanks(3, [](RankContext& ctx) {
+    std::vector<float> buf(8, static_cast<float>(ctx.rank + 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 * ctx.rank));
+    Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    // endTime() only reads the state; it does not drive progress.
+    while (w.endTime() == Clock::time_point{}) {
+      ASSERT_LT(Clock::now(), deadline) << "rank " << ctx.rank << ": nothing finished the call";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    w.wait();
+    EXPECT_EQ(buf[0], 6.0f);
+    EXPECT_EQ(buf[7], 6.0f);
+    // Back-to-back calls from a rank that never waits in between.
+    std::vector<Work> works;
+    std::vector<std::vector<float>> bufs(20, std::vector<float>(4, 1.0f));
+    for (auto& b : bufs) works.push_back(ctx.comm.allreduce(b.data(), b.data(), b.size(), DataType::kFloat32, ReduceOp::kSum));
+    for (auto& wk : works) wk.wait();
+    for (auto& b : bufs) EXPECT_EQ(b[3], 3.0f);
+  });
+}
