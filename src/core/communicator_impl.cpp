@@ -197,8 +197,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       e.algorithm = c.algorithm;
       e.fingerprint = c.fingerprint;
       e.bytes = c.bytes;
-      e.reduce = c.reduce;
-      e.divide = c.divide;
+      e.ctx = c.ctx;
       // A rejected call aborts the communicator, so taking the number
       // before the buffer checks cannot put the ranks out of step.
       seq = nextSeq_++;
@@ -221,7 +220,6 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       reject(err, call);
     }
     if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
-    const algorithms::RunContext probe = runContext(call, {});
     e = {true,
          call.collective,
          call.type,
@@ -234,8 +232,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
          choice.algorithm,
          callFingerprint(call, choice.algorithm->name()),
          algorithms::Selector::callBytes(call, size_),
-         probe.reduce,
-         probe.divide};
+         runContext(call, {})};
     std::lock_guard<std::mutex> lock(submitMu_);
     cache_.entries[slot] = e;
     seq = nextSeq_++;
@@ -246,15 +243,9 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
   op->fingerprint = e.fingerprint;
   op->bytes = e.bytes;
   op->call = call;
-  op->ctx.transport = &engine_->transport();
+  op->ctx = e.ctx;
   op->ctx.tag.seq = op->seq;
   op->ctx.tag.fingerprint = op->fingerprint;
-  op->ctx.simd = simd_;
-  op->ctx.reduce = e.reduce;
-  op->ctx.divide = e.divide;
-  op->ctx.tuning.segmentBytes = config_.segmentBytes;
-  op->ctx.tuning.pipelineDepth = config_.pipelineDepth;
-  op->ctx.tuning.shmChunkBytes = config_.shmChunkBytes;
   engine_->submit(op, op->bytes <= kEagerMaxBytes);
   return Work(op);
 }

@@ -80,8 +80,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
       const algorithms::Algorithm* algorithm;
       uint32_t fingerprint;
       size_t bytes;
-      kernels::ReduceFn reduce;
-      kernels::DivideFn divide;
+      algorithms::RunContext ctx;  ///< runContext() of the call, tag left empty
     };
     static constexpr size_t kSize = 16;
     Entry entries[kSize];
