@@ -65,7 +65,12 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op, bool eage
         callerDroveAt_.store(op->queuedAt.time_since_epoch().count(), std::memory_order_relaxed);
         // Not done in one step: the thread must carry on if the caller does
         // not wait soon (it wakes itself while it lingers).
-        if (!op->finished() && blocked_.load()) queueCv_.notify_one();
+        // busy_ was set without queueMu_: pass through it so that a thread
+        // between its predicate check and its sleep cannot miss the wake-up.
+        if (!op->finished() && blocked_.load()) {
+          { std::lock_guard<std::mutex> lock(queueMu_); }
+          queueCv_.notify_one();
+        }
         return;
       }
     }
