@@ -13,6 +13,9 @@ using detail::Clock;
 using detail::OperationState;
 
 namespace {
+// How long the thread leaves an operation to the caller that just drove it.
+constexpr int64_t kCallerGraceNs = 50'000;
+
 std::string secondsText(Clock::duration d) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1fs", std::chrono::duration<double>(d).count());
@@ -63,10 +66,10 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op, bool eage
         this->drive();
         drive.unlock();
         callerDroveAt_.store(op->queuedAt.time_since_epoch().count(), std::memory_order_relaxed);
-        // Not done in one step: the thread must carry on if the caller does
-        // not wait soon (it wakes itself while it lingers).
-        // busy_ was set without queueMu_: pass through it so that a thread
-        // between its predicate check and its sleep cannot miss the wake-up.
+        // Not done in one step: a blocked thread must carry on if the caller
+        // does not wait soon (a lingering one sees busy_ by itself). busy_
+        // was set without queueMu_, so pass through it: a thread between its
+        // predicate check and its sleep cannot miss the wake-up.
         if (!op->finished() && blocked_.load()) {
           { std::lock_guard<std::mutex> lock(queueMu_); }
           queueCv_.notify_one();
@@ -294,11 +297,6 @@ void ProgressEngine::driveOrBackOff(Backoff& backoff) {
     backoff.idle();
   }
 }
-
-namespace {
-// How long the thread leaves an operation to the caller that just drove it.
-constexpr int64_t kCallerGraceNs = 50'000;
-}  // namespace
 
 void ProgressEngine::threadMain() {
   // Short sleeps must be short: the default timer slack would stretch a
