@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "compression/cast_args.hpp"
 #include "compression/cpu/kernel_table.hpp"
 #include "gradcomm/error.hpp"
 
@@ -10,17 +11,7 @@ namespace gradcomm::compression {
 namespace {
 
 detail::HalfFormat formatOf(DataType type, const char* what) {
-  if (type == DataType::kFloat16) return detail::kFp16;
-  if (type == DataType::kBFloat16) return detail::kBf16;
-  throw InvalidArgument(std::string(what) + ": compression casts produce float16 or bfloat16, not " +
-                        toString(type));
-}
-
-void checkScale(float scale, const char* what) {
-  if (!(std::isfinite(scale) && scale > 0.0f)) {
-    throw InvalidArgument(std::string(what) + ": scale " + std::to_string(scale) +
-                          " must be finite and > 0 (use 1 for no pre-scaling, 1/ranks for an average)");
-  }
+  return detail::castTargetIsFp16(type, what) ? detail::kFp16 : detail::kBf16;
 }
 
 void checkPointers(bool ok, size_t n, const char* what) {
@@ -31,7 +22,7 @@ void checkPointers(bool ok, size_t n, const char* what) {
 
 void castToHalf(const float* in, uint16_t* out, size_t n, DataType type, float scale, Isa isa) {
   const auto format = formatOf(type, "castToHalf");
-  checkScale(scale, "castToHalf");
+  detail::checkCastScale(scale, "castToHalf");
   checkPointers(in && out, n, "castToHalf");
   if (n > 0) detail::kernelTable(isa).cast[format](in, out, n, scale);
 }
@@ -45,7 +36,7 @@ void decodeHalf(const uint16_t* in, float* out, size_t n, DataType type, Isa isa
 void castWithResidual(const float* in, float* residual, uint16_t* out, size_t n, DataType type, float scale,
                       Isa isa) {
   const auto format = formatOf(type, "castWithResidual");
-  checkScale(scale, "castWithResidual");
+  detail::checkCastScale(scale, "castWithResidual");
   checkPointers(in && residual && out, n, "castWithResidual");
   if (n > 0) detail::kernelTable(isa).residualCast[format](in, residual, out, n, scale);
 }

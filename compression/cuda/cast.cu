@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "compression/cast_args.hpp"
 #include "compression/cuda/compression_cuda.hpp"
 #include "compression/cuda/cuda_check.cuh"
 #include "gradcomm/error.hpp"
@@ -78,25 +79,11 @@ __global__ void residualKernel(const float* __restrict__ in, float* __restrict__
   }
 }
 
-bool isFp16(DataType type, const char* what) {
-  if (type == DataType::kFloat16) return true;
-  if (type == DataType::kBFloat16) return false;
-  throw InvalidArgument(std::string(what) + ": compression casts produce float16 or bfloat16, not " +
-                        toString(type));
-}
-
-void checkScale(float scale, const char* what) {
-  if (!(std::isfinite(scale) && scale > 0.0f)) {
-    throw InvalidArgument(std::string(what) + ": scale " + std::to_string(scale) +
-                          " must be finite and > 0 (use 1 for no pre-scaling, 1/ranks for an average)");
-  }
-}
-
 }  // namespace
 
 void castToHalf(const float* in, uint16_t* out, size_t n, DataType type, float scale, void* stream) {
-  const bool fp16 = isFp16(type, "cuda::castToHalf");
-  checkScale(scale, "cuda::castToHalf");
+  const bool fp16 = compression::detail::castTargetIsFp16(type, "cuda::castToHalf");
+  compression::detail::checkCastScale(scale, "cuda::castToHalf");
   if (n == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   const unsigned grid = detail::gridFor(n, kThreads);
@@ -106,7 +93,7 @@ void castToHalf(const float* in, uint16_t* out, size_t n, DataType type, float s
 }
 
 void decodeHalf(const uint16_t* in, float* out, size_t n, DataType type, void* stream) {
-  const bool fp16 = isFp16(type, "cuda::decodeHalf");
+  const bool fp16 = compression::detail::castTargetIsFp16(type, "cuda::decodeHalf");
   if (n == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   const unsigned grid = detail::gridFor(n, kThreads);
@@ -117,8 +104,8 @@ void decodeHalf(const uint16_t* in, float* out, size_t n, DataType type, void* s
 
 void castWithResidual(const float* in, float* residual, uint16_t* out, size_t n, DataType type, float scale,
                       void* stream) {
-  const bool fp16 = isFp16(type, "cuda::castWithResidual");
-  checkScale(scale, "cuda::castWithResidual");
+  const bool fp16 = compression::detail::castTargetIsFp16(type, "cuda::castWithResidual");
+  compression::detail::checkCastScale(scale, "cuda::castWithResidual");
   if (n == 0) return;
   auto s = static_cast<cudaStream_t>(stream);
   const unsigned grid = detail::gridFor(n, kThreads);

@@ -19,19 +19,13 @@
 #include "compression/sparse_tensor.hpp"
 #include "gradcomm/error.hpp"
 #include "kernels/reduce_cuda.hpp"
+#include "require_gpu.hpp"
 #include "support/compression_reference.hpp"
 
 using namespace gradcomm;
 namespace cc = gradcomm::compression;
 
 namespace {
-
-// GTEST_SKIP must run in the test body itself, hence a macro.
-#define REQUIRE_GPU()                                                                      \
-  do {                                                                                     \
-    std::string why_;                                                                      \
-    if (kernels::cuda::deviceCount(&why_) == 0) GTEST_SKIP() << "no usable GPU: " << why_; \
-  } while (0)
 
 void cudaOk(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));

@@ -9,18 +9,12 @@
 
 #include "kernels/reduce.hpp"
 #include "kernels/reduce_cuda.hpp"
+#include "require_gpu.hpp"
 #include "support/reference.hpp"
 
 using namespace gradcomm;
 
 namespace {
-
-// GTEST_SKIP must run in the test body itself, hence a macro.
-#define REQUIRE_GPU()                                                              \
-  do {                                                                             \
-    std::string why_;                                                              \
-    if (kernels::cuda::deviceCount(&why_) == 0) GTEST_SKIP() << "no usable GPU: " << why_; \
-  } while (0)
 
 #define CUDA_OK(x) ASSERT_EQ((x), cudaSuccess) << #x << ": " << cudaGetErrorString(x)
 
