@@ -20,6 +20,7 @@ class CommunicatorImpl;
 namespace compression {
 class Residual;
 }
+class Store;
 
 /// Error-feedback memory of one tensor for compressed allreduce: the part of
 /// past gradients that compression has not sent yet, added to the next call.
@@ -165,6 +166,27 @@ class GRADCOMM_API Communicator {
   detail::CommunicatorImpl& checked() const;
   std::shared_ptr<detail::CommunicatorImpl> impl_;
 };
+
+/// Forms a communicator of `size` processes that meet through `store`
+/// (collective: every process calls it with its own `rank` in [0, size)).
+/// Bytes move through UCX (GRADCOMM_TRANSPORT=auto or ucx); ranks on one
+/// host also share memory. Each rank validates its configuration and all
+/// ranks agree on it, as with MPI. Fails on every rank, never hangs: a rank
+/// that does not arrive within GRADCOMM_TIMEOUT (named in the TimeoutError),
+/// two processes with the same rank, or a world size that differs.
+/// Communicators formed through one store must be formed in the same order
+/// on every rank.
+GRADCOMM_API Communicator communicatorFromStore(std::shared_ptr<Store> store, int rank, int size,
+                                                const Options& options = {});
+
+/// Forms a communicator from the launcher's environment, without MPI:
+/// rank from GRADCOMM_RANK, RANK (torchrun) or OMPI_COMM_WORLD_RANK
+/// (mpirun); world size from GRADCOMM_WORLD_SIZE, WORLD_SIZE or
+/// OMPI_COMM_WORLD_SIZE; rendezvous at GRADCOMM_RENDEZVOUS=host:port, else
+/// MASTER_ADDR and MASTER_PORT + 1 (torchrun's agent serves its own store
+/// on MASTER_PORT), else, when mpirun started every rank on this host, a
+/// loopback port derived from the job id. Rank 0 serves a TcpStore there.
+GRADCOMM_API Communicator communicatorFromEnvironment(const Options& options = {});
 
 /// Names of the algorithms that implement `collective`, for CollectiveOptions
 /// and GRADCOMM_ALGO ("ring", "rd", "hd", "tree", "shm", "native" for allreduce).

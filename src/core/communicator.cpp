@@ -7,7 +7,10 @@
 #include "core/communicator_impl.hpp"
 #include "core/units.hpp"
 #include "gradcomm/mpi.hpp"
+#include "core/agreement.hpp"
+#include "transport/mpi_bootstrap.hpp"
 #include "transport/mpi_transport.hpp"
+#include "transport/ucx_factory.hpp"
 
 namespace gradcomm {
 
@@ -66,37 +69,6 @@ size_t sizeOrZero(DataType type) {
   return static_cast<int>(type) < kNumDataTypes ? dataTypeSize(type) : 0;
 }
 
-/// What every rank tells the others when a communicator is created over MPI.
-struct Agreement {
-  char ok = 0;
-  char message[383] = {0};
-  char params[640] = {0};  // NAME=value;... of parameters that must agree
-};
-
-constexpr const char* kAgreedParams[] = {
-    "GRADCOMM_ALGO",        "GRADCOMM_SEGMENT_SIZE", "GRADCOMM_PIPELINE_DEPTH", "GRADCOMM_SMALL_MESSAGE",
-    "GRADCOMM_TREE_MAX",    "GRADCOMM_SHM",          "GRADCOMM_SHM_CHUNK",      "GRADCOMM_BUCKET_CAP",
-    "GRADCOMM_COMPRESSION",
-    "GRADCOMM_FIRST_BUCKET", "GRADCOMM_PARTITION_SIZE",
-};
-
-std::string agreedParams(const Options& options) {
-  std::string out;
-  for (const auto& p : describeParameters(options)) {
-    for (const char* name : kAgreedParams) {
-      if (p.name == name) out += p.name + "=" + p.value + ";";
-    }
-  }
-  return out;
-}
-
-std::string field(const std::string& params, const std::string& name) {
-  auto pos = params.find(name + "=");
-  if (pos == std::string::npos) return {};
-  auto end = params.find(';', pos);
-  return params.substr(pos + name.size() + 1, end - pos - name.size() - 1);
-}
-
 }  // namespace
 
 Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
@@ -108,44 +80,13 @@ Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
   }
   if (comm == MPI_COMM_NULL) throw InvalidArgument("communicatorFromMpi: the MPI communicator is MPI_COMM_NULL");
 
-  // Validate locally, then agree: a rank whose configuration is bad must
-  // not leave the others blocked in the collective setup below.
-  Agreement mine;
-  core::Config config;
-  try {
-    config = core::Config::resolve(options);
-    algorithms::Selector check(config.algo, {});
-    (void)check;
-    std::string params = agreedParams(options);
-    std::strncpy(mine.params, params.c_str(), sizeof mine.params - 1);
-    mine.ok = 1;
-  } catch (const Error& e) {
-    std::strncpy(mine.message, e.what(), sizeof mine.message - 1);
-  }
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  std::vector<Agreement> all(static_cast<size_t>(size));
-  transport::checkMpi(MPI_Allgather(&mine, sizeof(Agreement), MPI_BYTE, all.data(), sizeof(Agreement), MPI_BYTE, comm),
-                      "MPI_Allgather (configuration agreement)");
-  if (!mine.ok) throw ConfigError(mine.message);
-  for (int r = 0; r < size; ++r) {
-    const Agreement& a = all[static_cast<size_t>(r)];
-    if (!a.ok) {
-      throw ConfigError("rank " + std::to_string(r) + " has an invalid configuration: " + std::string(a.message));
-    }
-  }
-  for (int r = 0; r < size; ++r) {
-    std::string theirs = all[static_cast<size_t>(r)].params;
-    if (theirs == mine.params) continue;
-    for (const char* name : kAgreedParams) {
-      std::string a = field(mine.params, name), b = field(theirs, name);
-      if (a != b) {
-        throw ConfigError(std::string(name) + " differs between ranks: rank " + std::to_string(rank) + " has '" + a +
-                          "', rank " + std::to_string(r) + " has '" + b +
-                          "'; every rank must use the same value");
-      }
-    }
+  transport::MpiBootstrap boot(comm);
+  core::Config config = core::agreeOnConfiguration(options, boot);
+  if (config.transport == "ucx") {
+    // Bootstrapped through MPI, every byte through UCX.
+    return Communicator(std::make_shared<detail::CommunicatorImpl>(
+        transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, core::connectTimeout(config)),
+        std::move(config)));
   }
   auto t = std::make_unique<transport::MpiTransport>(comm, env, config.shm ? config.shmChunkBytes : 0);
   return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), std::move(config)));

@@ -37,6 +37,10 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::string algorithmFor(const algorithms::CollectiveCall& call) const;
   algorithms::RunContext runContext(const algorithms::CollectiveCall& call, const transport::Tag& tag) const;
 
+  /// Keeps `what` alive as long as the communicator (the store it was
+  /// formed through, which rank 0 may be serving to the others).
+  void keepAlive(std::shared_ptr<void> what) { keepAlive_.push_back(std::move(what)); }
+
   void destroy();
   bool destroyed() const { return destroyed_.load(); }
   /// Aborts the communicator on every rank with `e` (prefixed with this
@@ -93,6 +97,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::mutex submitMu_;
   uint64_t nextSeq_ = 0;  // guarded by submitMu_
   std::atomic<bool> destroyed_{false};
+  std::vector<std::shared_ptr<void>> keepAlive_;
 };
 
 /// 32-bit FNV-1a of a call signature: equal on every rank iff the calls match.

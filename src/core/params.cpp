@@ -161,6 +161,9 @@ const std::vector<ParamDef>& registry() {
     d.push_back(stringParam("GRADCOMM_TIMELINE", "", "path", &Config::timelinePath,
                             "Reducer: write a Chrome trace (Perfetto) per rank to PATH with the rank inserted "
                             "before .json (empty: off)"));
+    d.push_back(choiceParam("GRADCOMM_TRANSPORT", "auto", &Config::transport, {"auto", "mpi", "ucx"},
+                            "What moves the bytes: 'mpi' (needs a communicator made from MPI), 'ucx', or 'auto' "
+                            "(MPI when the communicator came from MPI, else UCX)"));
     d.push_back(boolParam("GRADCOMM_STATS", "0", &Config::stats,
                           "Reducer: print per-step communication statistics to stderr"));
     return d;

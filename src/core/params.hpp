@@ -35,6 +35,7 @@ struct Config {
   size_t partitionBytes = 0;              // GRADCOMM_PARTITION_SIZE
   std::string timelinePath;               // GRADCOMM_TIMELINE
   bool stats = false;                     // GRADCOMM_STATS
+  std::string transport;                  // GRADCOMM_TRANSPORT: auto, mpi or ucx
 
   std::map<std::string, ParamOrigin> origins;
 

@@ -1,0 +1,192 @@
+// Communicators formed without MPI: through a Store, or from the
+// launcher's environment (GRADCOMM_*, torchrun's or mpirun's variables).
+#include <chrono>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/agreement.hpp"
+#include "core/communicator_impl.hpp"
+#include "core/units.hpp"
+#include "gradcomm/communicator.hpp"
+#include "gradcomm/store.hpp"
+#include "transport/bootstrap.hpp"
+#include "transport/ucx_factory.hpp"
+
+namespace gradcomm {
+namespace {
+
+using std::chrono::milliseconds;
+
+/// How many communicators this process formed through each store: every
+/// rank forms them in the same order, so the count names the same
+/// communicator everywhere and keeps their keys apart.
+int nextIndex(const Store* store) {
+  static std::mutex mu;
+  static std::map<const Store*, int> formed;
+  std::lock_guard<std::mutex> lock(mu);
+  return formed[store]++;
+}
+
+milliseconds rendezvousTimeout(const Options& options) {
+  try {
+    const auto t = core::Config::resolve(options).timeout;
+    if (t.count() <= 0) return std::chrono::hours(24 * 365);  // no timeout
+    return std::chrono::duration_cast<milliseconds>(t);
+  } catch (const Error&) {
+    return std::chrono::seconds(300);  // the agreement reports the bad value
+  }
+}
+
+/// Waits for `key` (set by another rank) while watching for an abort.
+std::string awaitKey(transport::StoreBootstrap& boot, const std::string& key, const std::string& whose) {
+  const auto start = std::chrono::steady_clock::now();
+  auto sleep = std::chrono::microseconds(50);
+  while (!boot.store().check({key})) {
+    boot.throwIfAborted();
+    if (std::chrono::steady_clock::now() - start >= boot.timeout()) {
+      throw TimeoutError("rank " + std::to_string(boot.rank()) + ": " + whose + " did not arrive at the rendezvous " +
+                         boot.describe() + " within " + std::to_string(boot.timeout().count() / 1000) +
+                         " s (GRADCOMM_TIMEOUT): check that it was started and uses the same rendezvous address");
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
+  }
+  return boot.store().getString(key, boot.timeout());
+}
+
+struct EnvValue {
+  std::string name;
+  std::string value;
+};
+
+/// The first of `names` set in the environment.
+std::optional<EnvValue> firstSet(std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    const char* v = std::getenv(n);
+    if (v && *v) return EnvValue{n, v};
+  }
+  return std::nullopt;
+}
+
+int parseRankValue(const EnvValue& v, long long lo, long long hi) {
+  return static_cast<int>(core::parseInteger(v.value, v.name, lo, hi));
+}
+
+struct Endpoint {
+  std::string host;
+  uint16_t port = 0;
+  std::string from;  ///< which variables gave it
+};
+
+Endpoint parseHostPort(const std::string& text, const std::string& from) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw InvalidArgument(from + "='" + text + "' is not host:port (for example 10.0.0.1:29400 or [::1]:29400)");
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  Endpoint e;
+  e.host = host;
+  e.port = static_cast<uint16_t>(core::parseInteger(text.substr(colon + 1), from + " (port)", 1, 65535));
+  e.from = from;
+  return e;
+}
+
+Endpoint rendezvousFromEnvironment(int size) {
+  if (auto v = firstSet({"GRADCOMM_RENDEZVOUS"})) return parseHostPort(v->value, v->name);
+  auto addr = firstSet({"MASTER_ADDR"});
+  auto port = firstSet({"MASTER_PORT"});
+  if (addr && port) {
+    Endpoint e;
+    e.host = addr->value;
+    // torchrun's agent serves its own store on MASTER_PORT.
+    e.port = static_cast<uint16_t>(core::parseInteger(port->value, "MASTER_PORT", 1, 65534) + 1);
+    e.from = "MASTER_ADDR and MASTER_PORT + 1";
+    return e;
+  }
+  auto job = firstSet({"OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"});
+  auto local = firstSet({"OMPI_COMM_WORLD_LOCAL_SIZE"});
+  if (job && local && parseRankValue(*local, 1, 1 << 30) == size) {
+    // Every rank on this host: loopback, a port derived from the job id.
+    Endpoint e;
+    e.host = "127.0.0.1";
+    e.port = static_cast<uint16_t>(20000 + std::hash<std::string>{}(job->value) % 30000);
+    e.from = "mpirun's job id " + job->value + " (all ranks on this host)";
+    return e;
+  }
+  throw InvalidUsage(
+      "no rendezvous address in the environment: set GRADCOMM_RENDEZVOUS=host:port (rank 0's host and a free "
+      "port), or MASTER_ADDR and MASTER_PORT as torchrun does" +
+      std::string(job ? "; mpirun across hosts needs GRADCOMM_RENDEZVOUS (pass it with -x)" : ""));
+}
+
+}  // namespace
+
+Communicator communicatorFromStore(std::shared_ptr<Store> store, int rank, int size, const Options& options) {
+  if (!store) throw InvalidArgument("communicatorFromStore: the store is null");
+  if (size < 1) throw InvalidArgument("communicatorFromStore: the world size must be at least 1, got " +
+                                      std::to_string(size));
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument("communicatorFromStore: rank " + std::to_string(rank) + " is outside [0, " +
+                          std::to_string(size) + ")");
+  }
+  auto scoped = std::make_shared<PrefixStore>("gradcomm/comm" + std::to_string(nextIndex(store.get())), store);
+  transport::StoreBootstrap boot(scoped, rank, size, rendezvousTimeout(options));
+
+  // Claims first: two processes with one rank would otherwise each take
+  // the other's messages. Every process then stops with the reason.
+  if (scoped->add("claims/" + std::to_string(rank), 1) > 1) {
+    const std::string why = "two processes claimed rank " + std::to_string(rank) + " at the rendezvous " +
+                            scoped->describe() + ": every process needs its own rank (check GRADCOMM_RANK or RANK)";
+    boot.fail(why);
+    throw InvalidArgument(why);
+  }
+  // Rank 0's world size is the world size; any other is a launch error.
+  if (rank == 0) scoped->setString("world_size", std::to_string(size));
+  const std::string theirs = rank == 0 ? std::to_string(size) : awaitKey(boot, "world_size", "rank 0");
+  if (theirs != std::to_string(size)) {
+    const std::string why = "the world size differs between ranks: rank " + std::to_string(rank) + " was given " +
+                            std::to_string(size) + ", rank 0 " + theirs + " (check GRADCOMM_WORLD_SIZE or WORLD_SIZE)";
+    boot.fail(why);
+    throw ConfigError(why);
+  }
+
+  core::Config config = core::agreeOnConfiguration(options, boot);
+  if (config.transport == "mpi") {
+    throw ConfigError("GRADCOMM_TRANSPORT=mpi needs a communicator formed from MPI (communicatorFromMpi, or "
+                      "Communicator() under mpirun); a communicator formed through a store uses 'ucx' or 'auto'");
+  }
+  auto t = transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, boot.timeout());
+  auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), std::move(config));
+  // Rank 0 may serve the store: it must outlive every rank's last read.
+  impl->keepAlive(store);
+  return Communicator(impl);
+}
+
+Communicator communicatorFromEnvironment(const Options& options) {
+  auto rankVar = firstSet({"GRADCOMM_RANK", "RANK", "OMPI_COMM_WORLD_RANK"});
+  auto sizeVar = firstSet({"GRADCOMM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"});
+  if (!rankVar || !sizeVar) {
+    throw InvalidUsage(std::string("no ") + (!rankVar ? "rank" : "world size") +
+                       " in the environment: set GRADCOMM_RANK and GRADCOMM_WORLD_SIZE (and GRADCOMM_RENDEZVOUS), "
+                       "or launch with torchrun or mpirun, which set their own");
+  }
+  const int size = parseRankValue(*sizeVar, 1, 1 << 30);
+  const int rank = parseRankValue(*rankVar, 0, size - 1);
+  const Endpoint at = rendezvousFromEnvironment(size);
+  TcpStore::Options so;
+  so.isServer = rank == 0;
+  so.connectTimeout = rendezvousTimeout(options);
+  std::shared_ptr<Store> store;
+  try {
+    store = std::make_shared<TcpStore>(rank == 0 ? std::string() : at.host, at.port, so);
+  } catch (const Error& e) {
+    rethrowAs(e.code(), std::string(e.what()) + " (rendezvous from " + at.from + ")");
+  }
+  return communicatorFromStore(store, rank, size, options);
+}
+
+}  // namespace gradcomm

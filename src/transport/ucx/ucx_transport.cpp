@@ -1,0 +1,513 @@
+#include "transport/ucx/ucx_transport.hpp"
+
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::transport {
+
+// ---- tag layout -------------------------------------------------------------------
+
+namespace {
+constexpr int kSeqShift = UcxTagLayout::kMessageBits + UcxTagLayout::kFingerprintBits;
+constexpr int kRankShift = kSeqShift + UcxTagLayout::kSeqBits;
+constexpr int kFingerprintShift = UcxTagLayout::kMessageBits;
+constexpr uint64_t mask(int bits) { return (uint64_t{1} << bits) - 1; }
+static_assert(kRankShift + UcxTagLayout::kRankBits == 63, "the tag layout must fill 63 bits below the control bit");
+}  // namespace
+
+uint64_t UcxTagLayout::data(int source, const Tag& tag) {
+  return (static_cast<uint64_t>(source) & mask(kRankBits)) << kRankShift |
+         (tag.seq & mask(kSeqBits)) << kSeqShift |
+         (static_cast<uint64_t>(tag.fingerprint) & mask(kFingerprintBits)) << kFingerprintShift |
+         (static_cast<uint64_t>(tag.message) & mask(kMessageBits));
+}
+
+uint64_t UcxTagLayout::control(int source, uint32_t kind) {
+  return kControlBit | (static_cast<uint64_t>(source) & mask(kRankBits)) << kRankShift | kind;
+}
+
+uint64_t UcxTagLayout::controlKindMask() { return kControlBit | mask(kMessageBits); }
+
+uint64_t UcxTagLayout::sourceAndSeqMask() {
+  return kControlBit | mask(kRankBits) << kRankShift | mask(kSeqBits) << kSeqShift;
+}
+
+uint32_t UcxTagLayout::fingerprintOf(uint64_t tag) {
+  return static_cast<uint32_t>((tag >> kFingerprintShift) & mask(kFingerprintBits));
+}
+
+// ---- state ------------------------------------------------------------------------
+
+namespace {
+
+std::string statusText(ucs_status_t s) { return ucs_status_string(s); }
+
+std::string envOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+/// UCX_TLS and UCX_NET_DEVICES as the user set them, for error messages.
+std::string ucxSettings() {
+  return "UCX_TLS=" + envOr("UCX_TLS", "(unset: all)") + ", UCX_NET_DEVICES=" + envOr("UCX_NET_DEVICES", "(unset: all)");
+}
+
+constexpr size_t kControlBytes = 1024;
+
+}  // namespace
+
+struct UcxTransport::State {
+  int rank = 0;
+  int size = 1;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::vector<ucp_ep_h> eps;
+  /// Per peer: UCS_OK, or the error its endpoint reported (a dead peer).
+  std::vector<std::atomic<int>> peerStatus;
+  struct ErrArg {
+    State* state;
+    int peer;
+  };
+  std::vector<std::unique_ptr<ErrArg>> errArgs;
+  std::vector<int> localRanks;
+  std::string hostName;
+
+  // The abort channel: one receive for control messages from any rank.
+  std::array<char, kControlBytes> controlBuffer{};
+  void* controlRecv = nullptr;
+  ucp_tag_recv_info_t controlInfo{};
+  struct AbortSend {
+    std::string text;
+    void* request = nullptr;
+  };
+  std::vector<std::unique_ptr<AbortSend>> abortSends;
+
+  explicit State(int n) : peerStatus(static_cast<size_t>(n)) {
+    for (auto& s : peerStatus) s.store(UCS_OK);
+  }
+
+  ~State() {
+    if (controlRecv) {
+      ucp_request_cancel(worker, controlRecv);
+      ucp_request_free(controlRecv);
+    }
+    for (auto& a : abortSends) {
+      if (a->request) ucp_request_free(a->request);
+    }
+    closeEndpoints();
+    drainUnexpected();
+    if (worker) ucp_worker_destroy(worker);
+    if (context) ucp_cleanup(context);
+  }
+
+  /// Closes every endpoint, flushing what is still queued for a live peer,
+  /// within a bound: a peer that went away must not hold up destruction.
+  void closeEndpoints() {
+    std::vector<void*> closing;
+    for (size_t p = 0; p < eps.size(); ++p) {
+      if (!eps[p]) continue;
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = peerStatus[p].load() == UCS_OK ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(eps[p], &param);
+      if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+      eps[p] = nullptr;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (void* r : closing) {
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline) {
+        ucp_worker_progress(worker);
+      }
+      ucp_request_free(r);
+    }
+  }
+
+  /// Receives and drops messages nobody will ask for (a failed call's, or a
+  /// peer's that raced with our destruction), so UCX does not warn about
+  /// each one when the worker goes.
+  void drainUnexpected() {
+    if (!worker) return;
+    std::vector<char> sink;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    for (int i = 0; i < 100000 && std::chrono::steady_clock::now() < end; ++i) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h msg = ucp_tag_probe_nb(worker, 0, 0, 1, &info);
+      if (!msg) break;
+      sink.resize(std::max(sink.size(), info.length));
+      ucp_request_param_t p{};
+      ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(worker, sink.data(), info.length, msg, &p);
+      if (UCS_PTR_IS_PTR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && std::chrono::steady_clock::now() < end) {
+          ucp_worker_progress(worker);
+        }
+        if (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_request_cancel(worker, r);
+        ucp_request_free(r);
+      }
+    }
+  }
+
+  static void onPeerError(void* arg, ucp_ep_h, ucs_status_t status) {
+    auto* a = static_cast<ErrArg*>(arg);
+    a->state->peerStatus[static_cast<size_t>(a->peer)].store(status);
+  }
+
+  /// Throws when `peer`'s endpoint reported an error.
+  void checkPeer(int peer, const char* what) const {
+    const int s = peerStatus[static_cast<size_t>(peer)].load();
+    if (s == UCS_OK) return;
+    throw TransportError("rank " + std::to_string(rank) + ": UCX " + what + " rank " + std::to_string(peer) +
+                         " failed: the connection reported '" + statusText(static_cast<ucs_status_t>(s)) +
+                         "' (the peer process may have exited)");
+  }
+
+  void postControlReceive() {
+    controlBuffer.fill(0);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.recv_info.tag_info = &controlInfo;
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker, controlBuffer.data(), controlBuffer.size() - 1,
+                                          UcxTagLayout::control(0, UcxTagLayout::kAbort),
+                                          UcxTagLayout::controlKindMask(), &param);
+    if (UCS_PTR_IS_ERR(r)) {
+      throw TransportError("UCX: cannot post the control receive: " + statusText(UCS_PTR_STATUS(r)));
+    }
+    controlRecv = r;  // null: a notice was already waiting and has been received
+  }
+};
+
+// ---- requests ---------------------------------------------------------------------
+
+namespace {
+
+class UcxRequest : public Request {
+ public:
+  UcxRequest(std::shared_ptr<UcxTransport::State> st, bool isRecv, int peer, size_t bytes)
+      : st_(std::move(st)), isRecv_(isRecv), peer_(peer), expected_(bytes) {}
+  ~UcxRequest() override {
+    if (!request_) return;
+    // A receive still pending is cancelled; a send goes on in the background
+    // (UCX releases the request once it completes).
+    if (isRecv_) ucp_request_cancel(st_->worker, request_);
+    ucp_request_free(request_);
+  }
+
+  /// Takes what ucp_*_nbx returned.
+  void start(ucs_status_ptr_t r) {
+    if (UCS_PTR_IS_ERR(r)) fail(UCS_PTR_STATUS(r));
+    request_ = r;
+    if (!request_) finish(UCS_OK);
+  }
+
+  ucp_request_param_t params() {
+    ucp_request_param_t p{};
+    if (isRecv_) {
+      // UCX 1.13 does not fill the receive info of a receive that completes
+      // at once, and the length is needed: always take a request.
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      p.recv_info.tag_info = &info_;
+    }
+    return p;
+  }
+
+  bool test() override {
+    if (done_) return true;
+    ucp_worker_progress(st_->worker);
+    const ucs_status_t s = isRecv_ ? ucp_tag_recv_request_test(request_, &info_) : ucp_request_check_status(request_);
+    if (s == UCS_INPROGRESS) {
+      st_->checkPeer(peer_, isRecv_ ? "receive from" : "send to");
+      return false;
+    }
+    ucp_request_free(request_);
+    request_ = nullptr;
+    finish(s);
+    return true;
+  }
+
+ private:
+  void finish(ucs_status_t s) {
+    if (s != UCS_OK) fail(s);
+    if (isRecv_ && info_.length != expected_) {
+      throw TransportError("rank " + std::to_string(st_->rank) + " received " + std::to_string(info_.length) +
+                           " bytes from rank " + std::to_string(peer_) + " where " + std::to_string(expected_) +
+                           " were expected: the ranks called the collective with different counts");
+    }
+    done_ = true;
+  }
+  [[noreturn]] void fail(ucs_status_t s) const {
+    if (s == UCS_ERR_MESSAGE_TRUNCATED) {
+      throw TransportError("rank " + std::to_string(st_->rank) + " received a larger message from rank " +
+                           std::to_string(peer_) + " than the " + std::to_string(expected_) +
+                           " bytes expected: the ranks called the collective with different counts");
+    }
+    st_->checkPeer(peer_, isRecv_ ? "receive from" : "send to");
+    throw TransportError("rank " + std::to_string(st_->rank) + ": UCX " + (isRecv_ ? "receive from" : "send to") +
+                         " rank " + std::to_string(peer_) + " failed: " + statusText(s));
+  }
+
+  std::shared_ptr<UcxTransport::State> st_;
+  bool isRecv_;
+  int peer_;
+  size_t expected_;
+  void* request_ = nullptr;
+  ucp_tag_recv_info_t info_{};
+  bool done_ = false;
+};
+
+/// Initialises a UCX context for tag matching, naming UCX_TLS when it fails.
+ucp_context_h createContext(int size) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
+  if (s != UCS_OK) {
+    throw TransportError("UCX could not read its configuration (" + ucxSettings() + "): " + statusText(s));
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+  params.features = UCP_FEATURE_TAG;
+  params.estimated_num_eps = static_cast<size_t>(size);
+  ucp_context_h context = nullptr;
+  s = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  if (s != UCS_OK) {
+    throw TransportError("UCX could not start (" + ucxSettings() + "): " + statusText(s) +
+                         ". Check that UCX_TLS names transports that exist here (ucx_info -d lists them)");
+  }
+  return context;
+}
+
+}  // namespace
+
+// ---- the transport ------------------------------------------------------------------
+
+namespace {
+
+/// Sends an empty hello to every peer and waits for every peer's: UCX
+/// connects endpoints lazily, and a connection still being wired up when
+/// the first collective (or an abort notice) needs it costs that call
+/// several round trips. A peer that does not answer within `timeout` is
+/// an error naming it.
+void connectAll(const std::shared_ptr<UcxTransport::State>& state, std::chrono::milliseconds timeout) {
+  UcxTransport::State& st = *state;
+  std::vector<std::unique_ptr<Request>> pending;
+  std::vector<int> peers;
+  for (int r = 0; r < st.size; ++r) {
+    if (r == st.rank) continue;
+    auto recv = std::make_unique<UcxRequest>(state, true, r, 0);
+    ucp_request_param_t p = recv->params();
+    recv->start(ucp_tag_recv_nbx(st.worker, nullptr, 0, UcxTagLayout::control(r, UcxTagLayout::kHello),
+                                 UcxTagLayout::kFullMask, &p));
+    auto send = std::make_unique<UcxRequest>(state, false, r, 0);
+    ucp_request_param_t q = send->params();
+    send->start(ucp_tag_send_nbx(st.eps[static_cast<size_t>(r)], nullptr, 0,
+                                 UcxTagLayout::control(st.rank, UcxTagLayout::kHello), &q));
+    pending.push_back(std::move(recv));
+    peers.push_back(r);
+    pending.push_back(std::move(send));
+    peers.push_back(r);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    while (!pending[i]->test()) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw TimeoutError("rank " + std::to_string(st.rank) + ": UCX could not connect to rank " +
+                           std::to_string(peers[i]) + " within " + std::to_string(timeout.count()) + " ms (" +
+                           ucxSettings() + "): check that the transports in UCX_TLS reach that host");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+UcxTransport::UcxTransport(Bootstrap& boot, size_t shmChunkBytes, std::chrono::milliseconds connectTimeout) {
+  const int rank = boot.rank(), size = boot.size();
+  if (size > UcxTagLayout::kMaxRanks) {
+    throw UnsupportedError("the UCX transport supports at most " + std::to_string(UcxTagLayout::kMaxRanks) +
+                           " ranks; this communicator has " + std::to_string(size));
+  }
+  auto st = std::make_shared<State>(size);
+  st->rank = rank;
+  st->size = size;
+
+  // Any local failure is published before the exchange below, so no rank
+  // is left waiting for an address that never comes.
+  std::string address;
+  std::string why;
+  try {
+    st->context = createContext(size);
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // the progress engine serialises every call
+    ucs_status_t s = ucp_worker_create(st->context, &wp, &st->worker);
+    if (s != UCS_OK) throw TransportError("UCX could not create a worker (" + ucxSettings() + "): " + statusText(s));
+    ucp_address_t* addr = nullptr;
+    size_t len = 0;
+    s = ucp_worker_get_address(st->worker, &addr, &len);
+    if (s != UCS_OK) throw TransportError("UCX could not give this worker's address: " + statusText(s));
+    address.assign(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(st->worker, addr);
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  const auto addresses = boot.allgather(why.empty() ? "A" + address : "E" + why);
+  if (!why.empty()) throw TransportError("rank " + std::to_string(rank) + ": " + why);
+  for (int r = 0; r < size; ++r) {
+    const std::string& a = addresses[static_cast<size_t>(r)];
+    if (a.empty() || a[0] != 'A') {
+      throw TransportError("rank " + std::to_string(r) + " could not start UCX: " +
+                           (a.empty() ? std::string("no reason given") : a.substr(1)));
+    }
+  }
+
+  st->eps.assign(static_cast<size_t>(size), nullptr);
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    const std::string& a = addresses[static_cast<size_t>(r)];
+    st->errArgs.push_back(std::make_unique<State::ErrArg>(State::ErrArg{st.get(), r}));
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(a.data() + 1);
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &State::onPeerError;
+    ep.err_handler.arg = st->errArgs.back().get();
+    ucs_status_t s = ucp_ep_create(st->worker, &ep, &st->eps[static_cast<size_t>(r)]);
+    if (s != UCS_OK) {
+      throw TransportError("rank " + std::to_string(rank) + ": UCX cannot reach rank " + std::to_string(r) +
+                           " (" + ucxSettings() + "): " + statusText(s) +
+                           ". The transports in UCX_TLS must connect these hosts (tcp does everywhere)");
+    }
+  }
+  st->postControlReceive();
+  connectAll(st, connectTimeout);
+
+  std::vector<std::string> keys = boot.allgather(hostKey());
+  st->localRanks = ranksWithKey(keys, rank);
+  const std::string& mine = keys[static_cast<size_t>(rank)];
+  st->hostName = mine.substr(0, mine.find('|')) + "/node-of-rank" + std::to_string(st->localRanks.front());
+  state_ = std::move(st);
+  if (shmChunkBytes > 0) shm_ = setUpSharedMemory(boot, state_->localRanks, shmChunkBytes);
+}
+
+UcxTransport::~UcxTransport() {
+  shm_.reset();
+  state_.reset();  // requests still alive keep the worker until they go
+}
+
+int UcxTransport::rank() const { return state_->rank; }
+int UcxTransport::size() const { return state_->size; }
+ShmGroup* UcxTransport::sharedMemory() { return shm_.get(); }
+std::vector<int> UcxTransport::hostLocalRanks() const { return state_->localRanks; }
+std::string UcxTransport::hostName() const { return state_->hostName; }
+
+RequestPtr UcxTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
+  auto req = std::make_unique<UcxRequest>(state_, false, peer, bytes);
+  state_->checkPeer(peer, "send to");
+  ucp_request_param_t p = req->params();
+  req->start(ucp_tag_send_nbx(state_->eps[static_cast<size_t>(peer)], data, bytes,
+                              UcxTagLayout::data(state_->rank, tag), &p));
+  return req;
+}
+
+RequestPtr UcxTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
+  auto req = std::make_unique<UcxRequest>(state_, true, peer, bytes);
+  ucp_request_param_t p = req->params();
+  req->start(ucp_tag_recv_nbx(state_->worker, data, bytes, UcxTagLayout::data(peer, tag), UcxTagLayout::kFullMask,
+                              &p));
+  return req;
+}
+
+bool UcxTransport::probeMismatch(int peer, const Tag& expected) {
+  if (announcedMismatch(peer, expected)) return true;
+  ucp_worker_progress(state_->worker);
+  Tag probe;
+  probe.seq = expected.seq;
+  ucp_tag_recv_info_t info{};
+  ucp_tag_message_h msg =
+      ucp_tag_probe_nb(state_->worker, UcxTagLayout::data(peer, probe), UcxTagLayout::sourceAndSeqMask(), 0, &info);
+  if (!msg) return false;
+  return UcxTagLayout::fingerprintOf(info.sender_tag) != UcxTagLayout::fingerprintOf(UcxTagLayout::data(0, expected));
+}
+
+void UcxTransport::broadcastAbort(const std::string& reason) {
+  State& st = *state_;
+  const std::string text = reason.substr(0, kControlBytes - 64);
+  for (int peer = 0; peer < st.size; ++peer) {
+    if (peer == st.rank || st.peerStatus[static_cast<size_t>(peer)].load() != UCS_OK) continue;
+    auto a = std::make_unique<State::AbortSend>();
+    a->text = text;
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = ucp_tag_send_nbx(st.eps[static_cast<size_t>(peer)], a->text.data(), a->text.size(),
+                                          UcxTagLayout::control(st.rank, UcxTagLayout::kAbort), &p);
+    if (UCS_PTR_IS_ERR(r)) continue;
+    a->request = r;
+    st.abortSends.push_back(std::move(a));
+  }
+  ucp_worker_progress(st.worker);
+}
+
+std::optional<std::string> UcxTransport::pollAbort() {
+  State& st = *state_;
+  ucp_worker_progress(st.worker);
+  for (auto& a : st.abortSends) {  // release the notices already sent
+    if (a->request && ucp_request_check_status(a->request) != UCS_INPROGRESS) {
+      ucp_request_free(a->request);
+      a->request = nullptr;
+    }
+  }
+  if (st.controlRecv) {
+    if (ucp_tag_recv_request_test(st.controlRecv, &st.controlInfo) == UCS_INPROGRESS) return std::nullopt;
+    ucp_request_free(st.controlRecv);
+    st.controlRecv = nullptr;
+  }
+  const int source = static_cast<int>((st.controlInfo.sender_tag >> kRankShift) & mask(UcxTagLayout::kRankBits));
+  std::string text = "rank " + std::to_string(source) + ": " + std::string(st.controlBuffer.data());
+  st.postControlReceive();
+  return text;
+}
+
+// ---- information ----------------------------------------------------------------------
+
+std::string ucxVersion() { return ucp_get_version_string(); }
+
+std::string ucxTransportsFound() {
+  ucp_context_h context = nullptr;
+  try {
+    context = createContext(1);
+  } catch (const Error& e) {
+    return std::string("unavailable: ") + e.what();
+  }
+  // UCX reports its resources only as text: keep the "transport/device" names.
+  char* text = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  std::set<std::string> found;
+  if (f) {
+    ucp_context_print_info(context, f);
+    std::fclose(f);
+    std::istringstream in(std::string(text, len));
+    std::free(text);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find("resource") == std::string::npos) continue;
+      auto pos = line.find_last_of(' ');
+      if (pos != std::string::npos && line.find('/', pos) != std::string::npos) found.insert(line.substr(pos + 1));
+    }
+  }
+  ucp_cleanup(context);
+  std::string out;
+  for (const auto& t : found) out += (out.empty() ? "" : " ") + t;
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace gradcomm::transport
