@@ -8,6 +8,7 @@
 // footer. Buffers rotate between iterations so caches are not what is
 // measured; #wrong counts elements that differ from the exact expected result.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,6 +47,8 @@ struct Args {
   std::string json;
   std::string csv;
   std::vector<std::string> compressions = {"none"};
+  std::vector<std::string> transports;  // empty: the default of the launch
+  bool noMpi = false;
   bool quiet = false;
 };
 
@@ -53,6 +56,7 @@ struct Row {
   std::string algorithm;  // "default", an algorithm name, or "baseline:<name>"
   std::string executed;   // what actually ran (the selector's choice for "default")
   std::string compression;
+  std::string transport;
   DataType type;
   ReduceOp op;
   size_t bytes;
@@ -66,11 +70,26 @@ struct Row {
 };
 
 int gRank = 0, gSize = 1;
+bool gUseMpi = true;  // false: launched without MPI (rendezvous from the environment)
+
+void finalizeMpi() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
 
 [[noreturn]] void die(const std::string& msg) {
   if (gRank == 0) std::fprintf(stderr, "gradcomm-bench: %s\n", msg.c_str());
-  MPI_Finalize();
+  finalizeMpi();
   std::exit(2);
+}
+
+/// True when this process was launched without MPI: GRADCOMM_RANK is set,
+/// or torchrun's RANK outside mpirun.
+bool launchedWithoutMpi() {
+  if (std::getenv("GRADCOMM_RANK")) return true;
+  return std::getenv("RANK") && std::getenv("WORLD_SIZE") && !std::getenv("OMPI_COMM_WORLD_RANK");
 }
 
 size_t parseSize(const std::string& s) {
@@ -114,6 +133,7 @@ void usage() {
   if (gRank != 0) return;
   std::printf(
       "usage: mpirun -np N gradcomm-bench [options]\n"
+      "   or: GRADCOMM_RANK=R GRADCOMM_WORLD_SIZE=N GRADCOMM_RENDEZVOUS=host:port gradcomm-bench [options]\n"
       "  -b, --minbytes SIZE     smallest size (default 32M; K/M/G suffixes)\n"
       "  -e, --maxbytes SIZE     largest size (default 32M)\n"
       "  -f, --stepfactor F      multiply the size by F each step (default 2)\n"
@@ -130,6 +150,10 @@ void usage() {
       "                          the same bytes), p2p (one-way stream rank 0 -> rank 1)\n"
       "  --compression LIST      none, fp16, bf16, topk:RATIO (e.g. topk:0.01); each a separate table;\n"
       "                          #wrong is checked for none/fp16/bf16 (exact on the test data), not for top-k\n"
+      "  --transport LIST        mpi, ucx: a table per transport (under mpirun, ucx is bootstrapped\n"
+      "                          through MPI); default mpi under mpirun, ucx without MPI\n"
+      "  --no-mpi                never initialise MPI, even under mpirun (rank and size from\n"
+      "                          OMPI_COMM_WORLD_*, rendezvous as in communicatorFromEnvironment)\n"
       "  --json FILE, --csv FILE write every row (rank 0)\n"
       "  -q, --quiet             no progress on stderr\n"
       "Sizes are bytes of the whole buffer as in nccl-tests (allgather: the output,\n"
@@ -147,7 +171,7 @@ Args parseArgs(int argc, char** argv) {
     };
     if (k == "-h" || k == "--help") {
       usage();
-      MPI_Finalize();
+      finalizeMpi();
       std::exit(0);
     } else if (k == "-b" || k == "--minbytes") {
       a.minBytes = parseSize(next());
@@ -203,6 +227,13 @@ Args parseArgs(int argc, char** argv) {
       a.algos = splitList(next());
     } else if (k == "--baseline") {
       a.baselines = splitList(next());
+    } else if (k == "--transport") {
+      a.transports = splitList(next());
+      for (const auto& t : a.transports) {
+        if (t != "mpi" && t != "ucx") die("unknown transport '" + t + "'; valid: mpi, ucx");
+      }
+    } else if (k == "--no-mpi") {
+      a.noMpi = true;
     } else if (k == "--compression") {
       a.compressions = splitList(next());
     } else if (k == "--json") {
@@ -224,6 +255,10 @@ Args parseArgs(int argc, char** argv) {
   }
   for (const auto& b : a.baselines) {
     if (b != "mpi" && b != "memcpy" && b != "p2p") die("unknown baseline '" + b + "'; valid: mpi, memcpy, p2p");
+    if (!gUseMpi && b != "memcpy") die("--baseline " + b + " needs MPI: launch with mpirun (without --no-mpi)");
+  }
+  for (const auto& t : a.transports) {
+    if (!gUseMpi && t == "mpi") die("--transport mpi needs MPI: launch with mpirun (without --no-mpi)");
   }
   return a;
 }
@@ -353,11 +388,35 @@ struct Buffers {
 
 // ---- running one configuration ------------------------------------------------
 
+/// The bench's own bookkeeping (barriers, the slowest rank's time, the
+/// #wrong sums): over MPI under mpirun, else over a gradcomm communicator.
+struct Control {
+  MPI_Comm mpi = MPI_COMM_NULL;
+  Communicator* comm = nullptr;  // MPI-free runs
+  void barrier() const {
+    if (comm) comm->barrier().wait();
+    else MPI_Barrier(mpi);
+  }
+  double max(double v) const {
+    if (comm) comm->allreduce(&v, &v, 1, DataType::kFloat64, ReduceOp::kMax).wait();
+    else MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, mpi);
+    return v;
+  }
+  long long sum(long long v) const {
+    int64_t x = v;
+    if (comm) comm->allreduce(&x, &x, 1, DataType::kInt64, ReduceOp::kSum).wait();
+    else MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT64_T, MPI_SUM, mpi);
+    return x;
+  }
+};
+
 struct Context {
   Args args;
   Communicator* comm;
   MPI_Comm mpi;
   int hosts;
+  Control control;
+  std::string transport;
 };
 
 struct Geometry {
@@ -469,15 +528,14 @@ double timeCalls(const Context& ctx, Buffers& b, bool inPlace, const Geometry& g
     auto [in, out] = callBuffers(ctx, b, i % b.sets, inPlace, g, elem);
     call(i % b.sets, in, out);
   }
-  MPI_Barrier(ctx.mpi);
+  ctx.control.barrier();
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < ctx.args.iters; ++i) {
     auto [in, out] = callBuffers(ctx, b, i % b.sets, inPlace, g, elem);
     call(i % b.sets, in, out);
   }
   double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / ctx.args.iters;
-  MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, ctx.mpi);
-  return us;
+  return ctx.control.max(us);
 }
 
 // One size of one configuration, out of place and in place.
@@ -602,14 +660,14 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       }
       call(0, in, out);
       wrong = countWrong(ctx, t, op, g, out);
-      MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG_LONG, MPI_SUM, ctx.mpi);
+      wrong = ctx.control.sum(wrong);
       // Restore plausible data for the next timed runs.
       for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
     }
     const double algbw = us > 0 ? static_cast<double>(realBytes) / us / 1e3 : 0;
     // MPI's collective moves what ours moves; memcpy and p2p are raw rates.
     const double factor = (!isBaseline || base == "mpi") ? busFactor(coll, gSize) : 1.0;
-    rows.push_back(Row{algo, ran, isBaseline ? "none" : compression, t, op, realBytes, realBytes / elem, coll == Collective::kBroadcast ? ctx.args.root : -1,
+    rows.push_back(Row{algo, ran, isBaseline ? "none" : compression, isBaseline ? "none" : ctx.transport, t, op, realBytes, realBytes / elem, coll == Collective::kBroadcast ? ctx.args.root : -1,
                        inPlace, us, algbw, algbw * factor, wrong});
   }
   return rows;
@@ -627,29 +685,55 @@ std::string jsonEscape(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
-  MPI_Comm_size(MPI_COMM_WORLD, &gSize);
-  Args args = parseArgs(argc, argv);
-
-  MPI_Comm mpi;
-  MPI_Comm_dup(MPI_COMM_WORLD, &mpi);
-  MPI_Comm local;
-  MPI_Comm_split_type(mpi, MPI_COMM_TYPE_SHARED, gRank, MPI_INFO_NULL, &local);
-  int localRank = 0;
-  MPI_Comm_rank(local, &localRank);
-  int leader = localRank == 0 ? 1 : 0, hosts = 0;
-  MPI_Allreduce(&leader, &hosts, 1, MPI_INT, MPI_SUM, mpi);
-  MPI_Comm_free(&local);
-
-  std::unique_ptr<Communicator> comm;
-  try {
-    comm = std::make_unique<Communicator>(communicatorFromMpi(MPI_COMM_WORLD));
-  } catch (const Error& e) {
-    die(e.what());
+  gUseMpi = !launchedWithoutMpi();
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--no-mpi") == 0) gUseMpi = false;
   }
-  Context ctx{args, comm.get(), mpi, hosts};
+  MPI_Comm mpi = MPI_COMM_NULL;
+  int hosts = 1;
+  // MPI-free: one communicator formed from the environment measures and
+  // also carries the bench's own bookkeeping.
+  std::unique_ptr<Communicator> envComm;
+  if (gUseMpi) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
+    MPI_Comm_size(MPI_COMM_WORLD, &gSize);
+  } else {
+    try {
+      envComm = std::make_unique<Communicator>(communicatorFromEnvironment());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "gradcomm-bench: %s\n", e.what());
+      return 2;
+    }
+    gRank = envComm->rank();
+    gSize = envComm->size();
+  }
+  Args args = parseArgs(argc, argv);
+  if (args.transports.empty()) args.transports = {gUseMpi ? "mpi" : "ucx"};
+
+  if (gUseMpi) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &mpi);
+    MPI_Comm local;
+    MPI_Comm_split_type(mpi, MPI_COMM_TYPE_SHARED, gRank, MPI_INFO_NULL, &local);
+    int localRank = 0;
+    MPI_Comm_rank(local, &localRank);
+    int leader = localRank == 0 ? 1 : 0;
+    MPI_Allreduce(&leader, &hosts, 1, MPI_INT, MPI_SUM, mpi);
+    MPI_Comm_free(&local);
+  } else {
+    // Hosts: distinct host names among the ranks.
+    char name[256] = {0};
+    gethostname(name, sizeof name - 1);
+    int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(name) >> 1);
+    std::vector<int64_t> all(static_cast<size_t>(gSize));
+    envComm->allgather(&mine, all.data(), 1, DataType::kInt64).wait();
+    std::sort(all.begin(), all.end());
+    hosts = static_cast<int>(std::unique(all.begin(), all.end()) - all.begin());
+  }
+  Control control;
+  control.mpi = mpi;
+  control.comm = envComm.get();
 
   std::vector<std::string> configs;
   for (const auto& a : args.algos) {
@@ -680,7 +764,8 @@ int main(int argc, char** argv) {
 
   std::vector<Row> all;
   size_t progress = 0;
-  const size_t totalSteps = configs.size() * args.types.size() * args.ops.size() * sizes.size();
+  const size_t totalSteps =
+      args.transports.size() * configs.size() * args.types.size() * args.ops.size() * sizes.size();
   struct Config {
     std::string algo;
     std::string compression;
@@ -693,8 +778,24 @@ int main(int argc, char** argv) {
       runs.push_back({cfg, c});
     }
   }
+  for (const auto& transport : args.transports) {
+  std::unique_ptr<Communicator> owned;
+  Communicator* comm = envComm.get();
+  if (gUseMpi) {
+    try {
+      Options o;
+      o.set("TRANSPORT", transport);
+      owned = std::make_unique<Communicator>(communicatorFromMpi(MPI_COMM_WORLD, o));
+    } catch (const Error& e) {
+      die(e.what());
+    }
+    comm = owned.get();
+  }
+  Context ctx{args, comm, mpi, hosts, control, transport};
   for (const auto& run : runs) {
     const std::string& cfg = run.algo;
+    // Baselines do not depend on gradcomm's transport: once.
+    if (cfg.rfind("baseline:", 0) == 0 && transport != args.transports.front()) continue;
     for (DataType t : args.types) {
       for (ReduceOp op : args.ops) {
         if (op == ReduceOp::kAvg && !isFloatingPoint(t)) continue;
@@ -703,7 +804,8 @@ int main(int argc, char** argv) {
           continue;
         }
         if (gRank == 0) {
-          std::printf("#\n# algorithm: %s%s\n", cfg.c_str(),
+          std::printf("#\n# transport: %s\n# algorithm: %s%s\n", cfg.rfind("baseline:", 0) == 0 ? "-" : transport.c_str(),
+                      cfg.c_str(),
                       run.compression == "none" || cfg.rfind("baseline:", 0) == 0 ? ""
                                                                                   : (" compression: " + run.compression).c_str());
           std::printf("#                                                              out-of-place                       in-place          \n");
@@ -761,6 +863,8 @@ int main(int argc, char** argv) {
     }
   }
 
+  }  // transports
+
   long long wrongAll = 0;
   for (const auto& r : all) wrongAll += r.wrong > 0 ? r.wrong : 0;
   if (gRank == 0) {
@@ -778,7 +882,8 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < all.size(); ++i) {
         const Row& r = all[i];
         f << "  {\"collective\": \"" << toString(args.collective) << "\", \"algorithm\": \"" << jsonEscape(r.algorithm)
-          << "\", \"executed\": \"" << jsonEscape(r.executed) << "\", \"compression\": \"" << jsonEscape(r.compression)
+          << "\", \"executed\": \"" << jsonEscape(r.executed) << "\", \"transport\": \"" << jsonEscape(r.transport)
+          << "\", \"compression\": \"" << jsonEscape(r.compression)
           << "\", \"dtype\": \""
           << toString(r.type) << "\", \"op\": \"" << toString(r.op) << "\", \"bytes\": " << r.bytes
           << ", \"count\": " << r.count << ", \"root\": " << r.root << ", \"in_place\": " << (r.inPlace ? "true" : "false")
@@ -790,17 +895,20 @@ int main(int argc, char** argv) {
     }
     if (!args.csv.empty()) {
       std::ofstream f(args.csv);
-      f << "collective,algorithm,executed,compression,dtype,op,bytes,count,root,in_place,time_us,algbw_GBps,busbw_GBps,wrong\n";
+      f << "collective,algorithm,executed,transport,compression,dtype,op,bytes,count,root,in_place,time_us,algbw_GBps,busbw_GBps,wrong\n";
       for (const Row& r : all) {
-        f << toString(args.collective) << "," << r.algorithm << "," << r.executed << "," << r.compression << ","
+        f << toString(args.collective) << "," << r.algorithm << "," << r.executed << "," << r.transport << ","
+          << r.compression << ","
           << toString(r.type) << ","
           << toString(r.op) << "," << r.bytes << "," << r.count << "," << r.root << "," << (r.inPlace ? 1 : 0) << ","
           << r.timeUs << "," << r.algbw << "," << r.busbw << "," << r.wrong << "\n";
       }
     }
   }
-  comm.reset();
-  MPI_Comm_free(&mpi);
-  MPI_Finalize();
+  envComm.reset();
+  if (gUseMpi) {
+    MPI_Comm_free(&mpi);
+    MPI_Finalize();
+  }
   return wrongAll ? 1 : 0;
 }

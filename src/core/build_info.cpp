@@ -8,6 +8,7 @@
 #include "gradcomm/config.hpp"
 #include "gradcomm/version.hpp"
 #include "kernels/reduce.hpp"
+#include "transport/ucx_factory.hpp"
 
 #if GRADCOMM_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -51,7 +52,9 @@ std::vector<std::pair<std::string, std::string>> buildInfo() {
   info.emplace_back("nccl", "no");
 #endif
 #if GRADCOMM_HAVE_UCX
-  info.emplace_back("ucx", "yes, " + std::to_string(UCP_API_MAJOR) + "." + std::to_string(UCP_API_MINOR));
+  info.emplace_back("ucx", "yes, built against " + std::to_string(UCP_API_MAJOR) + "." + std::to_string(UCP_API_MINOR) +
+                               ", running " + transport::ucxVersionText());
+  info.emplace_back("ucx transports", transport::ucxTransportsText());
 #else
   info.emplace_back("ucx", "no");
 #endif

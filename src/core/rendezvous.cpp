@@ -123,29 +123,18 @@ Endpoint rendezvousFromEnvironment(int size) {
       std::string(job ? "; mpirun across hosts needs GRADCOMM_RENDEZVOUS (pass it with -x)" : ""));
 }
 
-}  // namespace
-
-Communicator communicatorFromStore(std::shared_ptr<Store> store, int rank, int size, const Options& options) {
-  if (!store) throw InvalidArgument("communicatorFromStore: the store is null");
-  if (size < 1) throw InvalidArgument("communicatorFromStore: the world size must be at least 1, got " +
-                                      std::to_string(size));
-  if (rank < 0 || rank >= size) {
-    throw InvalidArgument("communicatorFromStore: rank " + std::to_string(rank) + " is outside [0, " +
-                          std::to_string(size) + ")");
-  }
-  auto scoped = std::make_shared<PrefixStore>("gradcomm/comm" + std::to_string(nextIndex(store.get())), store);
-  transport::StoreBootstrap boot(scoped, rank, size, rendezvousTimeout(options));
-
+Communicator formThroughStore(transport::StoreBootstrap& boot, Store& scoped, const Options& options) {
+  const int rank = boot.rank(), size = boot.size();
   // Claims first: two processes with one rank would otherwise each take
   // the other's messages. Every process then stops with the reason.
-  if (scoped->add("claims/" + std::to_string(rank), 1) > 1) {
+  if (scoped.add("claims/" + std::to_string(rank), 1) > 1) {
     const std::string why = "two processes claimed rank " + std::to_string(rank) + " at the rendezvous " +
-                            scoped->describe() + ": every process needs its own rank (check GRADCOMM_RANK or RANK)";
+                            scoped.describe() + ": every process needs its own rank (check GRADCOMM_RANK or RANK)";
     boot.fail(why);
     throw InvalidArgument(why);
   }
   // Rank 0's world size is the world size; any other is a launch error.
-  if (rank == 0) scoped->setString("world_size", std::to_string(size));
+  if (rank == 0) scoped.setString("world_size", std::to_string(size));
   const std::string theirs = rank == 0 ? std::to_string(size) : awaitKey(boot, "world_size", "rank 0");
   if (theirs != std::to_string(size)) {
     const std::string why = "the world size differs between ranks: rank " + std::to_string(rank) + " was given " +
@@ -160,10 +149,48 @@ Communicator communicatorFromStore(std::shared_ptr<Store> store, int rank, int s
                       "Communicator() under mpirun); a communicator formed through a store uses 'ucx' or 'auto'");
   }
   auto t = transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, boot.timeout());
-  auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), std::move(config));
-  // Rank 0 may serve the store: it must outlive every rank's last read.
-  impl->keepAlive(store);
-  return Communicator(impl);
+  return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), std::move(config)));
+}
+
+/// Every rank counts itself out when it is done with the store; rank 0,
+/// which may be serving it, waits (at most `limit`) until all have.
+void leaveRendezvous(transport::StoreBootstrap& boot, Store& scoped, milliseconds limit) {
+  try {
+    scoped.add("left", 1);
+    if (boot.rank() != 0) return;
+    const auto end = std::chrono::steady_clock::now() + limit;
+    auto sleep = std::chrono::microseconds(50);
+    while (scoped.add("left", 0) < boot.size() && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
+    }
+  } catch (const Error&) {
+    // The store is gone: nobody is left to wait for.
+  }
+}
+
+}  // namespace
+
+Communicator communicatorFromStore(std::shared_ptr<Store> store, int rank, int size, const Options& options) {
+  if (!store) throw InvalidArgument("communicatorFromStore: the store is null");
+  if (size < 1) throw InvalidArgument("communicatorFromStore: the world size must be at least 1, got " +
+                                      std::to_string(size));
+  if (rank < 0 || rank >= size) {
+    throw InvalidArgument("communicatorFromStore: rank " + std::to_string(rank) + " is outside [0, " +
+                          std::to_string(size) + ")");
+  }
+  auto scoped = std::make_shared<PrefixStore>("gradcomm/comm" + std::to_string(nextIndex(store.get())), store);
+  transport::StoreBootstrap boot(scoped, rank, size, rendezvousTimeout(options));
+  try {
+    Communicator comm = formThroughStore(boot, *scoped, options);
+    leaveRendezvous(boot, *scoped, std::min(boot.timeout(), milliseconds(30000)));
+    comm.impl()->keepAlive(store);  // the store must outlive every rank's last read
+    return comm;
+  } catch (...) {
+    // Rank 0 may be serving the store: the others must still read why.
+    leaveRendezvous(boot, *scoped, std::min(boot.timeout(), milliseconds(5000)));
+    throw;
+  }
 }
 
 Communicator communicatorFromEnvironment(const Options& options) {

@@ -1,0 +1,382 @@
+// Communicators formed without MPI: this binary forks its own ranks (each
+// re-executes itself in a child mode with GRADCOMM_RANK, GRADCOMM_WORLD_SIZE
+// and GRADCOMM_RENDEZVOUS set), so nothing here initialises MPI. Covers the
+// collectives matrix over UCX and the rendezvous faults: an unreachable
+// address, a duplicated rank, differing world sizes, a rank that never
+// arrives, a peer killed mid-allreduce, and UCX_TLS naming nothing usable.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "algorithms/catalog.hpp"
+#include "core/communicator_impl.hpp"
+#include "gradcomm/communicator.hpp"
+#include "gradcomm/store.hpp"
+#include "support/collective_check.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string gSelf;  // this executable, for the children
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+/// A TCP port nobody listens on right now (bound, read, released).
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string out;
+  int status = 0;
+  bool exited = false;
+  int64_t endedAtMs = 0;
+  bool passed() const { return exited && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+  bool killed() const { return exited && WIFSIGNALED(status); }
+};
+
+using Env = std::map<std::string, std::string>;
+
+/// Starts `mode` in a child process with `env` added to this environment.
+Child spawn(const std::string& mode, const Env& env) {
+  int pipefd[2];
+  if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
+  Child c;
+  c.pid = fork();
+  if (c.pid == 0) {
+    dup2(pipefd[1], 1);
+    dup2(pipefd[1], 2);
+    close(pipefd[0]);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    execl(gSelf.c_str(), gSelf.c_str(), "--child", mode.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipefd[1]);
+  c.fd = pipefd[0];
+  return c;
+}
+
+/// Collects every child's output until all exit; kills what is left after
+/// `limit` (a hang is a failure the caller sees as !exited).
+void waitAll(std::vector<Child>& children, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  size_t open = children.size();
+  while (open > 0 && Clock::now() < deadline) {
+    std::vector<pollfd> fds;
+    for (auto& c : children) {
+      if (c.fd >= 0) fds.push_back({c.fd, POLLIN, 0});
+    }
+    poll(fds.data(), fds.size(), 20);
+    for (auto& c : children) {
+      if (c.fd < 0) continue;
+      char buf[4096];
+      pollfd p{c.fd, POLLIN, 0};
+      while (poll(&p, 1, 0) > 0) {
+        ssize_t n = read(c.fd, buf, sizeof buf);
+        if (n <= 0) {
+          close(c.fd);
+          c.fd = -1;
+          break;
+        }
+        c.out.append(buf, static_cast<size_t>(n));
+      }
+    }
+    for (auto& c : children) {
+      if (!c.exited && waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.exited = true;
+        c.endedAtMs = nowMs();
+        --open;
+      }
+    }
+  }
+  for (auto& c : children) {
+    if (!c.exited) {
+      kill(c.pid, SIGKILL);
+      waitpid(c.pid, &c.status, 0);
+    }
+    if (c.fd >= 0) close(c.fd);
+  }
+}
+
+Env rankEnv(int rank, int size, int port, const Env& extra = {}) {
+  Env e = extra;
+  e["GRADCOMM_RANK"] = std::to_string(rank);
+  e["GRADCOMM_WORLD_SIZE"] = std::to_string(size);
+  e["GRADCOMM_RENDEZVOUS"] = "127.0.0.1:" + std::to_string(port);
+  if (!e.count("GRADCOMM_TIMEOUT")) e["GRADCOMM_TIMEOUT"] = "60s";
+  return e;
+}
+
+std::vector<Child> launch(const std::string& mode, int size, const Env& extra = {},
+                          std::chrono::seconds limit = std::chrono::seconds(120)) {
+  const int port = freePort();
+  std::vector<Child> children;
+  for (int r = 0; r < size; ++r) children.push_back(spawn(mode, rankEnv(r, size, port, extra)));
+  waitAll(children, limit);
+  return children;
+}
+
+std::string report(const std::vector<Child>& children) {
+  std::string s;
+  for (size_t r = 0; r < children.size(); ++r) {
+    s += "--- child " + std::to_string(r) + (children[r].exited ? "" : " (hung, killed)") + ":\n" + children[r].out;
+  }
+  return s;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// ---- child modes ------------------------------------------------------------------
+
+/// Forms the communicator and runs every algorithm of every collective
+/// against the reference.
+int childMatrix() {
+  Options o;
+  o.set("SEGMENT_SIZE", "1K");
+  Communicator comm = communicatorFromEnvironment(o);
+  if (comm.transportName() != "ucx") {
+    std::printf("FAIL transport is %s, not ucx\n", comm.transportName().c_str());
+    return 1;
+  }
+  const int p = comm.size();
+  std::vector<DataType> types = p <= 4 ? allTypes()
+                                       : std::vector<DataType>{DataType::kFloat32, DataType::kBFloat16, DataType::kInt64};
+  uint64_t seed = 100;
+  int cases = 0;
+  for (const auto* algo : algorithms::allAlgorithms()) {
+    const Collective coll = algo->collective();
+    algorithms::CollectiveCall probe;
+    probe.collective = coll;
+    if (!algo->canRun(probe, comm.impl()->engine().transport())) continue;
+    const bool reduces =
+        coll == Collective::kAllreduce || coll == Collective::kReduce || coll == Collective::kReduceScatter;
+    for (DataType t : types) {
+      for (ReduceOp op : reduces ? allOps() : std::vector<ReduceOp>{ReduceOp::kSum}) {
+        if (!supported(t, op)) continue;
+        for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(p + 1), size_t{37}, size_t{3001}}) {
+          for (bool inPlace : {false, true}) {
+            CollectiveCase c{coll, algo->name(), t, op, count, p - 1, inPlace, seed++};
+            std::string err = runAndCheck(comm, c);
+            if (!err.empty()) {
+              std::printf("FAIL %s\n", err.c_str());
+              return 1;
+            }
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  // Large messages go through UCX's rendezvous protocol.
+  for (const char* algo : {"ring", "hd", "tree", "rd"}) {
+    CollectiveCase c{Collective::kAllreduce, algo, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3, 0, false, 7};
+    std::string err = runAndCheck(comm, c);
+    if (!err.empty()) {
+      std::printf("FAIL %s\n", err.c_str());
+      return 1;
+    }
+  }
+  // native needs MPI: it falls back (loudly) to the default.
+  std::vector<float> v(100, 1.0f);
+  CollectiveOptions native;
+  native.algorithm = "native";
+  Work w = comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum, native);
+  w.wait();
+  if (w.algorithm() == "native" || v[0] != static_cast<float>(p)) {
+    std::printf("FAIL native ran (%s) or gave %f\n", w.algorithm().c_str(), v[0]);
+    return 1;
+  }
+  std::printf("OK cases=%d\n", cases);
+  return 0;
+}
+
+/// Forms the communicator and runs one allreduce; prints the error if any.
+int childCreate() {
+  try {
+    Communicator comm = communicatorFromEnvironment();
+    std::vector<float> v(10, 1.0f);
+    comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    std::printf("OK sum=%g\n", v[0]);
+    return 0;
+  } catch (const Error& e) {
+    std::printf("ERROR %s: %s\n", toString(e.code()), e.what());
+    return 3;
+  }
+}
+
+/// Allreduces 1M floats with ring until an error; the rank named by
+/// GRADCOMM_TEST_KILL_RANK kills itself after a few iterations.
+int childKill() {
+  const int victim = std::atoi(std::getenv("GRADCOMM_TEST_KILL_RANK"));
+  Communicator comm = communicatorFromEnvironment();
+  std::vector<float> v(1 << 20, 1.0f);
+  CollectiveOptions ring;
+  ring.algorithm = std::getenv("GRADCOMM_TEST_ALGO") ? std::getenv("GRADCOMM_TEST_ALGO") : "ring";
+  try {
+    for (int i = 0; i < 100000; ++i) {
+      Work w = comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kAvg, ring);
+      if (comm.rank() == victim && i == 5) raise(SIGKILL);
+      w.wait();
+    }
+    std::printf("FAIL no error after 100000 allreduces\n");
+    return 1;
+  } catch (const Error& e) {
+    std::printf("ERROR at=%lld %s: %s\n", static_cast<long long>(nowMs()), toString(e.code()), e.what());
+    return 3;
+  }
+}
+
+int runChild(const std::string& mode) {
+  try {
+    if (mode == "matrix") return childMatrix();
+    if (mode == "create") return childCreate();
+    if (mode == "kill") return childKill();
+  } catch (const std::exception& e) {
+    std::printf("ERROR unexpected: %s\n", e.what());
+    return 4;
+  }
+  std::printf("unknown child mode %s\n", mode.c_str());
+  return 5;
+}
+
+}  // namespace
+
+// ---- tests ------------------------------------------------------------------------------
+
+class RendezvousMatrix : public ::testing::TestWithParam<int> {};
+
+TEST_P(RendezvousMatrix, EveryAlgorithmOfEveryCollectiveMatchesTheReferenceOverUcx) {
+  const int n = GetParam();
+  auto children = launch("matrix", n);
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(children[static_cast<size_t>(r)].passed()) << report(children);
+    EXPECT_TRUE(contains(children[static_cast<size_t>(r)].out, "OK cases=")) << report(children);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, RendezvousMatrix, ::testing::Values(1, 2, 3, 4, 5, 8));
+
+TEST(Rendezvous, AnUnreachableAddressIsAnErrorNamingItAfterTheTimeout) {
+  const int port = freePort();
+  auto t0 = Clock::now();
+  std::vector<Child> c{spawn("create", rankEnv(1, 2, port, {{"GRADCOMM_TIMEOUT", "2s"}}))};
+  waitAll(c, std::chrono::seconds(30));
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_TRUE(c[0].exited) << report(c);
+  EXPECT_TRUE(contains(c[0].out, "127.0.0.1:" + std::to_string(port))) << report(c);
+  EXPECT_TRUE(contains(c[0].out, "ERROR")) << report(c);
+  EXPECT_GE(s, 1.5) << report(c);
+  EXPECT_LE(s, 10.0) << report(c);
+}
+
+TEST(Rendezvous, TwoProcessesClaimingOneRankFailEveryProcess) {
+  const int port = freePort();
+  std::vector<Child> c;
+  for (int r : {0, 1, 1}) c.push_back(spawn("create", rankEnv(r, 3, port, {{"GRADCOMM_TIMEOUT", "20s"}})));
+  waitAll(c, std::chrono::seconds(60));
+  for (auto& child : c) {
+    ASSERT_TRUE(child.exited) << report(c);
+    EXPECT_TRUE(contains(child.out, "ERROR")) << report(c);
+    EXPECT_TRUE(contains(child.out, "two processes claimed rank 1")) << report(c);
+  }
+}
+
+TEST(Rendezvous, AWorldSizeThatDiffersFailsEveryProcess) {
+  const int port = freePort();
+  std::vector<Child> c;
+  c.push_back(spawn("create", rankEnv(0, 3, port, {{"GRADCOMM_TIMEOUT", "20s"}})));
+  c.push_back(spawn("create", rankEnv(1, 3, port, {{"GRADCOMM_TIMEOUT", "20s"}})));
+  c.push_back(spawn("create", rankEnv(2, 4, port, {{"GRADCOMM_TIMEOUT", "20s"}})));
+  waitAll(c, std::chrono::seconds(60));
+  for (auto& child : c) {
+    ASSERT_TRUE(child.exited) << report(c);
+    EXPECT_TRUE(contains(child.out, "world size differs")) << report(c);
+  }
+}
+
+TEST(Rendezvous, ARankThatNeverArrivesIsATimeoutNamingIt) {
+  const int port = freePort();
+  std::vector<Child> c;
+  for (int r : {0, 1}) c.push_back(spawn("create", rankEnv(r, 3, port, {{"GRADCOMM_TIMEOUT", "2s"}})));
+  auto t0 = Clock::now();
+  waitAll(c, std::chrono::seconds(60));
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (auto& child : c) {
+    ASSERT_TRUE(child.exited) << report(c);
+    EXPECT_TRUE(contains(child.out, "ERROR timeout")) << report(c);
+    EXPECT_TRUE(contains(child.out, "rank 2 did not arrive")) << report(c);
+  }
+  EXPECT_LE(s, 15.0);
+}
+
+TEST(Rendezvous, UcxTlsNamingNoUsableTransportIsAClearErrorOnEveryRank) {
+  const int port = freePort();
+  std::vector<Child> c;
+  for (int r : {0, 1}) {
+    c.push_back(spawn("create", rankEnv(r, 2, port, {{"GRADCOMM_TIMEOUT", "20s"}, {"UCX_TLS", "no_such_tl"}})));
+  }
+  waitAll(c, std::chrono::seconds(60));
+  for (auto& child : c) {
+    ASSERT_TRUE(child.exited) << report(c);
+    EXPECT_TRUE(contains(child.out, "ERROR")) << report(c);
+    EXPECT_TRUE(contains(child.out, "UCX_TLS=no_such_tl")) << report(c);
+  }
+}
+
+TEST(Rendezvous, APeerKilledMidAllreduceIsAnErrorOnEverySurvivorWithinTheTimeout) {
+  for (const char* algo : {"ring", "shm"}) {
+    auto c = launch("kill", 3, {{"GRADCOMM_TIMEOUT", "5s"}, {"GRADCOMM_TEST_KILL_RANK", "2"}, {"GRADCOMM_TEST_ALGO", algo}},
+                    std::chrono::seconds(60));
+    ASSERT_TRUE(c[2].killed()) << algo << "\n" << report(c);
+    for (int r = 0; r < 2; ++r) {
+      const Child& s = c[static_cast<size_t>(r)];
+      ASSERT_TRUE(s.exited) << algo << "\n" << report(c);
+      EXPECT_TRUE(contains(s.out, "ERROR at=")) << algo << "\n" << report(c);
+      const auto pos = s.out.find("ERROR at=");
+      if (pos == std::string::npos) continue;
+      const long long at = std::atoll(s.out.c_str() + pos + 9);
+      // The victim's exit is seen by the parent within ~20 ms of the kill.
+      EXPECT_LE(at - c[2].endedAtMs, 6000) << algo << "\n" << report(c);
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  gSelf = "/proc/self/exe";
+  char path[4096] = {0};
+  if (readlink("/proc/self/exe", path, sizeof path - 1) > 0) gSelf = path;
+  if (argc == 3 && std::string(argv[1]) == "--child") return runChild(argv[2]);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
