@@ -1,6 +1,10 @@
 #include "transport/ucx/ucx_transport.hpp"
 
+#include <signal.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <array>
@@ -53,6 +57,12 @@ namespace {
 
 std::string statusText(ucs_status_t s) { return ucs_status_string(s); }
 
+std::string pidNamespace() {
+  char ns[128] = {0};
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  return n > 0 ? std::string(ns, static_cast<size_t>(n)) : std::string();
+}
+
 std::string envOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
@@ -82,6 +92,9 @@ struct UcxTransport::State {
   std::vector<std::unique_ptr<ErrArg>> errArgs;
   std::vector<int> localRanks;
   std::string hostName;
+  /// Process id of each peer on this host (same pid namespace), else 0.
+  std::vector<pid_t> peerPid;
+  std::chrono::steady_clock::time_point lastLivenessCheck{};
 
   // The abort channel: one receive for control messages from any rank.
   std::array<char, kControlBytes> controlBuffer{};
@@ -162,8 +175,21 @@ struct UcxTransport::State {
     a->state->peerStatus[static_cast<size_t>(a->peer)].store(status);
   }
 
-  /// Throws when `peer`'s endpoint reported an error.
-  void checkPeer(int peer, const char* what) const {
+  /// Throws when `peer`'s endpoint reported an error, or `peer` (on this
+  /// host) no longer exists.
+  void checkPeer(int peer, const char* what) {
+    const pid_t pid = peerPid[static_cast<size_t>(peer)];
+    if (pid != 0 && peerStatus[static_cast<size_t>(peer)].load() == UCS_OK) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - lastLivenessCheck >= std::chrono::milliseconds(10)) {
+        lastLivenessCheck = now;
+        if (::kill(pid, 0) != 0 && errno == ESRCH) {
+          throw TransportError("rank " + std::to_string(rank) + ": UCX " + what + " rank " + std::to_string(peer) +
+                               " failed: that rank's process (pid " + std::to_string(pid) +
+                               ") on this host has exited");
+        }
+      }
+    }
     const int s = peerStatus[static_cast<size_t>(peer)].load();
     if (s == UCS_OK) return;
     throw TransportError("rank " + std::to_string(rank) + ": UCX " + what + " rank " + std::to_string(peer) +
@@ -369,6 +395,27 @@ UcxTransport::UcxTransport(Bootstrap& boot, size_t shmChunkBytes, std::chrono::m
     }
   }
 
+  // Host keys and process ids: which peers share this host.
+  const std::string pidNs = pidNamespace();
+  const auto ids = boot.allgather(hostKey() + "\n" + std::to_string(getpid()) + "\n" + pidNs);
+  std::vector<std::string> keys;
+  st->peerPid.assign(static_cast<size_t>(size), 0);
+  for (int r = 0; r < size; ++r) {
+    std::istringstream in(ids[static_cast<size_t>(r)]);
+    std::string key, pid, ns;
+    std::getline(in, key);
+    std::getline(in, pid);
+    std::getline(in, ns);
+    keys.push_back(key);
+    if (r != rank && !ns.empty() && ns == pidNs) st->peerPid[static_cast<size_t>(r)] = std::atoi(pid.c_str());
+  }
+  st->localRanks = ranksWithKey(keys, rank);
+  const std::string& mine = keys[static_cast<size_t>(rank)];
+  st->hostName = mine.substr(0, mine.find('|')) + "/node-of-rank" + std::to_string(st->localRanks.front());
+  for (int r = 0; r < size; ++r) {
+    if (keys[static_cast<size_t>(r)] != mine) st->peerPid[static_cast<size_t>(r)] = 0;
+  }
+
   st->eps.assign(static_cast<size_t>(size), nullptr);
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
@@ -378,7 +425,12 @@ UcxTransport::UcxTransport(Bootstrap& boot, size_t shmChunkBytes, std::chrono::m
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(a.data() + 1);
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    // UCX 1.13 keeps its shared-memory transports (posix, sysv, cma) off
+    // endpoints that ask for peer failure handling, which would send
+    // same-host traffic through TCP loopback. Same-host peers are watched
+    // through their process ids instead (State::checkPeer).
+    const bool local = st->peerPid[static_cast<size_t>(r)] != 0;
+    ep.err_mode = local ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
     ep.err_handler.cb = &State::onPeerError;
     ep.err_handler.arg = st->errArgs.back().get();
     ucs_status_t s = ucp_ep_create(st->worker, &ep, &st->eps[static_cast<size_t>(r)]);
@@ -391,10 +443,6 @@ UcxTransport::UcxTransport(Bootstrap& boot, size_t shmChunkBytes, std::chrono::m
   st->postControlReceive();
   connectAll(st, connectTimeout);
 
-  std::vector<std::string> keys = boot.allgather(hostKey());
-  st->localRanks = ranksWithKey(keys, rank);
-  const std::string& mine = keys[static_cast<size_t>(rank)];
-  st->hostName = mine.substr(0, mine.find('|')) + "/node-of-rank" + std::to_string(st->localRanks.front());
   state_ = std::move(st);
   if (shmChunkBytes > 0) shm_ = setUpSharedMemory(boot, state_->localRanks, shmChunkBytes);
 }
