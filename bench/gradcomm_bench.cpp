@@ -8,7 +8,6 @@
 // footer. Buffers rotate between iterations so caches are not what is
 // measured; #wrong counts elements that differ from the exact expected result.
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +24,7 @@
 
 #include "gradcomm/gradcomm.hpp"
 #include "gradcomm/mpi.hpp"
+#include "launch.hpp"
 
 using namespace gradcomm;
 
@@ -72,25 +72,12 @@ struct Row {
 int gRank = 0, gSize = 1;
 bool gUseMpi = true;  // false: launched without MPI (rendezvous from the environment)
 
-void finalizeMpi() {
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Finalize();
-}
-
 [[noreturn]] void die(const std::string& msg) {
   if (gRank == 0) std::fprintf(stderr, "gradcomm-bench: %s\n", msg.c_str());
-  finalizeMpi();
+  bench::finalizeMpiIfUp();
   std::exit(2);
 }
 
-/// True when this process was launched without MPI: GRADCOMM_RANK is set,
-/// or torchrun's RANK outside mpirun.
-bool launchedWithoutMpi() {
-  if (std::getenv("GRADCOMM_RANK")) return true;
-  return std::getenv("RANK") && std::getenv("WORLD_SIZE") && !std::getenv("OMPI_COMM_WORLD_RANK");
-}
 
 size_t parseSize(const std::string& s) {
   char* end = nullptr;
@@ -171,7 +158,7 @@ Args parseArgs(int argc, char** argv) {
     };
     if (k == "-h" || k == "--help") {
       usage();
-      finalizeMpi();
+      bench::finalizeMpiIfUp();
       std::exit(0);
     } else if (k == "-b" || k == "--minbytes") {
       a.minBytes = parseSize(next());
@@ -685,10 +672,7 @@ std::string jsonEscape(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gUseMpi = !launchedWithoutMpi();
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--no-mpi") == 0) gUseMpi = false;
-  }
+  gUseMpi = !bench::launchedWithoutMpi(argc, argv);
   MPI_Comm mpi = MPI_COMM_NULL;
   int hosts = 1;
   // MPI-free: one communicator formed from the environment measures and
@@ -701,7 +685,7 @@ int main(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &gSize);
   } else {
     try {
-      envComm = std::make_unique<Communicator>(communicatorFromEnvironment());
+      envComm = std::make_unique<Communicator>(bench::makeCommunicator(false, ""));
     } catch (const Error& e) {
       std::fprintf(stderr, "gradcomm-bench: %s\n", e.what());
       return 2;
@@ -722,14 +706,7 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&leader, &hosts, 1, MPI_INT, MPI_SUM, mpi);
     MPI_Comm_free(&local);
   } else {
-    // Hosts: distinct host names among the ranks.
-    char name[256] = {0};
-    gethostname(name, sizeof name - 1);
-    int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(name) >> 1);
-    std::vector<int64_t> all(static_cast<size_t>(gSize));
-    envComm->allgather(&mine, all.data(), 1, DataType::kInt64).wait();
-    std::sort(all.begin(), all.end());
-    hosts = static_cast<int>(std::unique(all.begin(), all.end()) - all.begin());
+    hosts = bench::countHosts(*envComm);
   }
   Control control;
   control.mpi = mpi;
@@ -783,9 +760,7 @@ int main(int argc, char** argv) {
   Communicator* comm = envComm.get();
   if (gUseMpi) {
     try {
-      Options o;
-      o.set("TRANSPORT", transport);
-      owned = std::make_unique<Communicator>(communicatorFromMpi(MPI_COMM_WORLD, o));
+      owned = std::make_unique<Communicator>(bench::makeCommunicator(true, transport));
     } catch (const Error& e) {
       die(e.what());
     }

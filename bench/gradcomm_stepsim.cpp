@@ -27,6 +27,7 @@
 #include "gradcomm/gradcomm.hpp"
 #include "gradcomm/mpi.hpp"
 #include "gradcomm/reducer.hpp"
+#include "launch.hpp"
 
 using namespace gradcomm;
 using Clock = std::chrono::steady_clock;
@@ -37,7 +38,7 @@ int gRank = 0;
 
 [[noreturn]] void die(const std::string& m) {
   if (gRank == 0) std::fprintf(stderr, "gradcomm-stepsim: %s\n", m.c_str());
-  MPI_Finalize();
+  bench::finalizeMpiIfUp();
   std::exit(2);
 }
 
@@ -124,6 +125,7 @@ struct Args {
   double computeMs = 200;
   std::string json;
   std::string algorithm;
+  std::string transport;  // empty: mpi under mpirun, ucx without MPI
 };
 
 struct Result {
@@ -170,7 +172,7 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
   r.mode = mode;
   int measured = 0;
   for (int step = 0; step < a.steps; ++step) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    comm.barrier().wait();
     const auto start = Clock::now();
     auto until = start;
     std::vector<Work> works;
@@ -220,7 +222,7 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
   // The slowest rank defines the step.
   double v[5] = {r.stepMs / measured, r.computeMs / measured, r.exposedMs / measured, r.commMs / measured,
                  r.lastMs / measured};
-  MPI_Allreduce(MPI_IN_PLACE, v, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  comm.allreduce(v, v, 5, DataType::kFloat64, ReduceOp::kMax).wait();
   r.lastMs = v[4];
   r.stepMs = v[0];
   r.computeMs = v[1];
@@ -233,9 +235,12 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
 }  // namespace
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
+  const bool useMpi = !bench::launchedWithoutMpi(argc, argv);
+  if (useMpi) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
+  }
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
@@ -249,13 +254,17 @@ int main(int argc, char** argv) {
     else if (k == "--compute-ms") a.computeMs = std::atof(next().c_str());
     else if (k == "--json") a.json = next();
     else if (k == "--algo") a.algorithm = next();
+    else if (k == "--transport") a.transport = next();
+    else if (k == "--no-mpi") continue;
     else if (k == "-h" || k == "--help") {
       if (gRank == 0) {
         std::printf("usage: mpirun -np N gradcomm-stepsim [--model resnet50|bert-base|uniform:NxBYTES]\n"
                     "         [--mode noverlap|pertensor|reducer|all] [--steps N] [--compute-ms MS]\n"
-                    "         [--algo NAME] [--json FILE]\n");
+                    "         [--algo NAME] [--transport mpi|ucx] [--no-mpi] [--json FILE]\n"
+                    "Without MPI (GRADCOMM_RANK or torchrun's RANK set, or --no-mpi under mpirun) the\n"
+                    "communicator is formed from the environment and bytes move through UCX.\n");
       }
-      MPI_Finalize();
+      bench::finalizeMpiIfUp();
       return 0;
     } else {
       die("unknown option '" + k + "' (try --help)");
@@ -273,25 +282,33 @@ int main(int argc, char** argv) {
   else if (a.mode == "noverlap" || a.mode == "pertensor" || a.mode == "reducer") modes = {a.mode};
   else die("unknown --mode '" + a.mode + "'; valid: noverlap, pertensor, reducer, all");
 
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, gRank, MPI_INFO_NULL, &local);
-  int localRank = 0, size = 1, hosts = 0;
-  MPI_Comm_rank(local, &localRank);
-  MPI_Comm_free(&local);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int leader = localRank == 0;
-  MPI_Allreduce(&leader, &hosts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (!a.transport.empty() && a.transport != "mpi" && a.transport != "ucx") {
+    die("unknown --transport '" + a.transport + "'; valid: mpi, ucx");
+  }
+  if (!useMpi && a.transport == "mpi") die("--transport mpi needs mpirun (without --no-mpi)");
 
   size_t params = 0;
   for (const auto& l : layers) params += l.params;
   std::vector<Result> results;
+  int size = 1, hosts = 1;
+  std::string transportName;
   {
-    Communicator comm = communicatorFromMpi(MPI_COMM_WORLD);
+    Communicator comm = [&] {
+      try {
+        return bench::makeCommunicator(useMpi, a.transport);
+      } catch (const Error& e) {
+        die(e.what());
+      }
+    }();
+    gRank = comm.rank();
+    size = comm.size();
+    hosts = bench::countHosts(comm);
+    transportName = comm.transportName();
     if (gRank == 0) {
-      std::printf("# gradcomm-stepsim: %s, %zu gradients, %.1f MB float32, %d ranks on %d host%s, compute %.0f ms/step, "
-                  "%d steps (first is warm-up)\n",
-                  a.model.c_str(), layers.size(), params * 4 / 1e6, size, hosts, hosts == 1 ? "" : "s", a.computeMs,
-                  a.steps);
+      std::printf("# gradcomm-stepsim: %s, %zu gradients, %.1f MB float32, %d ranks on %d host%s over %s, compute %.0f "
+                  "ms/step, %d steps (first is warm-up)\n",
+                  a.model.c_str(), layers.size(), params * 4 / 1e6, size, hosts, hosts == 1 ? "" : "s",
+                  transportName.c_str(), a.computeMs, a.steps);
       std::printf("# %-10s %10s %11s %13s %11s %11s %9s %12s\n", "mode", "step_ms", "compute_ms", "exposed_ms", "comm_ms",
                   "utilization", "last_ms", "step/(c+last)");
       std::printf("# last_ms: the allreduce of the last bucket (pertensor: last tensor; noverlap: everything)\n");
@@ -309,11 +326,13 @@ int main(int argc, char** argv) {
   }
   if (gRank == 0 && !a.json.empty()) {
     std::ofstream f(a.json);
-    f << "{\"model\": \"" << a.model << "\", \"ranks\": " << size << ", \"hosts\": " << hosts
+    f << "{\"model\": \"" << a.model << "\", \"transport\": \"" << transportName << "\", \"ranks\": " << size
+      << ", \"hosts\": " << hosts
       << ", \"gradients\": " << layers.size() << ", \"bytes\": " << params * 4 << ", \"results\": [\n";
     for (size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
-      f << "  {\"model\": \"" << a.model << "\", \"mode\": \"" << r.mode << "\", \"ranks\": " << size
+      f << "  {\"model\": \"" << a.model << "\", \"mode\": \"" << r.mode << "\", \"transport\": \"" << transportName
+        << "\", \"ranks\": " << size
         << ", \"hosts\": " << hosts << ", \"step_ms\": " << r.stepMs << ", \"compute_ms\": " << r.computeMs
         << ", \"exposed_comm_ms\": " << r.exposedMs << ", \"comm_ms\": " << r.commMs
         << ", \"last_bucket_ms\": " << r.lastMs
@@ -321,6 +340,6 @@ int main(int argc, char** argv) {
     }
     f << "]}\n";
   }
-  MPI_Finalize();
+  bench::finalizeMpiIfUp();
   return 0;
 }
