@@ -3,7 +3,11 @@
 // only where MPI headers are available.
 #include <mpi.h>
 
+#include <chrono>
+#include <memory>
+
 #include "gradcomm/communicator.hpp"
+#include "gradcomm/store.hpp"
 
 namespace gradcomm {
 
@@ -12,5 +16,14 @@ namespace gradcomm {
 /// validates its configuration and all throw ConfigError if any rank's
 /// configuration is invalid or differs.
 GRADCOMM_API Communicator communicatorFromMpi(MPI_Comm comm, const Options& options = {});
+
+/// A Store shared by the ranks of `comm` (collective): rank 0 serves a
+/// TcpStore on a free port of every interface and tells the others through
+/// MPI where (loopback for ranks on its host, else its addresses in turn);
+/// every rank connects within `timeout` or all throw TransportError. For
+/// code that forms communicators through a store (communicatorFromStore) in
+/// a job that MPI launched.
+GRADCOMM_API std::shared_ptr<Store> storeFromMpi(MPI_Comm comm,
+                                                 std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 }  // namespace gradcomm

@@ -13,6 +13,7 @@
 #include "core/communicator_impl.hpp"
 #include "gradcomm/mpi.hpp"
 #include "gradcomm/reducer.hpp"
+#include "gradcomm/store.hpp"
 #include "support/collective_check.hpp"
 
 using namespace gradcomm;
@@ -330,4 +331,24 @@ TEST(Mpi, ReducerMisuseOnOneRankFailsOnEveryRank) {
   EXPECT_LT(seconds, 10.0);
   comm.destroy();
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Mpi, AStoreOverMpiFormsAUcxCommunicatorThatMatchesTheReference) {
+  auto store = storeFromMpi(MPI_COMM_WORLD, std::chrono::seconds(30));
+  // Every rank sees what rank 0 sets, and counters add up across ranks.
+  if (worldRank() == 0) store->setString("hello", "from rank 0");
+  EXPECT_EQ(store->getString("hello", std::chrono::seconds(30)), "from rank 0");
+  store->add("arrived", 1);
+  store->wait({"hello"}, std::chrono::seconds(5));
+  Communicator comm = communicatorFromStore(store, worldRank(), worldSize(), testOptions());
+  EXPECT_EQ(comm.transportName(), "ucx");
+  uint64_t seed = 900;
+  for (const char* algo : {"ring", "hd", "tree", "rd"}) {
+    for (size_t count : {size_t{1}, size_t{37}, size_t{3001}}) {
+      CollectiveCase c{Collective::kAllreduce, algo, DataType::kFloat32, ReduceOp::kSum, count, 0, false, seed++};
+      EXPECT_EQ(runAndCheck(comm, c), "");
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(store->add("arrived", 0), worldSize());
 }

@@ -1,0 +1,89 @@
+// storeFromMpi: a TcpStore served by rank 0, its address handed out through MPI.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
+#include <sstream>
+
+#include "gradcomm/error.hpp"
+#include "gradcomm/mpi.hpp"
+#include "transport/bootstrap.hpp"
+#include "transport/mpi_bootstrap.hpp"
+#include "transport/mpi_env.hpp"
+
+namespace gradcomm {
+namespace {
+
+/// This host's IPv4 addresses, loopback last.
+std::vector<std::string> localAddresses() {
+  std::vector<std::string> out, loop;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a; a = a->ifa_next) {
+      if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+      char text[INET_ADDRSTRLEN] = {0};
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+      (std::string(text).rfind("127.", 0) == 0 ? loop : out).push_back(text);
+    }
+    freeifaddrs(list);
+  }
+  out.insert(out.end(), loop.begin(), loop.end());
+  return out;
+}
+
+}  // namespace
+
+std::shared_ptr<Store> storeFromMpi(MPI_Comm comm, std::chrono::milliseconds timeout) {
+  auto env = transport::MpiEnvironment::acquire();
+  if (comm == MPI_COMM_NULL) throw InvalidArgument("storeFromMpi: the MPI communicator is MPI_COMM_NULL");
+  transport::MpiBootstrap boot(comm);
+  // Rank 0: serve, and publish "port hostkey addr addr ...".
+  std::shared_ptr<TcpStore> store;
+  std::string served, why;
+  if (boot.rank() == 0) {
+    try {
+      TcpStore::Options o;
+      o.isServer = true;
+      o.connectTimeout = timeout;
+      store = std::make_shared<TcpStore>("", 0, o);
+      served = std::to_string(store->port()) + "\n" + transport::hostKey();
+      for (const auto& a : localAddresses()) served += "\n" + a;
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  const std::string at = boot.allgather(boot.rank() == 0 ? (why.empty() ? "S" + served : "E" + why) : "")[0];
+  if (at.empty() || at[0] != 'S') throw TransportError("storeFromMpi: rank 0 could not serve a store: " + at.substr(1));
+  if (boot.rank() != 0) {
+    std::istringstream in(at.substr(1));
+    std::string port, key, addr;
+    std::getline(in, port);
+    std::getline(in, key);
+    std::vector<std::string> candidates;
+    if (key == transport::hostKey()) candidates.push_back("127.0.0.1");
+    while (std::getline(in, addr)) candidates.push_back(addr);
+    // Each candidate gets a share of the timeout; the first that answers wins.
+    TcpStore::Options o;
+    o.connectTimeout = std::max(std::chrono::milliseconds(200),
+                                timeout / static_cast<long>(std::max<size_t>(candidates.size(), 1)));
+    for (const auto& c : candidates) {
+      try {
+        store = std::make_shared<TcpStore>(c, static_cast<uint16_t>(std::stoi(port)), o);
+        break;
+      } catch (const Error& e) {
+        why = std::string(e.what());
+      }
+    }
+  }
+  const auto oks = boot.allgather(store ? "1" : "0" + why);
+  for (int r = 0; r < boot.size(); ++r) {
+    const std::string& ok = oks[static_cast<size_t>(r)];
+    if (ok != "1") {
+      throw TransportError("storeFromMpi: rank " + std::to_string(r) + " could not reach the store served by rank 0: " +
+                           ok.substr(1));
+    }
+  }
+  return store;
+}
+
+}  // namespace gradcomm
