@@ -24,7 +24,6 @@
 
 #include "gradcomm/store.hpp"
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -81,8 +80,11 @@ constexpr std::chrono::milliseconds kRetryMax{50};
 // How long a client waits for a reply beyond the call's own timeout (the
 // server times GET and WAIT out itself) before it takes the server for stuck.
 constexpr std::chrono::milliseconds kMaxReplyGrace{5000};
-// Waits longer than this are not timed on the server (the client still is).
-constexpr uint64_t kMaxServerTimeoutMs = uint64_t{30} * 24 * 3600 * 1000;
+// The longest timeout a client asks for (longer ones are cut to it, which
+// also keeps deadlines far from overflowing); a server does not time waits
+// beyond it that other clients ask for.
+constexpr std::chrono::milliseconds kMaxTimeout{std::chrono::hours(24 * 30)};
+constexpr uint64_t kMaxServerTimeoutMs = kMaxTimeout.count();
 // Idle connections a client keeps for its next calls; more are closed.
 constexpr size_t kMaxIdleChannels = 8;
 
@@ -113,7 +115,7 @@ size_t maxPayload(uint8_t op) {
   return 0;
 }
 
-/// A malformed frame; the server drops the connection, a client the reply.
+/// A malformed request; the server drops the connection that sent it.
 class ProtocolError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -479,7 +481,7 @@ class Server {
       }
       for (int i = 0; i < n; ++i) {
         uint64_t id = events[i].data.u64;
-        try {
+        survive([&] {
           if (id == kWakeId) {
             uint64_t count;
             ssize_t ignored = ::read(wake_.get(), &count, sizeof count);
@@ -490,20 +492,29 @@ class Server {
             serve(id, events[i].events);
           }
           serveReady();
-        } catch (const std::exception& e) {
-          // Out of memory, most likely: the connections are still served.
-          core::log(core::LogLevel::kWarn, -1, "TcpStore server on " + where_ + ": " + e.what());
-        }
+        });
         reap();
       }
-      expireWaits();
-      serveReady();
+      survive([&] {
+        expireWaits();
+        serveReady();
+      });
       reap();
     }
     // Listener first: a client that reconnects now is refused at once
     // instead of queueing on a socket about to close.
     listen_.reset();
     conns_.clear();
+  }
+
+  // Runs a step of the loop; a failure there (out of memory, most likely)
+  // is logged and the other connections are still served.
+  template <typename F> void survive(F&& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      core::log(core::LogLevel::kWarn, -1, "TcpStore server on " + where_ + ": " + e.what());
+    }
   }
 
   // Until the next wait's timeout or the listener's resumption; -1: none.
@@ -582,8 +593,9 @@ class Server {
         watch(listen_.get(), kListenId, 0, EPOLL_CTL_MOD);
         return;
       }
+      UniqueFd owned(fd);
       auto c = std::make_unique<Connection>();
-      c->fd.reset(fd);
+      c->fd = std::move(owned);
       c->id = nextId_++;
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -1245,8 +1257,8 @@ void putKeys(Bytes& b, const std::vector<std::string>& keys) {
   for (const std::string& k : keys) putString(b, k.data(), k.size());
 }
 
-std::chrono::milliseconds nonNegative(std::chrono::milliseconds t) {
-  return std::max(t, std::chrono::milliseconds(0));
+std::chrono::milliseconds clampTimeout(std::chrono::milliseconds t) {
+  return std::clamp(t, std::chrono::milliseconds(0), kMaxTimeout);
 }
 }  // namespace
 
@@ -1259,6 +1271,7 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, const Options& option
   d.host = host;
   d.port = port;
   d.options = options;
+  d.options.connectTimeout = clampTimeout(options.connectTimeout);
   d.connectHost = host.empty() ? "127.0.0.1" : host;
   if (options.isServer) {
     Listener l = listenOn(host, port);
@@ -1297,7 +1310,7 @@ void TcpStore::set(const std::string& key, const Bytes& value) {
 
 Store::Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
   checkKey(key, "get");
-  timeout = nonNegative(timeout);
+  timeout = clampTimeout(timeout);
   Bytes request = startFrame(static_cast<uint8_t>(Op::kGet));
   putU64(request, static_cast<uint64_t>(timeout.count()));
   putString(request, key.data(), key.size());
@@ -1339,7 +1352,7 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   checkKeys(keys, "wait");
   if (keys.empty()) return;
-  timeout = nonNegative(timeout);
+  timeout = clampTimeout(timeout);
   Bytes request = startFrame(static_cast<uint8_t>(Op::kWait));
   putU64(request, static_cast<uint64_t>(timeout.count()));
   putKeys(request, keys);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <random>
@@ -808,6 +809,37 @@ TEST(TcpStore, DestroyingTheServerEndsAWaitingGetWithAnError) {
   start = Clock::now();
   EXPECT_THROW(client->get("never", 10000ms), TransportError);
   EXPECT_LT(msSince(start), 2000);
+}
+
+TEST(TcpStore, LeavesNoDescriptorsOpenOnceDestroyed) {
+  auto openFds = [] {
+    size_t n = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd"); it != std::filesystem::directory_iterator(); ++it) ++n;
+    return n;
+  };
+  size_t before = openFds();
+  {
+    auto server = makeServer();
+    std::vector<std::unique_ptr<TcpStore>> clients;
+    for (int i = 0; i < 3; ++i) clients.push_back(makeClient(server->port()));
+    auto waiting = std::async(std::launch::async, [&] { return clients[0]->getString("k", 2000ms); });
+    std::this_thread::sleep_for(20ms);
+    clients[0]->setString("k", "v");  // a second connection of the same client
+    EXPECT_EQ(waiting.get(), "v");
+    EXPECT_THROW(clients[1]->get("absent", 10ms), TimeoutError);
+    clients[2]->add("n", 1);
+    RawSocket garbage(server->port());
+    garbage.send(hello(0, 0xBAD));
+    EXPECT_TRUE(garbage.closedByPeer());
+  }
+  EXPECT_EQ(openFds(), before);
+  // Failed constructions too.
+  EXPECT_THROW(makeClient(freePort(), 50ms), TransportError);
+  EXPECT_EQ(openFds(), before);
+  auto holder = makeServer();
+  size_t withHolder = openFds();
+  EXPECT_THROW(makeServer(holder->port()), TransportError);
+  EXPECT_EQ(openFds(), withHolder);
 }
 
 TEST(TcpStore, RejectsOversizeKeysAndValuesBeforeSending) {
