@@ -127,6 +127,14 @@ void waitAll(std::vector<Child>& children, std::chrono::seconds limit) {
       kill(c.pid, SIGKILL);
       waitpid(c.pid, &c.status, 0);
     }
+    // What the child wrote just before it exited may still be in the pipe.
+    char buf[4096];
+    pollfd p{c.fd, POLLIN, 0};
+    while (c.fd >= 0 && poll(&p, 1, 100) > 0) {
+      ssize_t n = read(c.fd, buf, sizeof buf);
+      if (n <= 0) break;
+      c.out.append(buf, static_cast<size_t>(n));
+    }
     if (c.fd >= 0) close(c.fd);
   }
 }
