@@ -31,6 +31,11 @@ static_assert(kRankShift + UcxTagLayout::kRankBits == 63, "the tag layout must f
 }  // namespace
 
 uint64_t UcxTagLayout::data(int source, const Tag& tag) {
+  if (tag.message == kCallCheckMessage) {
+    // The engine's call check: apart from every data message, matched on
+    // source and sequence alone (its fingerprint takes no part).
+    return control(source, kCallCheck) | (tag.seq & mask(kSeqBits)) << kSeqShift;
+  }
   return (static_cast<uint64_t>(source) & mask(kRankBits)) << kRankShift |
          (tag.seq & mask(kSeqBits)) << kSeqShift |
          (static_cast<uint64_t>(tag.fingerprint) & mask(kFingerprintBits)) << kFingerprintShift |

@@ -1,5 +1,6 @@
 #pragma once
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ struct UcxTagLayout {
   /// Control messages: kinds in the message bits.
   static constexpr uint32_t kAbort = 0;
   static constexpr uint32_t kHello = 1;
+  static constexpr uint32_t kCallCheck = 2;
+  /// Tag::message of the progress engine's call check (Tag::kCallCheck).
+  static constexpr uint32_t kCallCheckMessage = UINT32_MAX;
   static uint64_t control(int source, uint32_t kind);
   /// Matches a control message of one kind from any source.
   static uint64_t controlKindMask();
