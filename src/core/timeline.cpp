@@ -1,23 +1,35 @@
 #include "core/timeline.hpp"
 
-#include <cstdio>
-#include <fstream>
+#include <cerrno>
+#include <cstring>
 
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::core {
+namespace {
+constexpr const char* kClose = "\n]}\n";
+}
 
 Timeline::Timeline(std::string path, int rank) : path_(std::move(path)), rank_(rank), origin_(Clock::now()) {
-  std::ofstream probe(path_);
-  if (!probe) throw ConfigError("GRADCOMM_TIMELINE: cannot write '" + path_ + "' (does its directory exist?)");
+  file_ = std::fopen(path_.c_str(), "w");
+  if (!file_) {
+    throw ConfigError("GRADCOMM_TIMELINE: cannot write '" + path_ + "': " + std::strerror(errno) +
+                      " (does its directory exist?)");
+  }
+  const std::string pid = std::to_string(rank_);
+  std::string head = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n  {\"name\": \"process_name\", \"ph\": \"M\", "
+                     "\"pid\": " + pid + ", \"args\": {\"name\": \"rank " + pid + "\"}}";
+  std::fputs(head.c_str(), file_);
+  tail_ = std::ftell(file_);
+  std::fputs(kClose, file_);
+  std::fflush(file_);
   auto meta = [&](int tid, const char* name) {
-    events_.push_back("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) +
-                      ", \"tid\": " + std::to_string(tid) + ", \"args\": {\"name\": \"" + name + "\"}}");
+    add("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " + pid + ", \"tid\": " + std::to_string(tid) +
+        ", \"args\": {\"name\": \"" + name + "\"}}");
   };
-  events_.push_back("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(rank_) +
-                    ", \"args\": {\"name\": \"rank " + std::to_string(rank_) + "\"}}");
   meta(kCompute, "compute (caller)");
   meta(kComm, "communication");
+  flush();
 }
 
 Timeline::~Timeline() {
@@ -25,6 +37,12 @@ Timeline::~Timeline() {
     flush();
   } catch (...) {
   }
+  if (file_) std::fclose(file_);
+}
+
+void Timeline::setOrigin(Clock::time_point origin) {
+  std::lock_guard<std::mutex> lock(mu_);
+  origin_ = origin;
 }
 
 double Timeline::micros(Clock::time_point t) const {
@@ -40,15 +58,20 @@ std::string Timeline::escape(const std::string& s) {
   return o;
 }
 
+void Timeline::add(std::string event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  buffer_ += ",\n  ";
+  buffer_ += event;
+  if (buffer_.size() >= kBufferBytes) writeLocked();
+}
+
 void Timeline::instant(const std::string& name, const char* category, Clock::time_point t, int track,
                        const std::string& args) {
   char head[160];
   std::snprintf(head, sizeof head, "\"ph\": \"i\", \"s\": \"t\", \"ts\": %.3f, \"pid\": %d, \"tid\": %d", micros(t),
                 rank_, track);
-  std::string e = "{\"name\": \"" + escape(name) + "\", \"cat\": \"" + category + "\", " + head +
-                  (args.empty() ? "" : ", \"args\": {" + args + "}") + "}";
-  std::lock_guard<std::mutex> lock(mu_);
-  events_.push_back(std::move(e));
+  add("{\"name\": \"" + escape(name) + "\", \"cat\": \"" + category + "\", " + head +
+      (args.empty() ? "" : ", \"args\": {" + args + "}") + "}");
 }
 
 void Timeline::span(const std::string& name, const char* category, Clock::time_point start, Clock::time_point end,
@@ -56,18 +79,24 @@ void Timeline::span(const std::string& name, const char* category, Clock::time_p
   char head[160];
   std::snprintf(head, sizeof head, "\"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, \"tid\": %d",
                 micros(start), micros(end) - micros(start), rank_, track);
-  std::string e = "{\"name\": \"" + escape(name) + "\", \"cat\": \"" + category + "\", " + head +
-                  (args.empty() ? "" : ", \"args\": {" + args + "}") + "}";
-  std::lock_guard<std::mutex> lock(mu_);
-  events_.push_back(std::move(e));
+  add("{\"name\": \"" + escape(name) + "\", \"cat\": \"" + category + "\", " + head +
+      (args.empty() ? "" : ", \"args\": {" + args + "}") + "}");
 }
 
 void Timeline::flush() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::ofstream f(path_, std::ios::trunc);
-  f << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
-  for (size_t i = 0; i < events_.size(); ++i) f << "  " << events_[i] << (i + 1 < events_.size() ? ",\n" : "\n");
-  f << "]}\n";
+  writeLocked();
+}
+
+void Timeline::writeLocked() {
+  if (!file_ || buffer_.empty()) return;
+  // Over the old closing brackets: the events, then the brackets again.
+  std::fseek(file_, tail_, SEEK_SET);
+  std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
+  tail_ = std::ftell(file_);
+  std::fputs(kClose, file_);
+  std::fflush(file_);
+  buffer_.clear();
 }
 
 }  // namespace gradcomm::core

@@ -55,16 +55,26 @@ class ReducerImpl {
     stats_ = opts_.printStats || cfg.stats;
     rank_ = comm_.rank();
     validateLocally();
-    agreeAcrossRanks();
+    // A rank that cannot write its timeline says so in the agreement, so
+    // every rank fails alike instead of the others waiting for it.
+    std::string timelineError;
+    if (!opts_.timelinePath.empty()) {
+      try {
+        timeline_ = std::make_unique<core::Timeline>(perRankPath(opts_.timelinePath, rank_), rank_);
+      } catch (const Error& e) {
+        timelineError = e.what();
+      }
+    }
+    agreeAcrossRanks(timelineError);
+    // Every rank leaves the agreement's allgather at about the same time:
+    // the common zero of the ranks' traces.
+    if (timeline_) timeline_->setOrigin(Clock::now());
     info_.reserve(grads_.size());
     for (const auto& g : grads_) info_.push_back({g.count, g.type});
     install(reducer::assignBuckets(info_, reducer::reverseOrder(grads_.size()), opts_.firstBucketBytes,
                                    opts_.bucketCapBytes),
             false);
     state_.assign(grads_.size(), kPending);
-    if (!opts_.timelinePath.empty()) {
-      timeline_ = std::make_unique<core::Timeline>(perRankPath(opts_.timelinePath, rank_), rank_);
-    }
   }
 
   ~ReducerImpl() {
@@ -215,11 +225,18 @@ class ReducerImpl {
 
   /// Every rank must have registered the same gradients: compare counts and
   /// types once, at construction, and name the first difference.
-  void agreeAcrossRanks() {
+  void agreeAcrossRanks(const std::string& localError) {
     const int p = comm_.size();
-    uint64_t n = grads_.size();
+    constexpr uint64_t kFailed = ~uint64_t{0};
+    uint64_t n = localError.empty() ? grads_.size() : kFailed;
     std::vector<uint64_t> all(static_cast<size_t>(p));
     comm_.allgather(&n, all.data(), 1, DataType::kInt64).wait();
+    if (!localError.empty()) throw ConfigError("Reducer: " + localError);
+    for (int r = 0; r < p; ++r) {
+      if (all[static_cast<size_t>(r)] == kFailed) {
+        throw ConfigError("Reducer: rank " + std::to_string(r) + " cannot write its timeline (GRADCOMM_TIMELINE)");
+      }
+    }
     for (int r = 0; r < p; ++r) {
       if (all[static_cast<size_t>(r)] != n) {
         throw InvalidArgument("Reducer: rank " + std::to_string(rank_) + " registered " + std::to_string(n) +

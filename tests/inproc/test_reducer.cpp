@@ -2,6 +2,7 @@
 // and view modes, bucket rebuild, accumulation, unused gradients,
 // partitions, the timeline, and misuse that must fail on every rank.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -288,6 +289,80 @@ TEST(Reducer, TimelineIsValidJsonWithTheExpectedEvents) {
     }
     std::remove(path.c_str());
   }
+  rmdir(dir);
+}
+
+TEST(Reducer, TimelineIsValidJsonAfterEveryStepAndHoldsEveryStep) {
+  // Streamed: the file is complete JSON after each finalize (a process that
+  // dies keeps a readable trace) and holds the events of every step, with
+  // the ranks' time axes starting together.
+  char dir[] = "/tmp/gradcomm-timeline-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string base = std::string(dir) + "/trace.json";
+  const int steps = 40;
+  runRanks(
+      2,
+      [&](RankContext& ctx) {
+        std::vector<std::vector<float>> grads;
+        for (size_t c : modelSizes()) grads.emplace_back(c, 1.0f);
+        ReducerOptions o;
+        o.timelinePath = base;
+        Reducer red(ctx.comm, specs(grads, false), o);
+        std::mt19937 rng(2);
+        const std::string mine = std::string(dir) + "/trace.rank" + std::to_string(ctx.rank) + ".json";
+        for (int step = 0; step < steps; ++step) {
+          runStep(ctx, red, grads, false, step, rng);
+          std::ifstream f(mine);
+          std::stringstream text;
+          text << f.rdbuf();
+          EXPECT_EQ(JsonChecker(text.str()).check(), "") << mine << " after step " << step;
+        }
+      },
+      smallBuckets());
+  for (int r = 0; r < 2; ++r) {
+    const std::string path = std::string(dir) + "/trace.rank" + std::to_string(r) + ".json";
+    std::ifstream f(path);
+    std::stringstream text;
+    text << f.rdbuf();
+    const std::string t = text.str();
+    size_t finalizes = 0;
+    for (size_t pos = t.find("finalize (blocked)"); pos != std::string::npos; pos = t.find("finalize (blocked)", pos + 1)) {
+      ++finalizes;
+    }
+    EXPECT_EQ(finalizes, static_cast<size_t>(steps)) << path;
+    // Times start at the Reducer's creation: no event more than a minute out.
+    EXPECT_EQ(t.find("\"ts\": -"), std::string::npos) << path;
+    std::remove(path.c_str());
+  }
+  rmdir(dir);
+}
+
+TEST(Reducer, ATimelineOneRankCannotWriteFailsEveryRank) {
+  char dir[] = "/tmp/gradcomm-timeline-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  // Rank 1's file name is taken by a directory: only rank 1 cannot write.
+  const std::string blocked = std::string(dir) + "/trace.rank1.json";
+  ASSERT_EQ(mkdir(blocked.c_str(), 0700), 0);
+  std::vector<std::string> errors(3);
+  runRanks(3, [&](RankContext& ctx) {
+    std::vector<std::vector<float>> grads;
+    for (size_t c : modelSizes()) grads.emplace_back(c, 1.0f);
+    ReducerOptions o;
+    o.timelinePath = std::string(dir) + "/trace.json";
+    try {
+      Reducer red(ctx.comm, specs(grads, false), o);
+    } catch (const ConfigError& e) {
+      errors[static_cast<size_t>(ctx.rank)] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("timeline"), std::string::npos) << "rank " << r << ": "
+                                                                                  << errors[static_cast<size_t>(r)];
+  }
+  EXPECT_NE(errors[1].find(blocked), std::string::npos) << errors[1];
+  EXPECT_NE(errors[0].find("rank 1"), std::string::npos) << errors[0];
+  for (int r : {0, 2}) std::remove((std::string(dir) + "/trace.rank" + std::to_string(r) + ".json").c_str());
+  rmdir(blocked.c_str());
   rmdir(dir);
 }
 
