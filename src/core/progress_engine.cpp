@@ -21,6 +21,23 @@ std::string secondsText(Clock::duration d) {
   std::snprintf(buf, sizeof buf, "%.1fs", std::chrono::duration<double>(d).count());
   return buf;
 }
+
+// Abort notices start with the kind of failure in brackets ("[timeout]
+// rank 2: ..."): the peers' users see what happened, and the peers learn
+// whether a rank may be gone.
+std::string notice(ErrorCode code, const std::string& reason) {
+  return "[" + std::string(toString(code)) + "] " + reason;
+}
+
+// A timeout or a transport failure may mean a dead or hung peer.
+bool meansPeerFailure(ErrorCode code) { return code == ErrorCode::kTimeout || code == ErrorCode::kTransport; }
+
+bool noticeMeansPeerFailure(const std::string& text) {
+  for (ErrorCode code : {ErrorCode::kTimeout, ErrorCode::kTransport}) {
+    if (text.find("[" + std::string(toString(code)) + "] ") != std::string::npos) return true;
+  }
+  return false;
+}
 }  // namespace
 
 void Backoff::idle() {
@@ -43,7 +60,13 @@ void Backoff::idle() {
 ProgressEngine::ProgressEngine(std::unique_ptr<transport::Transport> transport, EngineSettings settings)
     : transport_(std::move(transport)), settings_(settings) {}
 
-ProgressEngine::~ProgressEngine() { shutdown("the communicator was destroyed"); }
+ProgressEngine::~ProgressEngine() {
+  shutdown("the communicator was destroyed");
+  // Receives abandoned by a failed operation may still land (late data
+  // from a peer that is slow, not dead): the scratch they target must not
+  // go back to the heap.
+  if (transport_->abandonedTransfersPending()) workspace_.abandonMemory();
+}
 
 void ProgressEngine::start() {
   thread_ = std::thread([this] { threadMain(); });
@@ -113,7 +136,7 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
   }
   if (tellPeers) {
     std::lock_guard<std::mutex> drive(driveMu_);
-    transport_->broadcastAbort(reason);
+    transport_->broadcastAbort(notice(code, reason));
   }
   queueCv_.notify_all();
 }
@@ -163,8 +186,9 @@ void ProgressEngine::failActive(std::exception_ptr e) {
       failReason_ = reason;
     }
   }
+  if (meansPeerFailure(code) || (remote && noticeMeansPeerFailure(reason))) transport_->notePeerFailure(reason);
   // A failure that came from a peer need not be echoed back.
-  if (!remote) transport_->broadcastAbort(reason);
+  if (!remote) transport_->broadcastAbort(notice(code, reason));
   failQueued();
 }
 
@@ -358,7 +382,7 @@ void ProgressEngine::shutdown(const std::string& reason) {
         failReason_ = reason;
       }
     }
-    if (pending) transport_->broadcastAbort(reason + " with operations pending");
+    if (pending) transport_->broadcastAbort(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
     if (active_) {
       auto op = std::move(active_);
       active_.reset();

@@ -217,7 +217,7 @@ std::shared_ptr<InProcWorld::Transfer> InProcWorld::post(int src, int dst, bool 
 
 bool InProcWorld::test(const std::shared_ptr<Transfer>& t, bool /*isSend*/) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!t->error.empty()) throw TransportError(t->error);
+  if (!t->error.empty()) throw MismatchError(t->error);  // only size mismatches set it
   if (t->done) return true;
   if (t->cancelled) {
     throw TransportError("rank " + std::to_string(t->src) + " -> " + std::to_string(t->dst) +

@@ -72,6 +72,13 @@ class Transport {
   virtual void broadcastAbort(const std::string& reason) = 0;
   /// A failure reported by another rank, if one arrived: "rank R: reason".
   virtual std::optional<std::string> pollAbort() = 0;
+  /// A peer may have died or hung (an operation timed out, or the transport
+  /// failed): the job cannot end cleanly any more. The MPI transport then
+  /// has an MPI that gradcomm owns aborted at exit instead of finalised.
+  virtual void notePeerFailure(const std::string& reason) { (void)reason; }
+  /// True while transfers abandoned by failed operations may still write
+  /// into their buffers: the memory they target must outlive the transport.
+  virtual bool abandonedTransfersPending() { return false; }
 
   /// MPI passthrough collectives, or null when this transport has none.
   virtual NativeCollectives* native() { return nullptr; }
