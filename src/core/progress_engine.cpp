@@ -170,6 +170,7 @@ void ProgressEngine::failActive(std::exception_ptr e) {
     reason = err.what();
     e = std::make_exception_ptr(InternalError(reason));
   }
+  resetCallCheck();
   auto op = std::move(active_);
   active_.reset();
   if (op) {
@@ -208,6 +209,7 @@ bool ProgressEngine::drive() {
       active_->startedAt = now;
       active_->status.store(OperationState::kRunning);
       active_->ctx.workspace = &workspace_;
+      active_->ctx.signature = &active_->signature;
       active_->ctx.phases = &active_->phases;
       if (listener_) listener_(*active_, true);
       // A peer that failed earlier may have left messages that would let
@@ -219,17 +221,21 @@ bool ProgressEngine::drive() {
           throw RemoteError(active_->describe() + " cannot run because " + *remote);
         }
       }
-      transport::Tag announced;
-      announced.seq = active_->seq;
-      announced.fingerprint = active_->fingerprint;
-      transport_->announce(announced);
+      transport_->announce(active_->signature);
+      startCallCheck();
       active_->schedule = active_->makeSchedule();
       lastProgress_ = now;
       lastHealthCheck_ = now;
       lastProbe_ = now;
     }
-    bool moved = active_->schedule->advance();
-    if (active_->schedule->done()) {
+    bool moved = advanceCallCheck();
+    try {
+      moved = active_->schedule->advance() || moved;
+    } catch (const MismatchError&) {
+      nameMismatch();
+      throw;
+    }
+    if (active_->schedule->done() && !checkRecv_ && !checkSend_) {
       if (active_->onComplete) active_->onComplete();
       auto op = std::move(active_);
       active_.reset();
@@ -255,6 +261,61 @@ bool ProgressEngine::drive() {
   }
 }
 
+void ProgressEngine::startCallCheck() {
+  const int p = transport_->size();
+  if (p < 2 || (active_->algo && active_->algo->checksCalls())) return;
+  const int r = transport_->rank();
+  transport::Tag tag;
+  tag.seq = active_->seq;
+  tag.message = transport::Tag::kCallCheck;
+  checkRecv_ = transport_->irecv((r + p - 1) % p, &peerSignature_, sizeof peerSignature_, tag);
+  checkSend_ = transport_->isend((r + 1) % p, &active_->signature, sizeof active_->signature, tag);
+}
+
+bool ProgressEngine::advanceCallCheck() {
+  bool moved = false;
+  // The send first: the successor needs it even when this rank is about to fail.
+  if (checkSend_ && checkSend_->test()) {
+    checkSend_.reset();
+    moved = true;
+  }
+  if (checkRecv_ && checkRecv_->test()) {
+    checkRecv_.reset();
+    moved = true;
+    const transport::CallSignature& mine = active_->signature;
+    if (!peerSignature_.sameCall(mine) || peerSignature_.seq != mine.seq) {
+      const int p = transport_->size(), r = transport_->rank();
+      throw MismatchError(
+          transport::mismatchMessage(r, active_->describe(), mine, (r + p - 1) % p, &peerSignature_));
+    }
+  }
+  return moved;
+}
+
+void ProgressEngine::nameMismatch() {
+  // The schedule found a mismatch its own way (a message of the wrong
+  // size, native's agreement): the predecessor's signature, due any moment,
+  // may say which field differs. Bounded: this is the failure path.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(20);
+  while (checkRecv_ && Clock::now() < deadline) {
+    advanceCallCheck();  // throws the named error when the calls differ
+  }
+}
+
+void ProgressEngine::resetCallCheck() {
+  checkRecv_.reset();  // cancels
+  checkSend_.reset();
+}
+
+std::string ProgressEngine::waitingFor() const {
+  std::string what = active_->schedule ? active_->schedule->waitingFor() : std::string("the start");
+  if (checkRecv_) {
+    const int p = transport_->size();
+    what += "; the call signature of rank " + std::to_string((transport_->rank() + p - 1) % p);
+  }
+  return what;
+}
+
 void ProgressEngine::checkHealth(Clock::time_point now) {
   using std::chrono::milliseconds;
   if (now - lastHealthCheck_ < milliseconds(1)) return;
@@ -274,18 +335,16 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
     for (int peer = 0; peer < transport_->size(); ++peer) {
       if (peer == transport_->rank()) continue;
       if (transport_->probeMismatch(peer, expected)) {
-        throw MismatchError("rank " + std::to_string(transport_->rank()) + ": " + active_->describe() +
-                            " does not match rank " + std::to_string(peer) +
-                            "'s call number " + std::to_string(active_->seq) +
-                            " (a different collective, data type, op, count, root or algorithm): every rank must "
-                            "issue the same collectives in the same order");
+        const auto theirs = transport_->announcedSignature(peer, active_->seq);
+        throw MismatchError(transport::mismatchMessage(transport_->rank(), active_->describe(), active_->signature,
+                                                       peer, theirs ? &*theirs : nullptr));
       }
     }
   }
   if (stalled >= settings_.timeout) {
     throw TimeoutError("rank " + std::to_string(transport_->rank()) + ": " + active_->describe() +
  " made no progress for " + secondsText(stalled) + " (GRADCOMM_TIMEOUT=" +
-                       formatDuration(settings_.timeout) + "); waiting for " + active_->schedule->waitingFor() +
+                       formatDuration(settings_.timeout) + "); waiting for " + waitingFor() +
                        ". A peer may have died or stopped calling collectives, or the ranks issued different "
                        "collectives: check that every rank makes the same calls in the same order");
   }
@@ -383,6 +442,7 @@ void ProgressEngine::shutdown(const std::string& reason) {
       }
     }
     if (pending) transport_->broadcastAbort(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
+    resetCallCheck();
     if (active_) {
       auto op = std::move(active_);
       active_.reset();

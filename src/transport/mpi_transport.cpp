@@ -14,6 +14,9 @@ namespace gradcomm::transport {
 namespace {
 
 constexpr int kControlTag = 7;
+// Call checks (Tag::kCallCheck) travel on the control communicator too, where
+// no data message can match them; one per operation per pair, in order.
+constexpr int kCallCheckTag = 8;
 // MPI counts are int: messages above this are sent as several parts, which
 // MPI's non-overtaking rule keeps in order.
 constexpr size_t kMaxPartBytes = size_t{1} << 30;
@@ -172,8 +175,8 @@ class MpiRequest : public Request {
 /// The MPI requests of a native collective and the small buffers they use.
 struct NativeState {
   std::vector<MPI_Request> requests;
-  std::array<int64_t, 2> agreeIn{};
-  std::array<int64_t, 2> agreeOut{};
+  CallSignature agreeIn;
+  std::vector<CallSignature> agreeOut;  // every rank's
 };
 
 /// A native collective: one or more MPI requests and an optional check that
@@ -196,6 +199,7 @@ class NativeRequest : public Request {
   NativeState& state() { return *state_; }
   std::string agreeWhat_;
   bool isAgree_ = false;
+  int rank_ = 0;
   bool test() override {
     if (done_) return true;
     for (auto& r : state_->requests) {
@@ -206,7 +210,15 @@ class NativeRequest : public Request {
       if (!flag) return false;
     }
     done_ = true;
-    if (isAgree_ && state_->agreeOut[0] != ~state_->agreeOut[1]) throw MismatchError(agreeWhat_);
+    if (isAgree_) {
+      const CallSignature& mine = state_->agreeIn;
+      for (size_t r = 0; r < state_->agreeOut.size(); ++r) {
+        const CallSignature& theirs = state_->agreeOut[r];
+        if (!theirs.sameCall(mine) || theirs.seq != mine.seq) {
+          throw MismatchError(mismatchMessage(rank_, agreeWhat_, mine, static_cast<int>(r), &theirs));
+        }
+      }
+    }
     return true;
   }
 
@@ -258,15 +270,20 @@ class MpiNative : public NativeCollectives {
     }
   }
 
-  RequestPtr agree(uint64_t fingerprint, const std::string& what) override {
+  RequestPtr agree(const CallSignature& call, const std::string& what) override {
     auto req = std::make_unique<NativeRequest>(graveyard_);
     req->isAgree_ = true;
     req->agreeWhat_ = what;
+    int size = 1;
+    MPI_Comm_rank(comm_, &req->rank_);
+    MPI_Comm_size(comm_, &size);
     NativeState& st = req->state();
-    st.agreeIn = {static_cast<int64_t>(fingerprint), ~static_cast<int64_t>(fingerprint)};
+    st.agreeIn = call;
+    st.agreeOut.resize(static_cast<size_t>(size));
     MPI_Request r;
-    checkMpi(MPI_Iallreduce(st.agreeIn.data(), st.agreeOut.data(), 2, MPI_INT64_T, MPI_MAX, comm_, &r),
-             "MPI_Iallreduce (call agreement)");
+    checkMpi(MPI_Iallgather(&st.agreeIn, sizeof(CallSignature), MPI_BYTE, st.agreeOut.data(), sizeof(CallSignature),
+                            MPI_BYTE, comm_, &r),
+             "MPI_Iallgather (call agreement)");
     st.requests.push_back(r);
     return req;
   }
@@ -543,12 +560,14 @@ void MpiTransport::postControlReceive() {
 
 RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
   auto req = std::make_unique<MpiRequest>(false, peer, rank_, *graveyard_);
-  const int mpiTag = layout_.encode(tag);
+  const bool check = tag.message == Tag::kCallCheck;
+  const int mpiTag = check ? kCallCheckTag : layout_.encode(tag);
+  MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;
   do {
     size_t part = std::min(kMaxPartBytes, bytes - offset);
     MPI_Request r;
-    int rc = MPI_Isend(static_cast<const char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, data_,
+    int rc = MPI_Isend(static_cast<const char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, comm,
                        &r);
     if (rc != MPI_SUCCESS) {
       throw TransportError("MPI_Isend to rank " + std::to_string(peer) + " failed: " + mpiErrorText(rc));
@@ -561,12 +580,14 @@ RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const T
 
 RequestPtr MpiTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
   auto req = std::make_unique<MpiRequest>(true, peer, rank_, *graveyard_);
-  const int mpiTag = layout_.encode(tag);
+  const bool check = tag.message == Tag::kCallCheck;
+  const int mpiTag = check ? kCallCheckTag : layout_.encode(tag);
+  MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;
   do {
     size_t part = std::min(kMaxPartBytes, bytes - offset);
     MPI_Request r;
-    int rc = MPI_Irecv(static_cast<char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, data_, &r);
+    int rc = MPI_Irecv(static_cast<char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, comm, &r);
     if (rc != MPI_SUCCESS) {
       throw TransportError("MPI_Irecv from rank " + std::to_string(peer) + " failed: " + mpiErrorText(rc));
     }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/call_signature.hpp"
+
 namespace gradcomm::transport {
 
 /// Control block of one local rank, in shared memory. Each flag sits on its
@@ -34,10 +36,12 @@ struct ShmRankBlock {
   alignas(64) std::atomic<uint64_t> consumed;    ///< last round this rank finished reading from peers
   alignas(64) int32_t pid;
   /// The operation this rank is running, whatever its algorithm: sequence
-  /// number + 1 (0: none yet) and its call fingerprint. Lets host-local
-  /// peers see a mismatched call even when no message would ever match.
+  /// number + 1 (0: none yet) and its call signature (a CallSignature as
+  /// words, guarded by announcedSeq like a seqlock). Lets host-local peers
+  /// see a mismatched call even when no message would ever match, and name
+  /// the field that differs.
   alignas(64) std::atomic<uint64_t> announcedSeq;
-  std::atomic<uint32_t> announcedFingerprint;
+  alignas(64) std::atomic<uint64_t> announcedSignature[sizeof(CallSignature) / 8];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory flags must be lock-free");
 
@@ -62,9 +66,10 @@ class ShmGroup {
   /// False once the process of local rank `local` no longer exists.
   bool alive(int local) const;
   /// Publishes the operation this rank starts.
-  void announce(uint64_t seq, uint32_t fingerprint);
-  /// True when local rank `local` runs operation `seq` with another fingerprint.
-  bool announcedMismatch(int local, uint64_t seq, uint32_t fingerprint) const;
+  void announce(const CallSignature& call);
+  /// The signature local rank `local` announced for operation `seq`; false
+  /// when it has not announced that operation (yet, or any more).
+  bool announced(int local, uint64_t seq, CallSignature* out) const;
   /// Index of communicator rank `rank` in this group, or -1.
   int localIndexOf(int rank) const;
   /// Next round number (private to this rank; every rank counts alike).

@@ -345,3 +345,68 @@ TEST(Work, ASmallCallStartedEagerlyCompletesWithoutWaiting) {
     for (auto& b : bufs) EXPECT_EQ(b[3], 3.0f);
   });
 }
+
+// Every field of a call is part of what the ranks agree on, whatever the
+// algorithm and size: when one differs, every rank fails (the ranks that see
+// the difference with a MismatchError, the others with a RemoteError that
+// carries it) and the message names the field and both values.
+TEST(Errors, MismatchedCallsNameTheFieldThatDiffers) {
+  struct Variant {
+    const char* field;
+    std::string rank0Value;  // as the message prints them
+    std::string otherValue;
+    std::function<Work(RankContext&, std::vector<float>&, const CollectiveOptions&)> call;
+  };
+  const std::vector<Variant> variants = {
+      {"root", "root 0", "root 1",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.broadcast(b.data(), b.data(), 1000, DataType::kFloat32, c.rank == 0 ? 0 : 1, o);
+       }},
+      {"count", "count 100", "count 200",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.allreduce(b.data(), b.data(), c.rank == 0 ? 100 : 200, DataType::kFloat32, ReduceOp::kSum, o);
+       }},
+      {"data type", "float32", "int32",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.allreduce(b.data(), b.data(), 100, c.rank == 0 ? DataType::kFloat32 : DataType::kInt32,
+                                 ReduceOp::kSum, o);
+       }},
+      {"op", "sum", "max",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.allreduce(b.data(), b.data(), 100, DataType::kFloat32, c.rank == 0 ? ReduceOp::kSum : ReduceOp::kMax,
+                                 o);
+       }},
+      {"root", "root 0", "root 1",  // reduce: the ranks that think they are the root only receive
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.reduce(b.data(), b.data(), 1000, DataType::kFloat32, ReduceOp::kSum, c.rank == 0 ? 0 : 1, o);
+       }},
+  };
+  // "" is the default choice (shm for allreduce here, tree for broadcast and reduce).
+  for (const char* algo : {"", "ring", "rd", "tree"}) {
+    for (int p : {2, 3}) {
+      for (const auto& v : variants) {
+        if (v.field == std::string("root") && algo != std::string() && algo != std::string("tree")) continue;
+        CollectiveOptions o;
+        o.algorithm = algo;
+        auto out = perRank(p, [&](RankContext& ctx) {
+          std::vector<float> buf(1000, 1.0f);
+          v.call(ctx, buf, o).wait();
+          ctx.comm.barrier().wait();
+        });
+        SCOPED_TRACE(std::string(v.field) + " with algorithm '" + algo + "' on " + std::to_string(p) + " ranks");
+        bool named = false;
+        for (int r = 0; r < p; ++r) {
+          const std::string& w = out.what[static_cast<size_t>(r)];
+          const int code = out.code[static_cast<size_t>(r)];
+          EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
+              << "rank " << r << ": " << w;
+          EXPECT_TRUE(contains(w, std::string(v.field) + " differs: this rank ")) << "rank " << r << ": " << w;
+          EXPECT_LT(out.seconds[static_cast<size_t>(r)], 5.0) << "rank " << r;
+          // Both values, whichever pair of ranks saw the difference first.
+          named = named || (contains(w, "passed " + v.rank0Value) && contains(w, "passed " + v.otherValue));
+        }
+        EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1];
+      }
+    }
+  }
+}
