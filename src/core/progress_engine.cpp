@@ -341,7 +341,8 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
       }
     }
   }
-  if (stalled >= settings_.timeout) {
+  // A timeout of 0 means none: wait as long as it takes.
+  if (settings_.timeout.count() > 0 && stalled >= settings_.timeout) {
     throw TimeoutError("rank " + std::to_string(transport_->rank()) + ": " + active_->describe() +
  " made no progress for " + secondsText(stalled) + " (GRADCOMM_TIMEOUT=" +
                        formatDuration(settings_.timeout) + "); waiting for " + waitingFor() +

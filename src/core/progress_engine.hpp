@@ -17,7 +17,7 @@
 namespace gradcomm::core {
 
 struct EngineSettings {
-  std::chrono::nanoseconds timeout{std::chrono::seconds(300)};
+  std::chrono::nanoseconds timeout{std::chrono::seconds(300)};  ///< 0: none
   int pollSpins = 200;
   std::chrono::nanoseconds pollMaxSleep{std::chrono::microseconds(200)};
   /// How long the idle thread keeps polling before it blocks.

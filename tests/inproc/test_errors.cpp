@@ -158,6 +158,29 @@ TEST(Errors, APeerThatNeverArrivesIsATimeoutNotAHang) {
   EXPECT_NE(out.code[1], -1) << "rank 1 must learn that the communicator failed";
 }
 
+// GRADCOMM_TIMEOUT=0 means no timeout, as in other libraries, not "fail at
+// once": a peer that arrives late is waited for.
+TEST(Errors, ATimeoutOfZeroMeansNoTimeout) {
+  runRanks(
+      3,
+      [](RankContext& ctx) {
+        for (const char* algo : {"", "ring"}) {  // shared memory and point-to-point
+          std::vector<float> buf(1000, 1.0f);
+          CollectiveOptions o;
+          o.algorithm = algo;
+          if (ctx.rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+          EXPECT_EQ(buf[0], 3.0f);
+          EXPECT_EQ(buf[999], 3.0f);
+        }
+      },
+      quick("0"));
+  auto params = describeParameters(quick("0"));
+  for (const auto& p : params) {
+    if (p.name == "GRADCOMM_TIMEOUT") EXPECT_TRUE(contains(p.doc, "0: never")) << p.doc;
+  }
+}
+
 TEST(Errors, MismatchedCallsFailOnEveryRankWellBeforeTheTimeout) {
   struct Variant {
     const char* name;

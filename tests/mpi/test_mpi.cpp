@@ -236,6 +236,20 @@ TEST(Mpi, ConfigurationThatDiffersBetweenRanksIsRejectedEverywhere) {
   }
 }
 
+// Ranks with different timeouts would give up at different times: the
+// README promises that configuration which differs fails at creation.
+TEST(Mpi, ATimeoutThatDiffersBetweenRanksIsRejectedEverywhere) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Options o = testOptions(worldRank() == 1 ? "10s" : "5s");
+  try {
+    Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, o);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "GRADCOMM_TIMEOUT differs between ranks")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "has '10s'") && contains(e.what(), "has '5s'")) << e.what();
+  }
+}
+
 TEST(Mpi, AnInvalidConfigurationOnOneRankIsReportedOnAll) {
   if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
   Options o = testOptions();
