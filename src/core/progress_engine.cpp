@@ -170,7 +170,7 @@ void ProgressEngine::failActive(std::exception_ptr e) {
     reason = err.what();
     e = std::make_exception_ptr(InternalError(reason));
   }
-  resetCallCheck();
+  check_.reset();
   auto op = std::move(active_);
   active_.reset();
   if (op) {
@@ -222,20 +222,21 @@ bool ProgressEngine::drive() {
         }
       }
       transport_->announce(active_->signature);
-      startCallCheck();
+      // Algorithms that compare every rank's call themselves skip the check.
+      if (!active_->algo || !active_->algo->checksCalls()) check_.start(*transport_, active_->signature);
       active_->schedule = active_->makeSchedule();
       lastProgress_ = now;
       lastHealthCheck_ = now;
       lastProbe_ = now;
     }
-    bool moved = advanceCallCheck();
+    bool moved = !check_.done() && check_.advance(active_->describe());
     try {
       moved = active_->schedule->advance() || moved;
     } catch (const MismatchError&) {
       nameMismatch();
       throw;
     }
-    if (active_->schedule->done() && !checkRecv_ && !checkSend_) {
+    if (active_->schedule->done() && check_.done()) {
       if (active_->onComplete) active_->onComplete();
       auto op = std::move(active_);
       active_.reset();
@@ -261,59 +262,20 @@ bool ProgressEngine::drive() {
   }
 }
 
-void ProgressEngine::startCallCheck() {
-  const int p = transport_->size();
-  if (p < 2 || (active_->algo && active_->algo->checksCalls())) return;
-  const int r = transport_->rank();
-  transport::Tag tag;
-  tag.seq = active_->seq;
-  tag.message = transport::Tag::kCallCheck;
-  checkRecv_ = transport_->irecv((r + p - 1) % p, &peerSignature_, sizeof peerSignature_, tag);
-  checkSend_ = transport_->isend((r + 1) % p, &active_->signature, sizeof active_->signature, tag);
-}
-
-bool ProgressEngine::advanceCallCheck() {
-  bool moved = false;
-  // The send first: the successor needs it even when this rank is about to fail.
-  if (checkSend_ && checkSend_->test()) {
-    checkSend_.reset();
-    moved = true;
-  }
-  if (checkRecv_ && checkRecv_->test()) {
-    checkRecv_.reset();
-    moved = true;
-    const transport::CallSignature& mine = active_->signature;
-    if (!peerSignature_.sameCall(mine) || peerSignature_.seq != mine.seq) {
-      const int p = transport_->size(), r = transport_->rank();
-      throw MismatchError(
-          transport::mismatchMessage(r, active_->describe(), mine, (r + p - 1) % p, &peerSignature_));
-    }
-  }
-  return moved;
-}
-
 void ProgressEngine::nameMismatch() {
   // The schedule found a mismatch its own way (a message of the wrong
-  // size, native's agreement): the predecessor's signature, due any moment,
-  // may say which field differs. Bounded: this is the failure path.
+  // size): the previous rank's signature, due any moment, may say which
+  // field differs. Bounded: this is the failure path.
   const auto deadline = Clock::now() + std::chrono::milliseconds(20);
-  while (checkRecv_ && Clock::now() < deadline) {
-    advanceCallCheck();  // throws the named error when the calls differ
+  while (!check_.done() && Clock::now() < deadline) {
+    check_.advance(active_->describe());  // throws the named error when the calls differ
   }
-}
-
-void ProgressEngine::resetCallCheck() {
-  checkRecv_.reset();  // cancels
-  checkSend_.reset();
 }
 
 std::string ProgressEngine::waitingFor() const {
   std::string what = active_->schedule ? active_->schedule->waitingFor() : std::string("the start");
-  if (checkRecv_) {
-    const int p = transport_->size();
-    what += "; the call signature of rank " + std::to_string((transport_->rank() + p - 1) % p);
-  }
-  return what;
+  const std::string check = check_.waitingFor();
+  return check.empty() ? what : what + "; " + check;
 }
 
 void ProgressEngine::checkHealth(Clock::time_point now) {
@@ -443,7 +405,7 @@ void ProgressEngine::shutdown(const std::string& reason) {
       }
     }
     if (pending) transport_->broadcastAbort(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
-    resetCallCheck();
+    check_.reset();
     if (active_) {
       auto op = std::move(active_);
       active_.reset();

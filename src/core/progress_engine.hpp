@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "algorithms/workspace.hpp"
+#include "core/call_check.hpp"
 #include "core/operation.hpp"
 #include "gradcomm/error.hpp"
 #include "transport/transport.hpp"
@@ -87,15 +88,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// unless something moved.
   void driveOrBackOff(Backoff& backoff);
   void checkHealth(detail::Clock::time_point now);
-  // The call check: every operation (unless its algorithm compares calls
-  // itself) sends its CallSignature to the next rank and receives the
-  // previous rank's, and completes only when that matched. Wherever calls
-  // differ, some rank's predecessor differs from it: it fails with a
-  // MismatchError naming the field, and tells every rank.
-  void startCallCheck();
-  bool advanceCallCheck();  // throws MismatchError
-  void nameMismatch();      // throws the named MismatchError if it arrives in time
-  void resetCallCheck();
+  void nameMismatch();  // throws the call check's named MismatchError if it comes in time
   std::string waitingFor() const;
   void failActive(std::exception_ptr e);
   void failQueued();
@@ -127,9 +120,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   detail::Clock::time_point lastHealthCheck_{};       // guarded by driveMu_
   detail::Clock::time_point lastProbe_{};             // guarded by driveMu_
   detail::Clock::time_point lastAbortPoll_{};         // guarded by driveMu_
-  transport::RequestPtr checkSend_;                   // guarded by driveMu_
-  transport::RequestPtr checkRecv_;                   // guarded by driveMu_
-  transport::CallSignature peerSignature_;            // guarded by driveMu_
+  CallCheck check_;                                   // the active operation's; guarded by driveMu_
 
   std::thread thread_;
 };

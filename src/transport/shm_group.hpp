@@ -42,6 +42,14 @@ struct ShmRankBlock {
   /// the field that differs.
   alignas(64) std::atomic<uint64_t> announcedSeq;
   alignas(64) std::atomic<uint64_t> announcedSignature[sizeof(CallSignature) / 8];
+  /// The call check between host-local neighbours (see core/call_check.hpp):
+  /// this rank's signatures for the next rank, in slot seq % kCheckSlots.
+  /// Word 0 holds seq + 1 and is written last (0: empty); a slot is
+  /// rewritten only after the next rank took what it held (or a later one).
+  static constexpr uint64_t kCheckSlots = 16;
+  alignas(64) std::atomic<uint64_t> checkSlot[kCheckSlots][sizeof(CallSignature) / 8];
+  /// seq + 1 of the last signature this rank took from the previous rank.
+  alignas(64) std::atomic<uint64_t> checkTaken;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory flags must be lock-free");
 
@@ -70,6 +78,12 @@ class ShmGroup {
   /// The signature local rank `local` announced for operation `seq`; false
   /// when it has not announced that operation (yet, or any more).
   bool announced(int local, uint64_t seq, CallSignature* out) const;
+  /// Call check: publishes `call` for local rank `next`; false while the
+  /// slot it goes to still holds a signature `next` has not taken.
+  bool putCheck(int next, const CallSignature& call);
+  /// Call check: the signature local rank `previous` published for
+  /// operation `seq`, if it has.
+  bool takeCheck(int previous, uint64_t seq, CallSignature* out);
   /// Index of communicator rank `rank` in this group, or -1.
   int localIndexOf(int rank) const;
   /// Next round number (private to this rank; every rank counts alike).

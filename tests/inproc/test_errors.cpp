@@ -28,7 +28,8 @@ struct Outcome {
   std::vector<double> seconds;
 };
 
-Outcome perRank(int p, const std::function<void(RankContext&)>& fn, const Options& o = quick()) {
+Outcome perRank(int p, const std::function<void(RankContext&)>& fn, const Options& o = quick(),
+                transport::InProcWorld::Settings settings = {}) {
   Outcome out;
   out.what.assign(static_cast<size_t>(p), "");
   out.code.assign(static_cast<size_t>(p), -1);
@@ -45,7 +46,7 @@ Outcome perRank(int p, const std::function<void(RankContext&)>& fn, const Option
         }
         out.seconds[static_cast<size_t>(ctx.rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
       },
-      o);
+      o, settings);
   return out;
 }
 
@@ -404,31 +405,41 @@ TEST(Errors, MismatchedCallsNameTheFieldThatDiffers) {
          return c.comm.reduce(b.data(), b.data(), 1000, DataType::kFloat32, ReduceOp::kSum, c.rank == 0 ? 0 : 1, o);
        }},
   };
-  // "" is the default choice (shm for allreduce here, tree for broadcast and reduce).
-  for (const char* algo : {"", "ring", "rd", "tree"}) {
-    for (int p : {2, 3}) {
-      for (const auto& v : variants) {
-        if (v.field == std::string("root") && algo != std::string() && algo != std::string("tree")) continue;
-        CollectiveOptions o;
-        o.algorithm = algo;
-        auto out = perRank(p, [&](RankContext& ctx) {
-          std::vector<float> buf(1000, 1.0f);
-          v.call(ctx, buf, o).wait();
-          ctx.comm.barrier().wait();
-        });
-        SCOPED_TRACE(std::string(v.field) + " with algorithm '" + algo + "' on " + std::to_string(p) + " ranks");
-        bool named = false;
-        for (int r = 0; r < p; ++r) {
-          const std::string& w = out.what[static_cast<size_t>(r)];
-          const int code = out.code[static_cast<size_t>(r)];
-          EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
-              << "rank " << r << ": " << w;
-          EXPECT_TRUE(contains(w, std::string(v.field) + " differs: this rank ")) << "rank " << r << ": " << w;
-          EXPECT_LT(out.seconds[static_cast<size_t>(r)], 5.0) << "rank " << r;
-          // Both values, whichever pair of ranks saw the difference first.
-          named = named || (contains(w, "passed " + v.rank0Value) && contains(w, "passed " + v.otherValue));
+  // "" is the default choice (shm for allreduce on one host, tree for
+  // broadcast and reduce). On one host the call check goes through shared
+  // memory, with a rank per host as messages.
+  for (int ranksPerHost : {0, 1}) {
+    for (const char* algo : {"", "ring", "rd", "tree"}) {
+      for (int p : {2, 3}) {
+        for (const auto& v : variants) {
+          if (v.field == std::string("root") && algo != std::string() && algo != std::string("tree")) continue;
+          CollectiveOptions o;
+          o.algorithm = algo;
+          transport::InProcWorld::Settings layout;
+          layout.ranksPerHost = ranksPerHost;
+          auto out = perRank(
+              p,
+              [&](RankContext& ctx) {
+                std::vector<float> buf(1000, 1.0f);
+                v.call(ctx, buf, o).wait();
+                ctx.comm.barrier().wait();
+              },
+              quick(), layout);
+          SCOPED_TRACE(std::string(v.field) + " with algorithm '" + algo + "' on " + std::to_string(p) + " ranks, " +
+                       (ranksPerHost ? "one per host" : "one host"));
+          bool named = false;
+          for (int r = 0; r < p; ++r) {
+            const std::string& w = out.what[static_cast<size_t>(r)];
+            const int code = out.code[static_cast<size_t>(r)];
+            EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
+                << "rank " << r << ": " << w;
+            EXPECT_TRUE(contains(w, std::string(v.field) + " differs: this rank ")) << "rank " << r << ": " << w;
+            EXPECT_LT(out.seconds[static_cast<size_t>(r)], 5.0) << "rank " << r;
+            // Both values, whichever pair of ranks saw the difference first.
+            named = named || (contains(w, "passed " + v.rank0Value) && contains(w, "passed " + v.otherValue));
+          }
+          EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1];
         }
-        EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1];
       }
     }
   }
