@@ -8,8 +8,11 @@
 // footer. Buffers rotate between iterations so caches are not what is
 // measured; #wrong counts elements that differ from the exact expected result.
 #include <mpi.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -72,6 +75,26 @@ struct Row {
 int gRank = 0, gSize = 1;
 bool gUseMpi = true;  // false: launched without MPI (rendezvous from the environment)
 
+Communicator* gEnvComm = nullptr;  // MPI-free runs: the communicator formed from the environment
+
+/// Rank 0's `text` on every rank (over MPI, or the MPI-free communicator).
+std::string fromRankZero(std::string text) {
+  int64_t len = static_cast<int64_t>(text.size());
+  if (gUseMpi) {
+    MPI_Bcast(&len, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  } else {
+    gEnvComm->broadcast(&len, &len, 1, DataType::kInt64, 0).wait();
+  }
+  text.resize(static_cast<size_t>(len));
+  if (len == 0) return text;
+  if (gUseMpi) {
+    MPI_Bcast(&text[0], static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
+  } else {
+    gEnvComm->broadcast(&text[0], &text[0], static_cast<size_t>(len), DataType::kUInt8, 0).wait();
+  }
+  return text;
+}
+
 [[noreturn]] void die(const std::string& msg) {
   if (gRank == 0) std::fprintf(stderr, "gradcomm-bench: %s\n", msg.c_str());
   bench::finalizeMpiIfUp();
@@ -88,8 +111,39 @@ size_t parseSize(const std::string& s) {
   else if (suffix == "M" || suffix == "m") mult = 1024.0 * 1024;
   else if (suffix == "G" || suffix == "g") mult = 1024.0 * 1024 * 1024;
   else if (!suffix.empty()) die("bad size '" + s + "' (use 8, 64K, 128M, 1G)");
-  if (end == s.c_str() || v < 0) die("bad size '" + s + "'");
+  if (end == s.c_str() || !std::isfinite(v) || v < 0 || v * mult > 1e18) die("bad size '" + s + "'");
   return static_cast<size_t>(v * mult);
+}
+
+// A whole number in [lo, hi], all of `text` (atoi took "5x" as 5 and "abc" as 0).
+int parseInt(const std::string& text, const std::string& option, long lo, long hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
+    die(option + " takes a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" + text +
+        "'");
+  }
+  return static_cast<int>(v);
+}
+
+double parseNumber(const std::string& text, const std::string& option) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v)) die(option + " takes a number, got '" + text + "'");
+  return v;
+}
+
+// Empty, or why `path` cannot be written: checked before the run, so that
+// results are not measured only to be lost.
+std::string unwritable(const std::string& path) {
+  struct stat st;
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) return "cannot write '" + path + "': " + std::strerror(errno);
+  std::fclose(f);
+  if (!existed) ::unlink(path.c_str());
+  return {};
 }
 
 std::vector<std::string> splitList(const std::string& s) {
@@ -165,15 +219,15 @@ Args parseArgs(int argc, char** argv) {
     } else if (k == "-e" || k == "--maxbytes") {
       a.maxBytes = parseSize(next());
     } else if (k == "-f" || k == "--stepfactor") {
-      a.factor = std::atof(next().c_str());
+      a.factor = parseNumber(next(), k);
     } else if (k == "-i" || k == "--stepbytes") {
       a.increment = parseSize(next());
     } else if (k == "-n" || k == "--iters") {
-      a.iters = std::atoi(next().c_str());
+      a.iters = parseInt(next(), k, 1, 1000000000);
     } else if (k == "-w" || k == "--warmup_iters") {
-      a.warmup = std::atoi(next().c_str());
+      a.warmup = parseInt(next(), k, 0, 1000000000);
     } else if (k == "-c" || k == "--check") {
-      a.check = std::atoi(next().c_str()) != 0;
+      a.check = parseInt(next(), k, 0, 1) != 0;
     } else if (k == "-d" || k == "--datatype") {
       std::string v = next();
       a.types.clear();
@@ -203,7 +257,7 @@ Args parseArgs(int argc, char** argv) {
         }
       }
     } else if (k == "-r" || k == "--root") {
-      a.root = std::atoi(next().c_str());
+      a.root = parseInt(next(), k + " (a rank)", 0, gSize - 1);
     } else if (k == "--collective") {
       try {
         a.collective = parseCollective(next());
@@ -247,6 +301,15 @@ Args parseArgs(int argc, char** argv) {
   for (const auto& t : a.transports) {
     if (!gUseMpi && t == "mpi") die("--transport mpi needs MPI: launch with mpirun (without --no-mpi)");
   }
+  // Only rank 0 writes the files: it checks them, and every rank leaves with its verdict.
+  std::string why;
+  if (gRank == 0) {
+    for (const auto& [option, path] : {std::pair<std::string, std::string>{"--json", a.json}, {"--csv", a.csv}}) {
+      if (!path.empty() && why.empty() && !unwritable(path).empty()) why = option + ": " + unwritable(path);
+    }
+  }
+  why = fromRankZero(why);
+  if (!why.empty()) die(why);
   return a;
 }
 
@@ -692,6 +755,7 @@ int main(int argc, char** argv) {
     }
     gRank = envComm->rank();
     gSize = envComm->size();
+    gEnvComm = envComm.get();
   }
   Args args = parseArgs(argc, argv);
   if (args.transports.empty()) args.transports = {gUseMpi ? "mpi" : "ucx"};
@@ -805,6 +869,14 @@ int main(int argc, char** argv) {
           try {
             rows = runSize(ctx, cfg, cfg.rfind("baseline:", 0) == 0 ? "none" : run.compression, t, op, bytes, b);
           } catch (const Error& e) {
+            if (e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kTransport ||
+                e.code() == ErrorCode::kRemote) {
+              // A peer may be gone, and MPI_Finalize would wait for it
+              // forever: end the job (see the README).
+              std::fprintf(stderr, "gradcomm-bench: rank %d failed: %s\n", gRank, e.what());
+              std::fflush(stderr);
+              if (gUseMpi) MPI_Abort(MPI_COMM_WORLD, 2);
+            }
             die(std::string("failed: ") + e.what());
           }
           if (rows.empty()) {
@@ -842,6 +914,7 @@ int main(int argc, char** argv) {
 
   long long wrongAll = 0;
   for (const auto& r : all) wrongAll += r.wrong > 0 ? r.wrong : 0;
+  bool written = true;
   if (gRank == 0) {
     auto field = [](const Row& r, std::ostream& os, bool json) {
       if (json) {
@@ -867,6 +940,11 @@ int main(int argc, char** argv) {
           << (i + 1 < all.size() ? "," : "") << "\n";
       }
       f << "]}\n";
+      f.close();
+      if (!f) {
+        std::fprintf(stderr, "gradcomm-bench: could not write the results to '%s'\n", args.json.c_str());
+        written = false;
+      }
     }
     if (!args.csv.empty()) {
       std::ofstream f(args.csv);
@@ -878,6 +956,11 @@ int main(int argc, char** argv) {
           << toString(r.op) << "," << r.bytes << "," << r.count << "," << r.root << "," << (r.inPlace ? 1 : 0) << ","
           << r.timeUs << "," << r.algbw << "," << r.busbw << "," << r.wrong << "\n";
       }
+      f.close();
+      if (!f) {
+        std::fprintf(stderr, "gradcomm-bench: could not write the results to '%s'\n", args.csv.c_str());
+        written = false;
+      }
     }
   }
   envComm.reset();
@@ -885,5 +968,6 @@ int main(int argc, char** argv) {
     MPI_Comm_free(&mpi);
     MPI_Finalize();
   }
+  if (!written) return 2;
   return wrongAll ? 1 : 0;
 }

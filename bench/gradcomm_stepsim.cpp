@@ -14,13 +14,17 @@
 // The first step of each mode is a warm-up (and the Reducer's bucket
 // rebuild) and is not reported.
 #include <mpi.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -35,11 +39,91 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 int gRank = 0;
+bool gUseMpi = true;
+// The measured communicator; also carries the tool's own agreements once it
+// exists (MPI-free runs have nothing else).
+Communicator* gComm = nullptr;
 
+// Errors in the arguments: every rank sees the same, rank 0 says it.
 [[noreturn]] void die(const std::string& m) {
   if (gRank == 0) std::fprintf(stderr, "gradcomm-stepsim: %s\n", m.c_str());
   bench::finalizeMpiIfUp();
   std::exit(2);
+}
+
+// Every rank reaches this point with `error` empty or not; if any rank has
+// one, every rank prints its own (or that another rank failed) and all
+// leave cleanly with exit code 2.
+void agreeOrDie(const std::string& error) {
+  int32_t ok = error.empty() ? 1 : 0, allOk = 0;
+  if (gComm) {
+    gComm->allreduce(&ok, &allOk, 1, DataType::kInt32, ReduceOp::kMin).wait();
+  } else {
+    MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  }
+  if (allOk) return;
+  std::fprintf(stderr, "gradcomm-stepsim: rank %d: %s\n", gRank,
+               error.empty() ? "stopped: another rank failed (see its message)" : error.c_str());
+  bench::finalizeMpiIfUp();
+  std::exit(2);
+}
+
+// An error only rank 0 can see (its output file): every rank leaves with it.
+void dieIfRankZeroFailed(std::string error) {
+  int64_t len = static_cast<int64_t>(error.size());
+  if (gComm) {
+    gComm->broadcast(&len, &len, 1, DataType::kInt64, 0).wait();
+  } else {
+    MPI_Bcast(&len, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  }
+  if (len == 0) return;
+  error.resize(static_cast<size_t>(len));
+  if (gComm) {
+    gComm->broadcast(&error[0], &error[0], static_cast<size_t>(len), DataType::kUInt8, 0).wait();
+  } else {
+    MPI_Bcast(&error[0], static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
+  }
+  die(error);
+}
+
+// An error in the middle of the steps: the other ranks may be blocked in an
+// MPI call waiting for this one, so the job is aborted (exit code 2).
+[[noreturn]] void abortJob(const std::string& error) {
+  std::fprintf(stderr, "gradcomm-stepsim: rank %d: %s\n", gRank, error.c_str());
+  std::fflush(stderr);
+  if (gUseMpi) MPI_Abort(MPI_COMM_WORLD, 2);
+  std::exit(2);
+}
+
+// Empty, or why `path` cannot be written (checked before the run, so that
+// results are not computed only to be lost).
+std::string unwritable(const std::string& path) {
+  struct stat st;
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) return "cannot write '" + path + "': " + std::strerror(errno);
+  std::fclose(f);
+  if (!existed) ::unlink(path.c_str());
+  return {};
+}
+
+// A whole number in [lo, hi], all of `text`.
+long long parseInteger(const std::string& text, const std::string& what, long long lo, long long hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
+    die(what + " must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" +
+        text + "'");
+  }
+  return v;
+}
+
+double parseNumber(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v)) die(what + " must be a number, got '" + text + "'");
+  return v;
 }
 
 struct Layer {
@@ -106,16 +190,38 @@ std::vector<Layer> bertBase() {
 
 // "uniform:160x64K": N tensors of the given bytes (float32).
 std::vector<Layer> uniform(const std::string& spec) {
+  const std::string usage = "--model uniform:NxBYTES takes N tensors (1 to 1000000) of BYTES each, a positive "
+                            "multiple of 4 (float32) with an optional K, M or G suffix (binary), e.g. uniform:160x64K";
   auto x = spec.find('x');
-  if (x == std::string::npos) die("--model uniform:NxBYTES, e.g. uniform:160x64K");
-  size_t n = std::strtoull(spec.c_str(), nullptr, 10);
+  if (x == std::string::npos) die(usage + "; got 'uniform:" + spec + "'");
+  const size_t n = static_cast<size_t>(parseInteger(spec.substr(0, x), "N of --model uniform:NxBYTES", 1, 1000000));
   std::string b = spec.substr(x + 1);
-  double bytes = std::strtod(b.c_str(), nullptr);
-  if (b.back() == 'K') bytes *= 1024;
-  if (b.back() == 'M') bytes *= 1024 * 1024;
+  double mult = 1;
+  if (!b.empty() && (b.back() == 'K' || b.back() == 'M' || b.back() == 'G')) {
+    mult = b.back() == 'K' ? 1024.0 : b.back() == 'M' ? 1024.0 * 1024 : 1024.0 * 1024 * 1024;
+    b.pop_back();
+  }
+  char* end = nullptr;
+  const double v = std::strtod(b.c_str(), &end);
+  const double bytes = v * mult;
+  if (b.empty() || *end != '\0' || !std::isfinite(v) || bytes < 4 || bytes > 1e15 || std::fmod(bytes, 4) != 0) {
+    die(usage + "; got 'uniform:" + spec + "'");
+  }
   std::vector<Layer> l;
   for (size_t i = 0; i < n; ++i) l.push_back({"t" + std::to_string(i), static_cast<size_t>(bytes / 4)});
   return l;
+}
+
+// Bytes of memory this host can still give (MemAvailable), or 0 if unknown.
+double availableMemoryBytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
 }
 
 struct Args {
@@ -146,6 +252,10 @@ void backwardLayer(float* grad, size_t n, int rank, int step, Clock::time_point 
 
 double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+Result steps(Communicator& comm, const std::vector<Layer>& layers, const std::string& mode, const Args& a,
+             const std::vector<size_t>& offset, const std::vector<double>& layerMs, std::vector<float>& flat,
+             Reducer* reducer);
+
 Result run(Communicator& comm, const std::vector<Layer>& layers, const std::string& mode, const Args& a) {
   const size_t n = layers.size();
   size_t total = 0;
@@ -159,13 +269,33 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
   std::vector<float> flat(total, 0.0f);  // noverlap and pertensor gradients
   std::unique_ptr<Reducer> reducer;
   if (mode == "reducer") {
-    std::vector<GradientSpec> specs;
-    for (size_t i = 0; i < n; ++i) specs.push_back({layers[i].params, DataType::kFloat32, nullptr});
-    ReducerOptions o;
-    o.gradientAsBucketView = true;
-    o.algorithm = a.algorithm;
-    reducer = std::make_unique<Reducer>(comm, specs, o);
+    // Construction is collective and fails on every rank alike (bad
+    // configuration, an unwritable GRADCOMM_TIMELINE): agree, then leave.
+    std::string error;
+    try {
+      std::vector<GradientSpec> specs;
+      for (size_t i = 0; i < n; ++i) specs.push_back({layers[i].params, DataType::kFloat32, nullptr});
+      ReducerOptions o;
+      o.gradientAsBucketView = true;
+      o.algorithm = a.algorithm;
+      reducer = std::make_unique<Reducer>(comm, specs, o);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    agreeOrDie(error);
   }
+  try {
+    return steps(comm, layers, mode, a, offset, layerMs, flat, reducer.get());
+  } catch (const Error& e) {
+    abortJob(std::string(toString(e.code())) + " in mode " + mode + ": " + e.what());
+  }
+}
+
+Result steps(Communicator& comm, const std::vector<Layer>& layers, const std::string& mode, const Args& a,
+             const std::vector<size_t>& offset, const std::vector<double>& layerMs, std::vector<float>& flat,
+             Reducer* reducer) {
+  const size_t n = layers.size();
+  const size_t total = flat.size();
   CollectiveOptions co;
   co.algorithm = a.algorithm;
   Result r;
@@ -210,7 +340,7 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
     // Check one value per step: the average of (rank + 1) * 0.5 + step.
     const float* g0 = reducer ? static_cast<const float*>(reducer->gradient(0)) : flat.data();
     const float want = static_cast<float>(comm.size() + 1) * 0.25f + static_cast<float>(step);
-    if (std::fabs(g0[0] - want) > 1e-3f) die("wrong average in mode " + mode);
+    if (std::fabs(g0[0] - want) > 1e-3f) abortJob("wrong average in mode " + mode);
     if (step == 0) continue;  // warm-up
     r.stepMs += stepMs;
     r.computeMs += computeMs;
@@ -236,6 +366,7 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
 
 int main(int argc, char** argv) {
   const bool useMpi = !bench::launchedWithoutMpi(argc, argv);
+  gUseMpi = useMpi;
   if (useMpi) {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -250,8 +381,8 @@ int main(int argc, char** argv) {
     };
     if (k == "--model") a.model = next();
     else if (k == "--mode") a.mode = next();
-    else if (k == "--steps") a.steps = std::atoi(next().c_str());
-    else if (k == "--compute-ms") a.computeMs = std::atof(next().c_str());
+    else if (k == "--steps") a.steps = static_cast<int>(parseInteger(next(), "--steps", 2, 1000000));
+    else if (k == "--compute-ms") a.computeMs = parseNumber(next(), "--compute-ms");
     else if (k == "--json") a.json = next();
     else if (k == "--algo") a.algorithm = next();
     else if (k == "--transport") a.transport = next();
@@ -272,6 +403,32 @@ int main(int argc, char** argv) {
   }
   if (a.steps < 2) die("--steps must be at least 2 (the first is a warm-up)");
   if (a.computeMs < 0) die("--compute-ms must not be negative");
+  if (!a.algorithm.empty()) {
+    bool known = false;
+    std::string valid;
+    for (const auto& name : algorithmNames(Collective::kAllreduce)) {
+      known = known || name == a.algorithm;
+      valid += (valid.empty() ? "" : ", ") + name;
+    }
+    if (!known) die("unknown --algo '" + a.algorithm + "'; valid: " + valid);
+  }
+  if (!a.transport.empty() && a.transport != "mpi" && a.transport != "ucx") {
+    die("unknown --transport '" + a.transport + "'; valid: mpi, ucx");
+  }
+  if (!useMpi && a.transport == "mpi") die("--transport mpi needs mpirun (without --no-mpi)");
+  // Formation is collective and fails on every rank alike.
+  std::unique_ptr<Communicator> commHolder;
+  try {
+    commHolder = std::make_unique<Communicator>(bench::makeCommunicator(useMpi, a.transport));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "gradcomm-stepsim: rank %d: %s\n", gRank, e.what());
+    bench::finalizeMpiIfUp();
+    return 2;
+  }
+  gComm = commHolder.get();
+  gRank = gComm->rank();
+  dieIfRankZeroFailed(gRank == 0 && !a.json.empty() && !unwritable(a.json).empty() ? "--json: " + unwritable(a.json)
+                                                                                     : std::string());
   std::vector<Layer> layers;
   if (a.model == "resnet50") layers = resnet50();
   else if (a.model == "bert-base") layers = bertBase();
@@ -282,25 +439,29 @@ int main(int argc, char** argv) {
   else if (a.mode == "noverlap" || a.mode == "pertensor" || a.mode == "reducer") modes = {a.mode};
   else die("unknown --mode '" + a.mode + "'; valid: noverlap, pertensor, reducer, all");
 
-  if (!a.transport.empty() && a.transport != "mpi" && a.transport != "ucx") {
-    die("unknown --transport '" + a.transport + "'; valid: mpi, ucx");
-  }
-  if (!useMpi && a.transport == "mpi") die("--transport mpi needs mpirun (without --no-mpi)");
-
   size_t params = 0;
   for (const auto& l : layers) params += l.params;
+  {
+    // Each rank holds the gradients twice (flat and the Reducer's buckets).
+    const int onHost = bench::ranksOnThisHost(*gComm);
+    const double perRank = 2.0 * static_cast<double>(params) * 4, available = availableMemoryBytes();
+    std::string error;
+    if (available > 0 && perRank * onHost > available) {
+      char text[256];
+      std::snprintf(text, sizeof text,
+                    "--model %s needs about %.1f GiB per rank (%.1f GiB for the %d ranks on this host), more than "
+                    "the %.1f GiB of memory available",
+                    a.model.c_str(), perRank / (1 << 30), perRank * onHost / (1 << 30), onHost,
+                    available / (1 << 30));
+      error = text;
+    }
+    agreeOrDie(error);  // hosts differ
+  }
   std::vector<Result> results;
   int size = 1, hosts = 1;
   std::string transportName;
   {
-    Communicator comm = [&] {
-      try {
-        return bench::makeCommunicator(useMpi, a.transport);
-      } catch (const Error& e) {
-        die(e.what());
-      }
-    }();
-    gRank = comm.rank();
+    Communicator& comm = *gComm;
     size = comm.size();
     hosts = bench::countHosts(comm);
     transportName = comm.transportName();
@@ -315,7 +476,12 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     for (const auto& m : modes) {
-      Result r = run(comm, layers, m, a);
+      Result r;
+      try {
+        r = run(comm, layers, m, a);
+      } catch (const std::bad_alloc&) {
+        abortJob("out of memory in mode " + m + " (--model " + a.model + ")");
+      }
       results.push_back(r);
       if (gRank == 0) {
         std::printf("  %-10s %10.1f %11.1f %13.1f %11.1f %11.3f %9.1f %12.3f\n", m.c_str(), r.stepMs, r.computeMs,
@@ -324,6 +490,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  int written = 1;
   if (gRank == 0 && !a.json.empty()) {
     std::ofstream f(a.json);
     f << "{\"model\": \"" << a.model << "\", \"transport\": \"" << transportName << "\", \"ranks\": " << size
@@ -339,7 +506,14 @@ int main(int argc, char** argv) {
         << ", \"utilization\": " << r.utilization << "}" << (i + 1 < results.size() ? "," : "") << "\n";
     }
     f << "]}\n";
+    f.close();
+    if (!f) {
+      std::fprintf(stderr, "gradcomm-stepsim: could not write the results to '%s'\n", a.json.c_str());
+      written = 0;
+    }
   }
+  gComm = nullptr;
+  commHolder.reset();
   bench::finalizeMpiIfUp();
-  return 0;
+  return written ? 0 : 2;
 }

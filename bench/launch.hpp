@@ -36,15 +36,29 @@ inline void finalizeMpiIfUp() {
   if (initialized && !finalized) MPI_Finalize();
 }
 
-/// Distinct hosts among the ranks of `comm` (by host name; collective).
-inline int countHosts(Communicator& comm) {
+/// Every rank's host (a hash of its host name), in rank order (collective).
+inline std::vector<int64_t> hostOfEachRank(Communicator& comm, int64_t* mine = nullptr) {
   char name[256] = {0};
   gethostname(name, sizeof name - 1);
-  int64_t mine = static_cast<int64_t>(std::hash<std::string>{}(name) >> 1);
+  int64_t me = static_cast<int64_t>(std::hash<std::string>{}(name) >> 1);
+  if (mine) *mine = me;
   std::vector<int64_t> all(static_cast<size_t>(comm.size()));
-  comm.allgather(&mine, all.data(), 1, DataType::kInt64).wait();
+  comm.allgather(&me, all.data(), 1, DataType::kInt64).wait();
+  return all;
+}
+
+/// Distinct hosts among the ranks of `comm` (collective).
+inline int countHosts(Communicator& comm) {
+  std::vector<int64_t> all = hostOfEachRank(comm);
   std::sort(all.begin(), all.end());
   return static_cast<int>(std::unique(all.begin(), all.end()) - all.begin());
+}
+
+/// Ranks of `comm` on this rank's host, itself included (collective).
+inline int ranksOnThisHost(Communicator& comm) {
+  int64_t mine = 0;
+  const std::vector<int64_t> all = hostOfEachRank(comm, &mine);
+  return static_cast<int>(std::count(all.begin(), all.end(), mine));
 }
 
 /// The communicator a tool measures with: over MPI_COMM_WORLD with

@@ -46,6 +46,8 @@ struct RunContext {
   kernels::SimdLevel simd = kernels::SimdLevel::kScalar;
   Tuning tuning;
   Workspace* workspace = nullptr;
+  /// The operation's signature (seq included; set by the engine at start).
+  const transport::CallSignature* signature = nullptr;
   /// Phases the schedule times (filled in by the engine; may be null).
   std::vector<std::pair<std::string, std::pair<std::chrono::steady_clock::time_point,
                                                 std::chrono::steady_clock::time_point>>>* phases = nullptr;
@@ -67,6 +69,9 @@ class Algorithm {
     return {};
   }
   virtual SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const = 0;
+  /// True when the schedule itself compares every rank's call fingerprint
+  /// (the engine then skips its call check, a message per operation).
+  virtual bool checksCalls() const { return false; }
   /// unsupportedReason(...).empty(), without building a message (hot path).
   virtual bool canRun(const CollectiveCall& call, const transport::Transport& t) const {
     return unsupportedReason(call, t).empty();

@@ -239,11 +239,15 @@ class ShmAllreduceSchedule final : public Schedule {
   }
 
   [[noreturn]] void throwMismatch(int q) const {
-    throw MismatchError("rank " + std::to_string(ctx_.transport->rank()) + ": shared-memory allreduce #" +
-                        std::to_string(ctx_.tag.seq) + " does not match the call of rank " +
-                        std::to_string(g_.ranks()[static_cast<size_t>(q)]) +
-                        " (a different collective, data type, op, count or algorithm): every rank must issue "
-                        "the same collectives in the same order");
+    // Both ranks announced their calls before staging anything: name the
+    // field that differs.
+    transport::CallSignature mine, theirs;
+    const bool known = g_.announced(me_, ctx_.tag.seq, &mine);
+    const bool knownTheirs = known && g_.announced(q, ctx_.tag.seq, &theirs);
+    if (!known) mine.seq = ctx_.tag.seq;
+    throw MismatchError(transport::mismatchMessage(ctx_.transport->rank(),
+                                                   "shared-memory allreduce #" + std::to_string(ctx_.tag.seq), mine,
+                                                   g_.ranks()[static_cast<size_t>(q)], knownTheirs ? &theirs : nullptr));
   }
 
   CollectiveCall call_;
@@ -288,6 +292,8 @@ class ShmAllreduce final : public Algorithm {
     return g && t.size() >= 2 && g->localSize() == t.size() && g->localSize() <= 64 &&
            g->bufferBytes() / static_cast<size_t>(g->localSize()) >= 8;
   }
+  // Every rank reads every peer's mailbox, fingerprint included, each round.
+  bool checksCalls() const override { return true; }
   SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
     ShmGroup* g = ctx.transport->sharedMemory();
     if (!g) throw UnsupportedError("shared-memory allreduce without shared memory");

@@ -1,7 +1,8 @@
 // The "native" algorithm of every collective: MPI's own nonblocking
 // collective on the communicator's private duplicate. Before the data moves,
-// the ranks agree on the call signature (one small MPI_Iallreduce), because
-// MPI itself may corrupt memory or hang when ranks pass different counts.
+// the ranks agree on the call signature (one small MPI_Iallgather of every
+// rank's), because MPI itself may corrupt memory or hang when ranks pass
+// different counts.
 #include <cstring>
 #include <functional>
 
@@ -54,6 +55,8 @@ class Native final : public Algorithm {
  public:
   explicit Native(Collective c) : collective_(c) {}
   const char* name() const override { return "native"; }
+  // Its first stage compares every rank's call signature.
+  bool checksCalls() const override { return true; }
   Collective collective() const override { return collective_; }
   std::string unsupportedReason(const CollectiveCall&, const transport::Transport& t) const override {
     if (const_cast<transport::Transport&>(t).native() == nullptr) {
@@ -65,13 +68,13 @@ class Native final : public Algorithm {
   SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
     transport::NativeCollectives* nat = ctx.transport->native();
     if (!nat) throw UnsupportedError(unsupportedReason(call, *ctx.transport));
-    const uint64_t fp = (static_cast<uint64_t>(ctx.tag.seq) << 32) | ctx.tag.fingerprint;
-    const std::string what = std::string("ranks called different collectives (") + toString(call.collective) +
-                             " #" + std::to_string(ctx.tag.seq) + ": " + toString(call.type) + " " +
-                             toString(call.op) + ", " + std::to_string(call.count) +
-                             " elements on this rank; the signatures differ on at least one other rank)";
+    if (!ctx.signature) throw InternalError("native " + std::string(toString(call.collective)) + " without a call signature");
+    const transport::CallSignature sig = *ctx.signature;
+    const std::string what = std::string(toString(call.collective)) + " #" + std::to_string(ctx.tag.seq) + " (" +
+                             toString(call.type) + " " + toString(call.op) + ", " + std::to_string(call.count) +
+                             " elements, algorithm native)";
     std::vector<StagedSchedule::Stage> stages;
-    stages.push_back([nat, fp, what] { return nat->agree(fp, what); });
+    stages.push_back([nat, sig, what] { return nat->agree(sig, what); });
     std::function<void()> finish;
     const CollectiveCall c = call;
     const int rank = ctx.transport->rank();

@@ -47,6 +47,15 @@ void* Workspace::acquireBlock(size_t bytes) {
 
 void Workspace::releaseBlock(void* block) { freeBlocks_.push_back(block); }
 
+void Workspace::abandonMemory() {
+  scratch_ = nullptr;
+  scratchSize_ = 0;
+  for (int i = 0; i < kBufferSlots; ++i) {
+    buffers_[i] = nullptr;
+    bufferSizes_[i] = 0;
+  }
+}
+
 bool Workspace::ownsBlock(void* block) const {
   for (void* b : allBlocks_) {
     if (b == block) return true;

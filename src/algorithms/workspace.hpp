@@ -86,6 +86,9 @@ class Workspace {
   void* acquireBlock(size_t bytes);
   void releaseBlock(void* block);
   bool ownsBlock(void* block) const;
+  /// Forgets scratch() and buffer() memory without freeing it: transfers
+  /// abandoned by a failed operation may still write into it.
+  void abandonMemory();
 
  private:
   char* scratch_ = nullptr;

@@ -14,15 +14,6 @@ using algorithms::CollectiveCall;
 
 namespace {
 
-uint32_t fnv(uint32_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 16777619u;
-  }
-  return h;
-}
-
 bool rangesOverlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return aBytes && bBytes && x < y + bBytes && y < x + aBytes;
@@ -39,17 +30,14 @@ constexpr size_t kEagerMaxBytes = 64 * 1024;
 
 }  // namespace
 
+transport::CallSignature callSignature(const CollectiveCall& call, const std::string& algorithm,
+                                       const std::string& compression) {
+  return transport::CallSignature::make(0, call.collective, call.type, call.op, call.count, call.root, algorithm,
+                                        compression);
+}
+
 uint32_t callFingerprint(const CollectiveCall& call, const std::string& algorithm) {
-  uint32_t h = 2166136261u;
-  const uint8_t fields[3] = {static_cast<uint8_t>(call.collective), static_cast<uint8_t>(call.type),
-                             static_cast<uint8_t>(isReduction(call.collective) ? call.op : ReduceOp::kSum)};
-  h = fnv(h, fields, sizeof fields);
-  const uint64_t count = call.count;
-  h = fnv(h, &count, sizeof count);
-  const int32_t root = (call.collective == Collective::kBroadcast || call.collective == Collective::kReduce) ? call.root : 0;
-  h = fnv(h, &root, sizeof root);
-  h = fnv(h, algorithm.data(), algorithm.size());
-  return h;
+  return callSignature(call, algorithm, {}).fingerprint();
 }
 
 CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transport, core::Config config)
@@ -195,6 +183,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
           c.compression == options.compression;
     if (hit) {
       e.algorithm = c.algorithm;
+      e.signature = c.signature;
       e.fingerprint = c.fingerprint;
       e.bytes = c.bytes;
       e.ctx = c.ctx;
@@ -220,6 +209,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       reject(err, call);
     }
     if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
+    const transport::CallSignature signature = callSignature(call, choice.algorithm->name(), {});
     e = {true,
          call.collective,
          call.type,
@@ -230,7 +220,8 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
          options.algorithm,
          options.compression,
          choice.algorithm,
-         callFingerprint(call, choice.algorithm->name()),
+         signature,
+         signature.fingerprint(),
          algorithms::Selector::callBytes(call, size_),
          runContext(call, {})};
     std::lock_guard<std::mutex> lock(submitMu_);
@@ -241,6 +232,8 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
   op->seq = seq;
   op->algo = e.algorithm;
   op->fingerprint = e.fingerprint;
+  op->signature = e.signature;
+  op->signature.seq = seq;
   op->bytes = e.bytes;
   op->call = call;
   op->ctx = e.ctx;
@@ -276,12 +269,14 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
   }
   auto op = OperationState::create();
   op->algorithm = spec.toString() + "+" + algo->name();
-  op->fingerprint = callFingerprint(call, op->algorithm);
+  op->signature = callSignature(call, algo->name(), spec.toString());
+  op->fingerprint = op->signature.fingerprint();
   op->bytes = algorithms::Selector::callBytes(call, size_);
   {
     std::lock_guard<std::mutex> lock(submitMu_);
     op->seq = nextSeq_++;
   }
+  op->signature.seq = op->seq;
   transport::Tag tag;
   tag.seq = op->seq;
   tag.fingerprint = op->fingerprint;
@@ -303,15 +298,17 @@ Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature,
   engine_->throwIfFailed();
   auto op = OperationState::create();
   op->algorithm = algorithm;
-  op->fingerprint = signature;
   op->bytes = bytes;
   {
     std::lock_guard<std::mutex> lock(submitMu_);
     op->seq = nextSeq_++;
   }
+  op->signature = transport::CallSignature::make(op->seq, Collective::kBarrier, DataType::kFloat32, ReduceOp::kSum,
+                                                 0, 0, algorithm, {}, signature);
+  op->fingerprint = op->signature.fingerprint();
   transport::Tag tag;
   tag.seq = op->seq;
-  tag.fingerprint = signature;
+  tag.fingerprint = op->fingerprint;
   CollectiveCall none;
   none.collective = Collective::kBarrier;
   op->ctx = runContext(none, tag);

@@ -82,6 +82,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
       std::string forced;
       std::string compression;  ///< CollectiveOptions::compression as given
       const algorithms::Algorithm* algorithm;
+      transport::CallSignature signature;  ///< seq left 0
       uint32_t fingerprint;
       size_t bytes;
       algorithms::RunContext ctx;  ///< runContext() of the call, tag left empty
@@ -100,6 +101,9 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::vector<std::shared_ptr<void>> keepAlive_;
 };
 
+/// What ranks agree on for `call` run by `algorithm` (seq left 0).
+transport::CallSignature callSignature(const algorithms::CollectiveCall& call, const std::string& algorithm,
+                                       const std::string& compression);
 /// 32-bit FNV-1a of a call signature: equal on every rank iff the calls match.
 uint32_t callFingerprint(const algorithms::CollectiveCall& call, const std::string& algorithm);
 

@@ -27,7 +27,8 @@ struct OperationState {
   enum Status : int { kQueued, kRunning, kDone, kFailed };
 
   uint64_t seq = 0;
-  uint32_t fingerprint = 0;  ///< hash of the call signature, equal on matching ranks
+  uint32_t fingerprint = 0;  ///< signature.fingerprint(), equal on matching ranks
+  transport::CallSignature signature;  ///< what the ranks agree on (seq included)
   std::string algorithm;     ///< custom operations only; see algorithmName()
   size_t bytes = 0;
   /// What runs: an algorithm on `call`, or a custom schedule factory.

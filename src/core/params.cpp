@@ -100,7 +100,8 @@ const std::vector<ParamDef>& registry() {
         "Force algorithms: 'ring' everywhere it exists, or rules such as "
         "'allreduce:0-64K:rd,allreduce:ring' (first match wins; unmatched calls use the default rule)"));
     d.push_back(durationParam("GRADCOMM_TIMEOUT", "300s", &Config::timeout,
-                              "Fail an operation (on every rank) when it makes no progress for this long"));
+                              "Fail an operation (on every rank) when it makes no progress for this long "
+                              "(0: never; must be equal on every rank)"));
     d.push_back(bytesParam("GRADCOMM_SEGMENT_SIZE", "256K", &Config::segmentBytes, 64,
                                    "Pipeline segment: largest single message of ring, tree and "
                                    "halving-doubling, so transfer of one segment overlaps reduction of the last"));

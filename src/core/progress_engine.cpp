@@ -21,6 +21,23 @@ std::string secondsText(Clock::duration d) {
   std::snprintf(buf, sizeof buf, "%.1fs", std::chrono::duration<double>(d).count());
   return buf;
 }
+
+// Abort notices start with the kind of failure in brackets ("[timeout]
+// rank 2: ..."): the peers' users see what happened, and the peers learn
+// whether a rank may be gone.
+std::string notice(ErrorCode code, const std::string& reason) {
+  return "[" + std::string(toString(code)) + "] " + reason;
+}
+
+// A timeout or a transport failure may mean a dead or hung peer.
+bool meansPeerFailure(ErrorCode code) { return code == ErrorCode::kTimeout || code == ErrorCode::kTransport; }
+
+bool noticeMeansPeerFailure(const std::string& text) {
+  for (ErrorCode code : {ErrorCode::kTimeout, ErrorCode::kTransport}) {
+    if (text.find("[" + std::string(toString(code)) + "] ") != std::string::npos) return true;
+  }
+  return false;
+}
 }  // namespace
 
 void Backoff::idle() {
@@ -43,7 +60,13 @@ void Backoff::idle() {
 ProgressEngine::ProgressEngine(std::unique_ptr<transport::Transport> transport, EngineSettings settings)
     : transport_(std::move(transport)), settings_(settings) {}
 
-ProgressEngine::~ProgressEngine() { shutdown("the communicator was destroyed"); }
+ProgressEngine::~ProgressEngine() {
+  shutdown("the communicator was destroyed");
+  // Receives abandoned by a failed operation may still land (late data
+  // from a peer that is slow, not dead): the scratch they target must not
+  // go back to the heap.
+  if (transport_->abandonedTransfersPending()) workspace_.abandonMemory();
+}
 
 void ProgressEngine::start() {
   thread_ = std::thread([this] { threadMain(); });
@@ -113,7 +136,7 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
   }
   if (tellPeers) {
     std::lock_guard<std::mutex> drive(driveMu_);
-    transport_->broadcastAbort(reason);
+    transport_->broadcastAbort(notice(code, reason));
   }
   queueCv_.notify_all();
 }
@@ -147,6 +170,7 @@ void ProgressEngine::failActive(std::exception_ptr e) {
     reason = err.what();
     e = std::make_exception_ptr(InternalError(reason));
   }
+  check_.reset();
   auto op = std::move(active_);
   active_.reset();
   if (op) {
@@ -163,8 +187,9 @@ void ProgressEngine::failActive(std::exception_ptr e) {
       failReason_ = reason;
     }
   }
+  if (meansPeerFailure(code) || (remote && noticeMeansPeerFailure(reason))) transport_->notePeerFailure(reason);
   // A failure that came from a peer need not be echoed back.
-  if (!remote) transport_->broadcastAbort(reason);
+  if (!remote) transport_->broadcastAbort(notice(code, reason));
   failQueued();
 }
 
@@ -184,6 +209,7 @@ bool ProgressEngine::drive() {
       active_->startedAt = now;
       active_->status.store(OperationState::kRunning);
       active_->ctx.workspace = &workspace_;
+      active_->ctx.signature = &active_->signature;
       active_->ctx.phases = &active_->phases;
       if (listener_) listener_(*active_, true);
       // A peer that failed earlier may have left messages that would let
@@ -195,17 +221,22 @@ bool ProgressEngine::drive() {
           throw RemoteError(active_->describe() + " cannot run because " + *remote);
         }
       }
-      transport::Tag announced;
-      announced.seq = active_->seq;
-      announced.fingerprint = active_->fingerprint;
-      transport_->announce(announced);
+      transport_->announce(active_->signature);
+      // Algorithms that compare every rank's call themselves skip the check.
+      if (!active_->algo || !active_->algo->checksCalls()) check_.start(*transport_, active_->signature);
       active_->schedule = active_->makeSchedule();
       lastProgress_ = now;
       lastHealthCheck_ = now;
       lastProbe_ = now;
     }
-    bool moved = active_->schedule->advance();
-    if (active_->schedule->done()) {
+    bool moved = !check_.done() && check_.advance(active_->describe());
+    try {
+      moved = active_->schedule->advance() || moved;
+    } catch (const MismatchError&) {
+      nameMismatch();
+      throw;
+    }
+    if (active_->schedule->done() && check_.done()) {
       if (active_->onComplete) active_->onComplete();
       auto op = std::move(active_);
       active_.reset();
@@ -231,6 +262,22 @@ bool ProgressEngine::drive() {
   }
 }
 
+void ProgressEngine::nameMismatch() {
+  // The schedule found a mismatch its own way (a message of the wrong
+  // size): the previous rank's signature, due any moment, may say which
+  // field differs. Bounded: this is the failure path.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(20);
+  while (!check_.done() && Clock::now() < deadline) {
+    check_.advance(active_->describe());  // throws the named error when the calls differ
+  }
+}
+
+std::string ProgressEngine::waitingFor() const {
+  std::string what = active_->schedule ? active_->schedule->waitingFor() : std::string("the start");
+  const std::string check = check_.waitingFor();
+  return check.empty() ? what : what + "; " + check;
+}
+
 void ProgressEngine::checkHealth(Clock::time_point now) {
   using std::chrono::milliseconds;
   if (now - lastHealthCheck_ < milliseconds(1)) return;
@@ -250,18 +297,17 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
     for (int peer = 0; peer < transport_->size(); ++peer) {
       if (peer == transport_->rank()) continue;
       if (transport_->probeMismatch(peer, expected)) {
-        throw MismatchError("rank " + std::to_string(transport_->rank()) + ": " + active_->describe() +
-                            " does not match rank " + std::to_string(peer) +
-                            "'s call number " + std::to_string(active_->seq) +
-                            " (a different collective, data type, op, count, root or algorithm): every rank must "
-                            "issue the same collectives in the same order");
+        const auto theirs = transport_->announcedSignature(peer, active_->seq);
+        throw MismatchError(transport::mismatchMessage(transport_->rank(), active_->describe(), active_->signature,
+                                                       peer, theirs ? &*theirs : nullptr));
       }
     }
   }
-  if (stalled >= settings_.timeout) {
+  // A timeout of 0 means none: wait as long as it takes.
+  if (settings_.timeout.count() > 0 && stalled >= settings_.timeout) {
     throw TimeoutError("rank " + std::to_string(transport_->rank()) + ": " + active_->describe() +
  " made no progress for " + secondsText(stalled) + " (GRADCOMM_TIMEOUT=" +
-                       formatDuration(settings_.timeout) + "); waiting for " + active_->schedule->waitingFor() +
+                       formatDuration(settings_.timeout) + "); waiting for " + waitingFor() +
                        ". A peer may have died or stopped calling collectives, or the ranks issued different "
                        "collectives: check that every rank makes the same calls in the same order");
   }
@@ -358,7 +404,8 @@ void ProgressEngine::shutdown(const std::string& reason) {
         failReason_ = reason;
       }
     }
-    if (pending) transport_->broadcastAbort(reason + " with operations pending");
+    if (pending) transport_->broadcastAbort(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
+    check_.reset();
     if (active_) {
       auto op = std::move(active_);
       active_.reset();

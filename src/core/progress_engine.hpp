@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "algorithms/workspace.hpp"
+#include "core/call_check.hpp"
 #include "core/operation.hpp"
 #include "gradcomm/error.hpp"
 #include "transport/transport.hpp"
@@ -17,7 +18,7 @@
 namespace gradcomm::core {
 
 struct EngineSettings {
-  std::chrono::nanoseconds timeout{std::chrono::seconds(300)};
+  std::chrono::nanoseconds timeout{std::chrono::seconds(300)};  ///< 0: none
   int pollSpins = 200;
   std::chrono::nanoseconds pollMaxSleep{std::chrono::microseconds(200)};
   /// How long the idle thread keeps polling before it blocks.
@@ -87,6 +88,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// unless something moved.
   void driveOrBackOff(Backoff& backoff);
   void checkHealth(detail::Clock::time_point now);
+  void nameMismatch();  // throws the call check's named MismatchError if it comes in time
+  std::string waitingFor() const;
   void failActive(std::exception_ptr e);
   void failQueued();
 
@@ -117,6 +120,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   detail::Clock::time_point lastHealthCheck_{};       // guarded by driveMu_
   detail::Clock::time_point lastProbe_{};             // guarded by driveMu_
   detail::Clock::time_point lastAbortPoll_{};         // guarded by driveMu_
+  CallCheck check_;                                   // the active operation's; guarded by driveMu_
 
   std::thread thread_;
 };

@@ -23,11 +23,18 @@ using std::chrono::milliseconds;
 /// How many communicators this process formed through each store: every
 /// rank forms them in the same order, so the count names the same
 /// communicator everywhere and keeps their keys apart.
-int nextIndex(const Store* store) {
+int nextIndex(const std::shared_ptr<Store>& store) {
+  // Keyed by the object, and forgotten when it is gone: a new store that
+  // reuses a freed one's address starts again at 0, as on every other rank.
   static std::mutex mu;
-  static std::map<const Store*, int> formed;
+  static std::map<const Store*, std::pair<std::weak_ptr<Store>, int>> formed;
   std::lock_guard<std::mutex> lock(mu);
-  return formed[store]++;
+  for (auto it = formed.begin(); it != formed.end();) {
+    it = it->second.first.expired() ? formed.erase(it) : std::next(it);
+  }
+  auto& entry = formed[store.get()];
+  if (entry.first.expired()) entry = {store, 0};
+  return entry.second++;
 }
 
 milliseconds rendezvousTimeout(const Options& options) {
@@ -179,7 +186,7 @@ Communicator communicatorFromStore(std::shared_ptr<Store> store, int rank, int s
     throw InvalidArgument("communicatorFromStore: rank " + std::to_string(rank) + " is outside [0, " +
                           std::to_string(size) + ")");
   }
-  auto scoped = std::make_shared<PrefixStore>("gradcomm/comm" + std::to_string(nextIndex(store.get())), store);
+  auto scoped = std::make_shared<PrefixStore>("gradcomm/comm" + std::to_string(nextIndex(store)), store);
   transport::StoreBootstrap boot(scoped, rank, size, rendezvousTimeout(options));
   try {
     Communicator comm = formThroughStore(boot, *scoped, options);

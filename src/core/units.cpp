@@ -142,7 +142,8 @@ std::string formatBytes(size_t bytes) {
 
 std::string formatDuration(std::chrono::nanoseconds d) {
   long long ns = d.count();
-  if (ns != 0 && ns % 1000000000LL == 0) return std::to_string(ns / 1000000000LL) + "s";
+  if (ns == 0) return "0s";
+  if (ns % 1000000000LL == 0) return std::to_string(ns / 1000000000LL) + "s";
   if (ns != 0 && ns % 1000000LL == 0) return std::to_string(ns / 1000000LL) + "ms";
   if (ns != 0 && ns % 1000LL == 0) return std::to_string(ns / 1000LL) + "us";
   return std::to_string(ns) + "ns";

@@ -1,5 +1,8 @@
 #include "transport/mpi_env.hpp"
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <mutex>
 #include <string>
 
@@ -38,8 +41,38 @@ MpiEnvironment::MpiEnvironment() {
   MPI_Query_thread(&threadLevel_);
 }
 
+void MpiEnvironment::markBroken(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(reasonMu_);
+  if (!broken_.exchange(true)) brokenReason_ = reason;
+}
+
 MpiEnvironment::~MpiEnvironment() {
-  if (ownsInit_ && usable()) MPI_Finalize();
+  if (!ownsInit_ || !usable()) return;
+  if (broken_.load()) {
+    // Runs at exit, after main returned. MPI_Finalize synchronises with
+    // every rank, so with a rank gone it would never return; and a job that
+    // lost a rank failed, whatever this process's main returned. MPI_Abort
+    // ends the whole job at once with a failure status (mpirun exits
+    // non-zero), including ranks stuck in MPI calls of their own. Only an
+    // MPI that gradcomm itself initialised is ended this way: a caller
+    // that owns MPI decides for itself (see the README).
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> lock(reasonMu_);
+      reason = brokenReason_.size() > 200 ? brokenReason_.substr(0, 200) + "..." : brokenReason_;
+    }
+    std::fprintf(stderr,
+                 "gradcomm[rank %d]: not finalising MPI: a peer failed or stopped responding (%s); aborting the "
+                 "job with MPI_Abort(MPI_COMM_WORLD, %d)\n",
+                 rank, reason.c_str(), kBrokenJobExitCode);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kBrokenJobExitCode);
+    _exit(kBrokenJobExitCode);  // MPI_Abort does not return; in case this one does
+  }
+  MPI_Finalize();
 }
 
 std::shared_ptr<MpiEnvironment> MpiEnvironment::acquire() {

@@ -14,6 +14,9 @@ namespace gradcomm::transport {
 namespace {
 
 constexpr int kControlTag = 7;
+// Call checks (Tag::kCallCheck) travel on the control communicator too, where
+// no data message can match them; one per operation per pair, in order.
+constexpr int kCallCheckTag = 8;
 // MPI counts are int: messages above this are sent as several parts, which
 // MPI's non-overtaking rule keeps in order.
 constexpr size_t kMaxPartBytes = size_t{1} << 30;
@@ -25,21 +28,98 @@ std::string mpiErrorText(int rc) {
   return std::string(text, static_cast<size_t>(len));
 }
 
+}  // namespace
+
+/// Requests abandoned while still in flight because their operation failed.
+/// Nothing here is ever waited on: a receive already matched with a peer that
+/// died never completes (MPI_Cancel cannot take it back, and MPI_Wait would
+/// block forever), and MPI forbids cancelling or freeing a nonblocking
+/// collective. Each grave is tested now and then and forgotten once
+/// complete; what is still pending when the transport goes is leaked, with
+/// the memory it writes into, since MPI may still write there.
+class Graveyard {
+ public:
+  Graveyard() = default;
+  Graveyard(const Graveyard&) = delete;
+  Graveyard& operator=(const Graveyard&) = delete;
+  ~Graveyard() {
+    sweep();
+    for (auto& g : graves_) (void)new Grave(std::move(g));  // leaked on purpose (see above)
+  }
+  /// Takes pending `requests` and `keepAlive`, memory gradcomm owns that they write into.
+  void bury(std::vector<MPI_Request> requests, std::shared_ptr<void> keepAlive = {}) {
+    graves_.push_back({std::move(requests), std::move(keepAlive)});
+  }
+  /// Tests every pending request once, never blocking; drops complete graves.
+  void sweep() {
+    if (graves_.empty() || !MpiEnvironment::usable()) return;
+    for (size_t i = 0; i < graves_.size();) {
+      bool pending = false;
+      for (auto& r : graves_[i].requests) {
+        int flag = 0;
+        if (r != MPI_REQUEST_NULL) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        pending = pending || r != MPI_REQUEST_NULL;
+      }
+      if (pending) {
+        ++i;
+      } else {
+        graves_[i] = std::move(graves_.back());
+        graves_.pop_back();
+      }
+    }
+  }
+  bool empty() const { return graves_.empty(); }
+
+ private:
+  struct Grave {
+    std::vector<MPI_Request> requests;
+    std::shared_ptr<void> keepAlive;
+  };
+  std::vector<Grave> graves_;
+};
+
+namespace {
+
+/// Cancels the receives among `requests`, frees the sends, and tests what
+/// is left a bounded number of times: a cancelled receive completes at once
+/// unless MPI already matched it. Whatever is still pending then goes to the
+/// graveyard. Never blocks.
+void abandon(std::vector<MPI_Request>& requests, bool isRecv, Graveyard& graveyard) {
+  if (!MpiEnvironment::usable()) return;
+  std::vector<MPI_Request> pending;
+  for (auto& r : requests) {
+    if (r == MPI_REQUEST_NULL) continue;
+    if (!isRecv) {
+      MPI_Request_free(&r);  // the send completes (or not) in the background
+      continue;
+    }
+    MPI_Cancel(&r);
+    pending.push_back(r);
+    r = MPI_REQUEST_NULL;
+  }
+  constexpr int kCancelPolls = 100;
+  for (int i = 0; i < kCancelPolls && !pending.empty(); ++i) {
+    for (size_t k = 0; k < pending.size();) {
+      int flag = 0;
+      MPI_Test(&pending[k], &flag, MPI_STATUS_IGNORE);
+      if (pending[k] == MPI_REQUEST_NULL) {
+        pending[k] = pending.back();
+        pending.pop_back();
+      } else {
+        ++k;
+      }
+    }
+  }
+  if (!pending.empty()) graveyard.bury(std::move(pending));
+}
+
 /// One logical transfer, split into parts of at most kMaxPartBytes.
 class MpiRequest : public Request {
  public:
-  MpiRequest(bool isRecv, int peer, int myRank) : isRecv_(isRecv), peer_(peer), myRank_(myRank) {}
+  MpiRequest(bool isRecv, int peer, int myRank, Graveyard& graveyard)
+      : isRecv_(isRecv), peer_(peer), myRank_(myRank), graveyard_(graveyard) {}
   ~MpiRequest() override {
-    if (!MpiEnvironment::usable()) return;
-    for (auto& r : requests_) {
-      if (r == MPI_REQUEST_NULL) continue;
-      if (isRecv_) {
-        MPI_Cancel(&r);
-        MPI_Wait(&r, MPI_STATUS_IGNORE);
-      } else {
-        MPI_Request_free(&r);  // the send completes (or not) in the background
-      }
-    }
+    if (!done_) abandon(requests_, isRecv_, graveyard_);
   }
   void add(MPI_Request r, size_t bytes) {
     requests_.push_back(r);
@@ -58,7 +138,7 @@ class MpiRequest : public Request {
         int count = 0;
         MPI_Get_count(&status, MPI_BYTE, &count);
         if (static_cast<size_t>(count) != expected_[i]) {
-          throw TransportError("rank " + std::to_string(myRank_) + " received " + std::to_string(count) +
+          throw MismatchError("rank " + std::to_string(myRank_) + " received " + std::to_string(count) +
                                " bytes from rank " + std::to_string(peer_) + " where " +
                                std::to_string(expected_[i]) +
                                " were expected: the ranks called the collective with different counts");
@@ -74,7 +154,7 @@ class MpiRequest : public Request {
     int cls = 0;
     MPI_Error_class(rc, &cls);
     if (cls == MPI_ERR_TRUNCATE) {
-      throw TransportError("rank " + std::to_string(myRank_) + " received a larger message from rank " +
+      throw MismatchError("rank " + std::to_string(myRank_) + " received a larger message from rank " +
                            std::to_string(peer_) +
                            " than expected: the ranks called the collective with different counts");
     }
@@ -84,6 +164,7 @@ class MpiRequest : public Request {
   bool isRecv_;
   int peer_;
   int myRank_;
+  Graveyard& graveyard_;  // the transport's, which outlives its requests
   bool done_ = false;
   std::vector<MPI_Request> requests_;
   std::vector<size_t> expected_;
@@ -94,14 +175,9 @@ class MpiRequest : public Request {
 /// The MPI requests of a native collective and the small buffers they use.
 struct NativeState {
   std::vector<MPI_Request> requests;
-  std::array<int64_t, 2> agreeIn{};
-  std::array<int64_t, 2> agreeOut{};
+  CallSignature agreeIn;
+  std::vector<CallSignature> agreeOut;  // every rank's
 };
-
-/// Native collectives abandoned while still in flight (a peer failed).
-/// MPI forbids freeing or cancelling a nonblocking collective's request, so
-/// they, and the buffers they write, are kept until the transport goes.
-using Graveyard = std::vector<std::unique_ptr<NativeState>>;
 
 /// A native collective: one or more MPI requests and an optional check that
 /// runs on completion.
@@ -112,7 +188,10 @@ class NativeRequest : public Request {
   ~NativeRequest() override {
     for (MPI_Request r : state_->requests) {
       if (r != MPI_REQUEST_NULL) {
-        graveyard_->push_back(std::move(state_));
+        // MPI forbids cancelling or freeing a collective: keep its requests
+        // and the small buffers they write.
+        std::vector<MPI_Request> requests = state_->requests;
+        graveyard_->bury(std::move(requests), std::shared_ptr<NativeState>(std::move(state_)));
         return;
       }
     }
@@ -120,6 +199,7 @@ class NativeRequest : public Request {
   NativeState& state() { return *state_; }
   std::string agreeWhat_;
   bool isAgree_ = false;
+  int rank_ = 0;
   bool test() override {
     if (done_) return true;
     for (auto& r : state_->requests) {
@@ -130,7 +210,15 @@ class NativeRequest : public Request {
       if (!flag) return false;
     }
     done_ = true;
-    if (isAgree_ && state_->agreeOut[0] != ~state_->agreeOut[1]) throw MismatchError(agreeWhat_);
+    if (isAgree_) {
+      const CallSignature& mine = state_->agreeIn;
+      for (size_t r = 0; r < state_->agreeOut.size(); ++r) {
+        const CallSignature& theirs = state_->agreeOut[r];
+        if (!theirs.sameCall(mine) || theirs.seq != mine.seq) {
+          throw MismatchError(mismatchMessage(rank_, agreeWhat_, mine, static_cast<int>(r), &theirs));
+        }
+      }
+    }
     return true;
   }
 
@@ -182,15 +270,20 @@ class MpiNative : public NativeCollectives {
     }
   }
 
-  RequestPtr agree(uint64_t fingerprint, const std::string& what) override {
+  RequestPtr agree(const CallSignature& call, const std::string& what) override {
     auto req = std::make_unique<NativeRequest>(graveyard_);
     req->isAgree_ = true;
     req->agreeWhat_ = what;
+    int size = 1;
+    MPI_Comm_rank(comm_, &req->rank_);
+    MPI_Comm_size(comm_, &size);
     NativeState& st = req->state();
-    st.agreeIn = {static_cast<int64_t>(fingerprint), ~static_cast<int64_t>(fingerprint)};
+    st.agreeIn = call;
+    st.agreeOut.resize(static_cast<size_t>(size));
     MPI_Request r;
-    checkMpi(MPI_Iallreduce(st.agreeIn.data(), st.agreeOut.data(), 2, MPI_INT64_T, MPI_MAX, comm_, &r),
-             "MPI_Iallreduce (call agreement)");
+    checkMpi(MPI_Iallgather(&st.agreeIn, sizeof(CallSignature), MPI_BYTE, st.agreeOut.data(), sizeof(CallSignature),
+                            MPI_BYTE, comm_, &r),
+             "MPI_Iallgather (call agreement)");
     st.requests.push_back(r);
     return req;
   }
@@ -388,34 +481,30 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
   hostName_ = std::string(name, static_cast<size_t>(len)) + "/node-of-rank" + std::to_string(localRanks_.front());
 
   graveyard_ = std::make_shared<Graveyard>();
-  native_ = std::make_unique<MpiNative>(data_, std::static_pointer_cast<Graveyard>(graveyard_));
+  native_ = std::make_unique<MpiNative>(data_, graveyard_);
   postControlReceive();
 }
 
 MpiTransport::~MpiTransport() {
   if (!MpiEnvironment::usable()) return;
   native_.reset();
-  // Abandoned native collectives that finished can go; the others are
-  // leaked on purpose (MPI may still write into their buffers).
-  auto& graves = *std::static_pointer_cast<Graveyard>(graveyard_);
-  for (auto& g : graves) {
-    bool pending = false;
-    for (auto& r : g->requests) {
-      int flag = 0;
-      if (r != MPI_REQUEST_NULL) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
-      pending = pending || r != MPI_REQUEST_NULL;
-    }
-    if (pending) (void)g.release();
-  }
-  if (controlRecv_ != MPI_REQUEST_NULL) {
-    MPI_Cancel(&controlRecv_);
-    MPI_Wait(&controlRecv_, MPI_STATUS_IGNORE);
-  }
+  // Nothing here may block: a peer may be dead. The control receive is
+  // cancelled like any other; abandoned requests stay in the graveyard,
+  // which leaks what never completes.
+  std::vector<MPI_Request> control{controlRecv_};
+  controlRecv_ = MPI_REQUEST_NULL;
+  abandon(control, true, *graveyard_);
   for (auto& a : abortSends_) {
     if (a->request != MPI_REQUEST_NULL) MPI_Request_free(&a->request);
   }
+  graveyard_.reset();
   MPI_Comm_free(&control_);
   MPI_Comm_free(&data_);
+}
+
+bool MpiTransport::abandonedTransfersPending() {
+  graveyard_->sweep();
+  return !graveyard_->empty();
 }
 
 void MpiTransport::setUpSharedMemory(MPI_Comm local, size_t chunkBytes) {
@@ -470,13 +559,15 @@ void MpiTransport::postControlReceive() {
 }
 
 RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
-  auto req = std::make_unique<MpiRequest>(false, peer, rank_);
-  const int mpiTag = layout_.encode(tag);
+  auto req = std::make_unique<MpiRequest>(false, peer, rank_, *graveyard_);
+  const bool check = tag.message == Tag::kCallCheck;
+  const int mpiTag = check ? kCallCheckTag : layout_.encode(tag);
+  MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;
   do {
     size_t part = std::min(kMaxPartBytes, bytes - offset);
     MPI_Request r;
-    int rc = MPI_Isend(static_cast<const char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, data_,
+    int rc = MPI_Isend(static_cast<const char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, comm,
                        &r);
     if (rc != MPI_SUCCESS) {
       throw TransportError("MPI_Isend to rank " + std::to_string(peer) + " failed: " + mpiErrorText(rc));
@@ -488,13 +579,15 @@ RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const T
 }
 
 RequestPtr MpiTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
-  auto req = std::make_unique<MpiRequest>(true, peer, rank_);
-  const int mpiTag = layout_.encode(tag);
+  auto req = std::make_unique<MpiRequest>(true, peer, rank_, *graveyard_);
+  const bool check = tag.message == Tag::kCallCheck;
+  const int mpiTag = check ? kCallCheckTag : layout_.encode(tag);
+  MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;
   do {
     size_t part = std::min(kMaxPartBytes, bytes - offset);
     MPI_Request r;
-    int rc = MPI_Irecv(static_cast<char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, data_, &r);
+    int rc = MPI_Irecv(static_cast<char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, comm, &r);
     if (rc != MPI_SUCCESS) {
       throw TransportError("MPI_Irecv from rank " + std::to_string(peer) + " failed: " + mpiErrorText(rc));
     }
@@ -527,6 +620,7 @@ void MpiTransport::broadcastAbort(const std::string& reason) {
 }
 
 std::optional<std::string> MpiTransport::pollAbort() {
+  graveyard_->sweep();
   for (auto& a : abortSends_) {  // keep the sends moving
     if (a->request != MPI_REQUEST_NULL) {
       int done = 0;

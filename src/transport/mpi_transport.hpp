@@ -26,6 +26,8 @@ struct MpiTagLayout {
   uint32_t fingerprintMask() const { return (1u << fingerprintBits) - 1; }
 };
 
+class Graveyard;
+
 /// Point-to-point over MPI on a private duplicate of the caller's
 /// communicator, plus a second duplicate that carries abort notices.
 class MpiTransport : public Transport {
@@ -46,6 +48,8 @@ class MpiTransport : public Transport {
   bool probeMismatch(int peer, const Tag& expected) override;
   void broadcastAbort(const std::string& reason) override;
   std::optional<std::string> pollAbort() override;
+  void notePeerFailure(const std::string& reason) override { env_->markBroken(reason); }
+  bool abandonedTransfersPending() override;
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   std::vector<int> hostLocalRanks() const override { return localRanks_; }
@@ -73,7 +77,7 @@ class MpiTransport : public Transport {
   std::vector<std::unique_ptr<AbortSend>> abortSends_;
   std::vector<int> localRanks_;
   std::string hostName_;
-  std::shared_ptr<void> graveyard_;  // abandoned native collectives (see mpi_transport.cpp)
+  std::shared_ptr<Graveyard> graveyard_;  // requests abandoned in flight (see mpi_transport.cpp)
   std::unique_ptr<NativeCollectives> native_;
   std::unique_ptr<ShmGroup> shm_;
 };

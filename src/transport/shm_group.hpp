@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "transport/call_signature.hpp"
+
 namespace gradcomm::transport {
 
 /// Control block of one local rank, in shared memory. Each flag sits on its
@@ -34,10 +36,20 @@ struct ShmRankBlock {
   alignas(64) std::atomic<uint64_t> consumed;    ///< last round this rank finished reading from peers
   alignas(64) int32_t pid;
   /// The operation this rank is running, whatever its algorithm: sequence
-  /// number + 1 (0: none yet) and its call fingerprint. Lets host-local
-  /// peers see a mismatched call even when no message would ever match.
+  /// number + 1 (0: none yet) and its call signature (a CallSignature as
+  /// words, guarded by announcedSeq like a seqlock). Lets host-local peers
+  /// see a mismatched call even when no message would ever match, and name
+  /// the field that differs.
   alignas(64) std::atomic<uint64_t> announcedSeq;
-  std::atomic<uint32_t> announcedFingerprint;
+  alignas(64) std::atomic<uint64_t> announcedSignature[sizeof(CallSignature) / 8];
+  /// The call check between host-local neighbours (see core/call_check.hpp):
+  /// this rank's signatures for the next rank, in slot seq % kCheckSlots.
+  /// Word 0 holds seq + 1 and is written last (0: empty); a slot is
+  /// rewritten only after the next rank took what it held (or a later one).
+  static constexpr uint64_t kCheckSlots = 16;
+  alignas(64) std::atomic<uint64_t> checkSlot[kCheckSlots][sizeof(CallSignature) / 8];
+  /// seq + 1 of the last signature this rank took from the previous rank.
+  alignas(64) std::atomic<uint64_t> checkTaken;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory flags must be lock-free");
 
@@ -62,9 +74,16 @@ class ShmGroup {
   /// False once the process of local rank `local` no longer exists.
   bool alive(int local) const;
   /// Publishes the operation this rank starts.
-  void announce(uint64_t seq, uint32_t fingerprint);
-  /// True when local rank `local` runs operation `seq` with another fingerprint.
-  bool announcedMismatch(int local, uint64_t seq, uint32_t fingerprint) const;
+  void announce(const CallSignature& call);
+  /// The signature local rank `local` announced for operation `seq`; false
+  /// when it has not announced that operation (yet, or any more).
+  bool announced(int local, uint64_t seq, CallSignature* out) const;
+  /// Call check: publishes `call` for local rank `next`; false while the
+  /// slot it goes to still holds a signature `next` has not taken.
+  bool putCheck(int next, const CallSignature& call);
+  /// Call check: the signature local rank `previous` published for
+  /// operation `seq`, if it has.
+  bool takeCheck(int previous, uint64_t seq, CallSignature* out);
   /// Index of communicator rank `rank` in this group, or -1.
   int localIndexOf(int rank) const;
   /// Next round number (private to this rank; every rank counts alike).

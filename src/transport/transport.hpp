@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gradcomm/types.hpp"
+#include "transport/call_signature.hpp"
 
 namespace gradcomm::transport {
 
@@ -18,6 +19,11 @@ struct Tag {
   uint64_t seq = 0;          ///< operation sequence number on the communicator
   uint32_t fingerprint = 0;  ///< hash of the call signature: equal on all ranks iff the calls match
   uint32_t message = 0;      ///< message index within the operation
+  /// The message index of the call check: each rank sends its operation's
+  /// CallSignature to the next rank (fingerprint 0, so mismatched calls
+  /// still match). Algorithms never use it; transports must keep it apart
+  /// from data messages whatever their tag space (MPI: its own channel).
+  static constexpr uint32_t kCallCheck = UINT32_MAX;
 };
 
 /// An asynchronous send or receive. Dropping an incomplete request cancels
@@ -36,8 +42,9 @@ using RequestPtr = std::unique_ptr<Request>;
 class NativeCollectives {
  public:
   virtual ~NativeCollectives() = default;
-  /// Completes with MismatchError unless every rank passed the same value.
-  virtual RequestPtr agree(uint64_t fingerprint, const std::string& what) = 0;
+  /// Completes with a MismatchError naming the field that differs unless
+  /// every rank passed the same call; `what` describes this rank's call.
+  virtual RequestPtr agree(const CallSignature& call, const std::string& what) = 0;
   virtual RequestPtr allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) = 0;
   virtual RequestPtr broadcast(void* buffer, size_t count, DataType type, int root) = 0;
   virtual RequestPtr reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root) = 0;
@@ -63,15 +70,25 @@ class Transport {
   /// whose fingerprint differs, or (through shared memory) the peer announced
   /// that operation with a different fingerprint: it issued a different call.
   virtual bool probeMismatch(int peer, const Tag& expected) = 0;
-  /// Announces the operation this rank starts (seq and fingerprint).
-  virtual void announce(const Tag& op) {
-    if (ShmGroup* g = sharedMemory()) announceTo(*g, op);
+  /// Announces the operation this rank starts (to host-local peers).
+  virtual void announce(const CallSignature& call) {
+    if (ShmGroup* g = sharedMemory()) announceTo(*g, call);
   }
+  /// The signature `peer` announced for operation `seq`, where this rank can
+  /// see it (a host-local peer, through shared memory).
+  virtual std::optional<CallSignature> announcedSignature(int peer, uint64_t seq);
 
   /// Tells every other rank that this communicator failed. Best effort; never blocks.
   virtual void broadcastAbort(const std::string& reason) = 0;
   /// A failure reported by another rank, if one arrived: "rank R: reason".
   virtual std::optional<std::string> pollAbort() = 0;
+  /// A peer may have died or hung (an operation timed out, or the transport
+  /// failed): the job cannot end cleanly any more. The MPI transport then
+  /// has an MPI that gradcomm owns aborted at exit instead of finalised.
+  virtual void notePeerFailure(const std::string& reason) { (void)reason; }
+  /// True while transfers abandoned by failed operations may still write
+  /// into their buffers: the memory they target must outlive the transport.
+  virtual bool abandonedTransfersPending() { return false; }
 
   /// MPI passthrough collectives, or null when this transport has none.
   virtual NativeCollectives* native() { return nullptr; }
@@ -80,7 +97,7 @@ class Transport {
   virtual ShmGroup* sharedMemory() { return nullptr; }
 
  protected:
-  static void announceTo(ShmGroup& g, const Tag& op);
+  static void announceTo(ShmGroup& g, const CallSignature& call);
   /// The shared-memory half of probeMismatch().
   bool announcedMismatch(int peer, const Tag& expected);
 

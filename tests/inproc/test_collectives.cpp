@@ -82,3 +82,32 @@ TEST_P(Sweep, Barrier) { sweep(GetParam(), Collective::kBarrier, true); }
 INSTANTIATE_TEST_SUITE_P(Ranks, Sweep, ::testing::Range(1, 9), [](const auto& info) {
   return std::to_string(info.param) + "ranks";
 });
+
+// The call check between ranks of one host uses a ring of 16 slots per rank.
+// Shared-memory allreduces skip the check (they compare calls themselves),
+// so the sequence numbers it sees have long gaps: a checked call after more
+// than 16 unchecked ones must still find its slot free.
+TEST(CallCheck, KeepsUpWithLongRunsOfCallsThatSkipIt) {
+  Options o;
+  o.set("TIMEOUT", "20s");
+  runRanks(
+      3,
+      [](RankContext& ctx) {
+        std::vector<float> buf(64);
+        for (int round = 0; round < 3; ++round) {
+          for (int i = 0; i < 40; ++i) {  // shm: no call check
+            std::fill(buf.begin(), buf.end(), 1.0f);
+            Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+            ASSERT_EQ(w.algorithm(), "shm");
+            w.wait();
+            ASSERT_EQ(buf[63], 3.0f);
+          }
+          for (int i = 0; i < 20; ++i) {  // tree: checked
+            std::fill(buf.begin(), buf.end(), static_cast<float>(ctx.rank == 1 ? i : -1));
+            ctx.comm.broadcast(buf.data(), buf.data(), buf.size(), DataType::kFloat32, 1).wait();
+            ASSERT_EQ(buf[0], static_cast<float>(i));
+          }
+        }
+      },
+      o);
+}

@@ -28,7 +28,8 @@ struct Outcome {
   std::vector<double> seconds;
 };
 
-Outcome perRank(int p, const std::function<void(RankContext&)>& fn, const Options& o = quick()) {
+Outcome perRank(int p, const std::function<void(RankContext&)>& fn, const Options& o = quick(),
+                transport::InProcWorld::Settings settings = {}) {
   Outcome out;
   out.what.assign(static_cast<size_t>(p), "");
   out.code.assign(static_cast<size_t>(p), -1);
@@ -45,7 +46,7 @@ Outcome perRank(int p, const std::function<void(RankContext&)>& fn, const Option
         }
         out.seconds[static_cast<size_t>(ctx.rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
       },
-      o);
+      o, settings);
   return out;
 }
 
@@ -156,6 +157,29 @@ TEST(Errors, APeerThatNeverArrivesIsATimeoutNotAHang) {
   EXPECT_TRUE(contains(out.what[0], "rank 1")) << out.what[0];
   EXPECT_LT(out.seconds[0], 5.0);
   EXPECT_NE(out.code[1], -1) << "rank 1 must learn that the communicator failed";
+}
+
+// GRADCOMM_TIMEOUT=0 means no timeout, as in other libraries, not "fail at
+// once": a peer that arrives late is waited for.
+TEST(Errors, ATimeoutOfZeroMeansNoTimeout) {
+  runRanks(
+      3,
+      [](RankContext& ctx) {
+        for (const char* algo : {"", "ring"}) {  // shared memory and point-to-point
+          std::vector<float> buf(1000, 1.0f);
+          CollectiveOptions o;
+          o.algorithm = algo;
+          if (ctx.rank == 2) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+          EXPECT_EQ(buf[0], 3.0f);
+          EXPECT_EQ(buf[999], 3.0f);
+        }
+      },
+      quick("0"));
+  auto params = describeParameters(quick("0"));
+  for (const auto& p : params) {
+    if (p.name == "GRADCOMM_TIMEOUT") EXPECT_TRUE(contains(p.doc, "0: never")) << p.doc;
+  }
 }
 
 TEST(Errors, MismatchedCallsFailOnEveryRankWellBeforeTheTimeout) {
@@ -344,4 +368,92 @@ TEST(Work, ASmallCallStartedEagerlyCompletesWithoutWaiting) {
     for (auto& wk : works) wk.wait();
     for (auto& b : bufs) EXPECT_EQ(b[3], 3.0f);
   });
+}
+
+// Every field of a call is part of what the ranks agree on, whatever the
+// algorithm and size: when one differs, every rank fails (the ranks that see
+// the difference with a MismatchError, the others with a RemoteError that
+// carries it) and the message names the field and both values.
+TEST(Errors, MismatchedCallsNameTheFieldThatDiffers) {
+  struct Variant {
+    const char* field;
+    std::string rank0Value;  // as the message prints them, with the verb
+    std::string otherValue;
+    std::function<Work(RankContext&, std::vector<float>&, const CollectiveOptions&)> call;
+  };
+  const std::vector<Variant> variants = {
+      {"root", "passed root 0", "passed root 1",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.broadcast(b.data(), b.data(), 1000, DataType::kFloat32, c.rank == 0 ? 0 : 1, o);
+       }},
+      {"count", "passed count 100", "passed count 200",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.allreduce(b.data(), b.data(), c.rank == 0 ? 100 : 200, DataType::kFloat32, ReduceOp::kSum, o);
+       }},
+      {"data type", "passed float32", "passed int32",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.allreduce(b.data(), b.data(), 100, c.rank == 0 ? DataType::kFloat32 : DataType::kInt32,
+                                 ReduceOp::kSum, o);
+       }},
+      {"op", "passed sum", "passed max",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.allreduce(b.data(), b.data(), 100, DataType::kFloat32, c.rank == 0 ? ReduceOp::kSum : ReduceOp::kMax,
+                                 o);
+       }},
+      {"root", "passed root 0", "passed root 1",  // reduce: the ranks that think they are the root only receive
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& o) {
+         return c.comm.reduce(b.data(), b.data(), 1000, DataType::kFloat32, ReduceOp::kSum, c.rank == 0 ? 0 : 1, o);
+       }},
+      {"algorithm", "runs ring", "runs tree",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions&) {
+         CollectiveOptions o;
+         o.algorithm = c.rank == 0 ? "ring" : "tree";
+         return c.comm.allreduce(b.data(), b.data(), 1000, DataType::kFloat32, ReduceOp::kSum, o);
+       }},
+      {"compression", "uses fp16", "uses none",
+       [](RankContext& c, std::vector<float>& b, const CollectiveOptions& given) {
+         CollectiveOptions o = given;
+         o.compression = c.rank == 0 ? "fp16" : "none";
+         return c.comm.allreduce(b.data(), b.data(), 1000, DataType::kFloat32, ReduceOp::kSum, o);
+       }},
+  };
+  // "" is the default choice (shm for allreduce on one host, tree for
+  // broadcast and reduce). On one host the call check goes through shared
+  // memory, with a rank per host as messages.
+  for (int ranksPerHost : {0, 1}) {
+    for (const char* algo : {"", "ring", "rd", "tree"}) {
+      for (int p : {2, 3}) {
+        for (const auto& v : variants) {
+          if (v.field == std::string("root") && algo != std::string() && algo != std::string("tree")) continue;
+          if (v.field == std::string("algorithm") && algo != std::string()) continue;  // it forces its own
+          CollectiveOptions o;
+          o.algorithm = algo;
+          transport::InProcWorld::Settings layout;
+          layout.ranksPerHost = ranksPerHost;
+          auto out = perRank(
+              p,
+              [&](RankContext& ctx) {
+                std::vector<float> buf(1000, 1.0f);
+                v.call(ctx, buf, o).wait();
+                ctx.comm.barrier().wait();
+              },
+              quick(), layout);
+          SCOPED_TRACE(std::string(v.field) + " with algorithm '" + algo + "' on " + std::to_string(p) + " ranks, " +
+                       (ranksPerHost ? "one per host" : "one host"));
+          bool named = false;
+          for (int r = 0; r < p; ++r) {
+            const std::string& w = out.what[static_cast<size_t>(r)];
+            const int code = out.code[static_cast<size_t>(r)];
+            EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
+                << "rank " << r << ": " << w;
+            EXPECT_TRUE(contains(w, std::string(v.field) + " differs: this rank ")) << "rank " << r << ": " << w;
+            EXPECT_LT(out.seconds[static_cast<size_t>(r)], 5.0) << "rank " << r;
+            // Both values, whichever pair of ranks saw the difference first.
+            named = named || (contains(w, v.rank0Value) && contains(w, v.otherValue));
+          }
+          EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1];
+        }
+      }
+    }
+  }
 }

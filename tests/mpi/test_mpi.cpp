@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
 #include "algorithms/catalog.hpp"
@@ -121,6 +122,75 @@ TEST(Mpi, MismatchedCountsFailOnEveryRank) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+// Every field of a call is part of what the ranks agree on, whatever the
+// size and algorithm. A tree broadcast whose ranks pass different roots has
+// no message that could mismatch (each "root" only sends, and small sends
+// complete at once over MPI): it used to complete silently with wrong data.
+// Now every rank fails, and the message names the field and both values.
+TEST(Mpi, MismatchedCallsFailOnEveryRankAndNameTheField) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  struct Variant {
+    const char* field;
+    const char* algorithm;  // "" is the default choice
+    std::string rank0Value;  // as the message prints them
+    std::string otherValue;
+    std::function<Work(Communicator&, std::vector<float>&, const CollectiveOptions&)> call;
+  };
+  auto root = [](Communicator& c, std::vector<float>& b, const CollectiveOptions& o) {
+    return c.broadcast(b.data(), b.data(), 1000, DataType::kFloat32, c.rank() == 0 ? 0 : 1, o);
+  };
+  auto count = [](Communicator& c, std::vector<float>& b, const CollectiveOptions& o) {
+    return c.allreduce(b.data(), b.data(), c.rank() == 0 ? 1000 : 999, DataType::kFloat32, ReduceOp::kSum, o);
+  };
+  auto type = [](Communicator& c, std::vector<float>& b, const CollectiveOptions& o) {
+    return c.allreduce(b.data(), b.data(), 1000, c.rank() == 0 ? DataType::kFloat32 : DataType::kInt32,
+                       ReduceOp::kSum, o);
+  };
+  auto op = [](Communicator& c, std::vector<float>& b, const CollectiveOptions& o) {
+    return c.allreduce(b.data(), b.data(), 1000, DataType::kFloat32, c.rank() == 0 ? ReduceOp::kSum : ReduceOp::kMin,
+                       o);
+  };
+  const std::vector<Variant> variants = {
+      {"root", "", "root 0", "root 1", root},
+      {"root", "native", "root 0", "root 1", root},
+      {"count", "", "count 1000", "count 999", count},
+      {"count", "ring", "count 1000", "count 999", count},
+      {"data type", "", "float32", "int32", type},
+      {"data type", "hd", "float32", "int32", type},
+      {"data type", "native", "float32", "int32", type},
+      {"op", "", "sum", "min", op},
+      {"op", "tree", "sum", "min", op},
+  };
+  for (const auto& v : variants) {
+    SCOPED_TRACE(std::string(v.field) + " with algorithm '" + v.algorithm + "'");
+    Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions("30s"));
+    std::vector<float> buf(1000, 1.0f);
+    CollectiveOptions o;
+    o.algorithm = v.algorithm;
+    auto t0 = std::chrono::steady_clock::now();
+    std::string what;
+    ErrorCode code = ErrorCode::kInternal;
+    try {
+      v.call(comm, buf, o).wait();
+      comm.barrier().wait();
+    } catch (const Error& e) {
+      what = e.what();
+      code = e.code();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_TRUE(code == ErrorCode::kMismatch || code == ErrorCode::kRemote) << what;
+    EXPECT_TRUE(contains(what, std::string(v.field) + " differs: this rank ")) << what;
+    EXPECT_LT(seconds, 10.0);
+    // Some rank saw the difference and printed both values.
+    int named = contains(what, "passed " + v.rank0Value) && contains(what, "passed " + v.otherValue) ? 1 : 0;
+    int anyNamed = 0;
+    MPI_Allreduce(&named, &anyNamed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(anyNamed, 1) << what;
+    comm.destroy();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 TEST(Mpi, NativeAlgorithmDetectsMismatchedCallsBeforeMovingData) {
   if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
   Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions("30s"));
@@ -172,6 +242,20 @@ TEST(Mpi, ConfigurationThatDiffersBetweenRanksIsRejectedEverywhere) {
     ADD_FAILURE() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "GRADCOMM_ALGO differs between ranks")) << e.what();
+  }
+}
+
+// Ranks with different timeouts would give up at different times: the
+// README promises that configuration which differs fails at creation.
+TEST(Mpi, ATimeoutThatDiffersBetweenRanksIsRejectedEverywhere) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  Options o = testOptions(worldRank() == 1 ? "10s" : "5s");
+  try {
+    Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, o);
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "GRADCOMM_TIMEOUT differs between ranks")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "has '10s'") && contains(e.what(), "has '5s'")) << e.what();
   }
 }
 

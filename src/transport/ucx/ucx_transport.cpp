@@ -31,7 +31,7 @@ static_assert(kRankShift + UcxTagLayout::kRankBits == 63, "the tag layout must f
 }  // namespace
 
 uint64_t UcxTagLayout::data(int source, const Tag& tag) {
-  if (tag.message == kCallCheckMessage) {
+  if (tag.message == Tag::kCallCheck) {
     // The engine's call check: apart from every data message, matched on
     // source and sequence alone (its fingerprint takes no part).
     return control(source, kCallCheck) | (tag.seq & mask(kSeqBits)) << kSeqShift;
@@ -110,6 +110,8 @@ struct UcxTransport::State {
     void* request = nullptr;
   };
   std::vector<std::unique_ptr<AbortSend>> abortSends;
+  /// Receives dropped while a transfer into their buffer was under way.
+  std::vector<void*> abandoned;
 
   explicit State(int n) : peerStatus(static_cast<size_t>(n)) {
     for (auto& s : peerStatus) s.store(UCS_OK);
@@ -123,6 +125,7 @@ struct UcxTransport::State {
     for (auto& a : abortSends) {
       if (a->request) ucp_request_free(a->request);
     }
+    for (void* r : abandoned) ucp_request_free(r);
     closeEndpoints();
     drainUnexpected();
     if (worker) ucp_worker_destroy(worker);
@@ -227,9 +230,20 @@ class UcxRequest : public Request {
       : st_(std::move(st)), isRecv_(isRecv), peer_(peer), expected_(bytes) {}
   ~UcxRequest() override {
     if (!request_) return;
-    // A receive still pending is cancelled; a send goes on in the background
-    // (UCX releases the request once it completes).
-    if (isRecv_) ucp_request_cancel(st_->worker, request_);
+    // A send goes on in the background (UCX releases the request once it
+    // completes). A receive is cancelled; one already matched (a rendezvous
+    // transfer under way) cannot be, and may still write into its buffer:
+    // it is parked, and the engine keeps its buffers while any is.
+    if (isRecv_) {
+      ucp_request_cancel(st_->worker, request_);
+      for (int i = 0; i < 10 && ucp_request_check_status(request_) == UCS_INPROGRESS; ++i) {
+        ucp_worker_progress(st_->worker);
+      }
+      if (ucp_request_check_status(request_) == UCS_INPROGRESS) {
+        st_->abandoned.push_back(request_);
+        return;
+      }
+    }
     ucp_request_free(request_);
   }
 
@@ -461,6 +475,19 @@ int UcxTransport::rank() const { return state_->rank; }
 int UcxTransport::size() const { return state_->size; }
 ShmGroup* UcxTransport::sharedMemory() { return shm_.get(); }
 std::vector<int> UcxTransport::hostLocalRanks() const { return state_->localRanks; }
+
+bool UcxTransport::abandonedTransfersPending() {
+  State& st = *state_;
+  if (st.abandoned.empty()) return false;
+  ucp_worker_progress(st.worker);
+  auto done = [](void* r) {
+    if (ucp_request_check_status(r) == UCS_INPROGRESS) return false;
+    ucp_request_free(r);
+    return true;
+  };
+  st.abandoned.erase(std::remove_if(st.abandoned.begin(), st.abandoned.end(), done), st.abandoned.end());
+  return !st.abandoned.empty();
+}
 std::string UcxTransport::hostName() const { return state_->hostName; }
 
 RequestPtr UcxTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {

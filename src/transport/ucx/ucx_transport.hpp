@@ -26,9 +26,7 @@ struct UcxTagLayout {
   /// Control messages: kinds in the message bits.
   static constexpr uint32_t kAbort = 0;
   static constexpr uint32_t kHello = 1;
-  static constexpr uint32_t kCallCheck = 2;
-  /// Tag::message of the progress engine's call check (Tag::kCallCheck).
-  static constexpr uint32_t kCallCheckMessage = UINT32_MAX;
+  static constexpr uint32_t kCallCheck = 2;  ///< carries Tag::kCallCheck messages
   static uint64_t control(int source, uint32_t kind);
   /// Matches a control message of one kind from any source.
   static uint64_t controlKindMask();
@@ -68,6 +66,7 @@ class UcxTransport : public Transport {
   void broadcastAbort(const std::string& reason) override;
   std::optional<std::string> pollAbort() override;
   ShmGroup* sharedMemory() override;
+  bool abandonedTransfersPending() override;
   std::vector<int> hostLocalRanks() const override;
   std::string hostName() const override;
 

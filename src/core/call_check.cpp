@@ -1,0 +1,64 @@
+#include "core/call_check.hpp"
+
+#include "gradcomm/error.hpp"
+#include "transport/shm_group.hpp"
+
+namespace gradcomm::core {
+
+void CallCheck::start(transport::Transport& t, const transport::CallSignature& mine) {
+  reset();
+  const int p = t.size(), r = t.rank();
+  if (p < 2) return;
+  t_ = &t;
+  mine_ = &mine;
+  next_ = (r + 1) % p;
+  previous_ = (r + p - 1) % p;
+  shm_ = t.sharedMemory();
+  nextLocal_ = shm_ ? shm_->localIndexOf(next_) : -1;
+  previousLocal_ = shm_ ? shm_->localIndexOf(previous_) : -1;
+  sendPending_ = recvPending_ = true;
+  transport::Tag tag;
+  tag.seq = mine.seq;
+  tag.message = transport::Tag::kCallCheck;
+  if (previousLocal_ < 0) recv_ = t.irecv(previous_, &theirs_, sizeof theirs_, tag);
+  if (nextLocal_ < 0) send_ = t.isend(next_, mine_, sizeof *mine_, tag);
+}
+
+bool CallCheck::advance(const std::string& what) {
+  bool moved = false;
+  // The send first: the next rank needs it even when this one is about to fail.
+  if (sendPending_) {
+    const bool sent = nextLocal_ >= 0 ? shm_->putCheck(nextLocal_, *mine_) : send_->test();
+    if (sent) {
+      send_.reset();
+      sendPending_ = false;
+      moved = true;
+    }
+  }
+  if (recvPending_) {
+    const bool arrived = previousLocal_ >= 0 ? shm_->takeCheck(previousLocal_, mine_->seq, &theirs_) : recv_->test();
+    if (arrived) {
+      recv_.reset();
+      recvPending_ = false;
+      moved = true;
+      if (!theirs_.sameCall(*mine_) || theirs_.seq != mine_->seq) {
+        throw MismatchError(transport::mismatchMessage(t_->rank(), what, *mine_, previous_, &theirs_));
+      }
+    }
+  }
+  return moved;
+}
+
+void CallCheck::reset() {
+  recv_.reset();  // cancels
+  send_.reset();
+  sendPending_ = recvPending_ = false;
+}
+
+std::string CallCheck::waitingFor() const {
+  if (recvPending_) return "the call signature of rank " + std::to_string(previous_);
+  if (sendPending_) return "rank " + std::to_string(next_) + " to take this rank's call signature";
+  return {};
+}
+
+}  // namespace gradcomm::core
