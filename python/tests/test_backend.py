@@ -100,3 +100,12 @@ def test_timeline_and_stats_through_the_backend(tmp_path):
         assert len(spans) == 4, events
         assert all(e["args"]["bytes"] == 4000 for e in spans), spans
         assert "allreduce" in r.stderr and "calls        4" in r.stderr, r.stderr
+
+
+def test_compression_hooks_with_error_feedback_converge_like_uncompressed_training(tmp_path):
+    results = assert_all_ok(run_job("hooks", 2, tmp_path, timeout=150))
+    for r in results:
+        losses = r.result["losses"]
+        assert losses["none"] < losses["initial"] / 5, losses  # it learned: the comparison means something
+        for name in ("fp16", "bf16", "topk"):
+            assert abs(losses[name] - losses["none"]) <= 0.02 * losses["none"], losses
