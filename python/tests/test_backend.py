@@ -109,3 +109,16 @@ def test_compression_hooks_with_error_feedback_converge_like_uncompressed_traini
         assert losses["none"] < losses["initial"] / 5, losses  # it learned: the comparison means something
         for name in ("fp16", "bf16", "topk"):
             assert abs(losses[name] - losses["none"]) <= 0.02 * losses["none"], losses
+
+
+def test_example_script_runs_under_torchrun_with_a_hook(tmp_path):
+    example = os.path.join(HERE, "..", "..", "examples", "pytorch_ddp.py")
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), example, "--steps", "5", "--hook",
+           "topk:0.01"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env({"GRADCOMM_STATS": "1"}),
+                       cwd=str(tmp_path))
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert "backend gradcomm  hook topk:0.01  ranks 2" in out, out[-4000:]
+    assert "allreduce[topk:0.01] calls        5" in out, out[-4000:]
