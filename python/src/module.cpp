@@ -8,9 +8,11 @@
 #include "gradcomm/communicator.hpp"
 #include "gradcomm/version.hpp"
 #include "process_group.hpp"
+#include "torch_reducer.hpp"
 
 namespace py = pybind11;
 using gradcomm::torch_backend::ProcessGroupGradcomm;
+using gradcomm::torch_backend::TorchReducer;
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "gradcomm's c10d backend for PyTorch 1.13 (CPU tensors)";
@@ -55,6 +57,38 @@ PYBIND11_MODULE(_C, m) {
       .def("exposed_ms", &ProcessGroupGradcomm::exposedMs, "Time callers were blocked in Work.wait (ms).")
       .def("transport", &ProcessGroupGradcomm::transportName)
       .def_property_readonly("timeout", &ProcessGroupGradcomm::timeout);
+
+  py::class_<TorchReducer>(m, "Reducer", "gradcomm's Reducer over a model's parameters (DistributedDataParallel).")
+      .def(py::init([](const c10::intrusive_ptr<ProcessGroupGradcomm>& pg, const std::vector<at::Tensor>& params,
+                       size_t bucketCapBytes, size_t firstBucketBytes, const std::string& compression) {
+             gradcomm::ReducerOptions o;
+             o.bucketCapBytes = bucketCapBytes;
+             o.firstBucketBytes = firstBucketBytes;
+             o.compression = compression;
+             py::gil_scoped_release release;  // collective: checks every rank registered the same
+             return std::make_unique<TorchReducer>(pg, params, o);
+           }),
+           py::arg("process_group"), py::arg("params"), py::arg("bucket_cap_bytes") = 0,
+           py::arg("first_bucket_bytes") = 0, py::arg("compression") = "")
+      .def("grad_ready", &TorchReducer::gradReady, py::call_guard<py::gil_scoped_release>())
+      .def("mark_unused", &TorchReducer::markUnused, py::call_guard<py::gil_scoped_release>())
+      .def("finalize", &TorchReducer::finalize, py::call_guard<py::gil_scoped_release>())
+      .def("buckets", &TorchReducer::buckets)
+      .def("__len__", &TorchReducer::size)
+      .def("last_step_stats", [](const TorchReducer& r) {
+        const auto s = r.lastStepStats();
+        py::dict d;
+        d["step"] = s.step;
+        d["step_ms"] = s.stepMs;
+        d["comm_ms"] = s.commMs;
+        d["exposed_ms"] = s.exposedMs;
+        d["hidden_ms"] = s.hiddenMs;
+        d["compute_ms"] = s.computeMs;
+        d["utilization"] = s.utilization;
+        d["buckets"] = s.buckets;
+        d["bytes"] = s.bytes;
+        return d;
+      });
 
   m.attr("__version__") = GRADCOMM_VERSION_STRING;
 }

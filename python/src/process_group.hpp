@@ -122,6 +122,8 @@ class ProcessGroupGradcomm : public c10d::ProcessGroup {
   /// Where the communicator stands: algorithm choices, transport.
   std::string transportName() const { return comm_.transportName(); }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  /// The communicator (for the Reducer-driven DistributedDataParallel).
+  Communicator communicator() const { return comm_; }
 
  private:
   /// What the completion thread finishes for one c10d call.

@@ -122,3 +122,10 @@ def test_example_script_runs_under_torchrun_with_a_hook(tmp_path):
     assert p.returncode == 0, out[-4000:]
     assert "backend gradcomm  hook topk:0.01  ranks 2" in out, out[-4000:]
     assert "allreduce[topk:0.01] calls        5" in out, out[-4000:]
+
+
+def test_wrapper_gives_ddps_gradients_including_no_sync(tmp_path):
+    results = assert_all_ok(run_job("wrapper", 2, tmp_path, timeout=120))
+    for r in results:
+        assert r.result["steps"] == 10 and r.result["buckets"] >= 2, r.result
+        assert r.result["max_grad_diff"] <= 1e-6, r.result

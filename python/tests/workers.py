@@ -5,6 +5,7 @@ usage: workers.py SCENARIO RANK WORLD INIT_METHOD OUTDIR [ARGS...]
 Each scenario raises AssertionError when a check fails; the process then
 exits non-zero and the test prints its output.
 """
+import contextlib
 import datetime
 import json
 import os
@@ -353,6 +354,44 @@ def scenario_hooks(rank, world, init_method, outdir):
     assert fut[0] is not None and torch.equal(fut[0], got)
     torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
     result({"losses": losses})
+    dist.destroy_process_group()
+
+
+def scenario_wrapper(rank, world, init_method, outdir):
+    """gradcomm.torch.DistributedDataParallel gives DDP's gradients, step by step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    init(rank, world, init_method)
+    torch.manual_seed(rank)  # different initial models: both must broadcast rank 0's
+    ref = DDP(_model(), bucket_cap_mb=0.01)
+    torch.manual_seed(rank)
+    ours = gradcomm.torch.DistributedDataParallel(torch.nn.Sequential(*[m for m in _model()]), bucket_cap_mb=0.01,
+                                                  first_bucket_mb=0.002)
+    for a, b in zip(ref.module.parameters(), ours.module.parameters()):
+        assert torch.equal(a, b), "initial parameters differ from DDP's (rank 0's)"
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
+    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.05)
+    worst = 0.0
+    steps = 0
+    for step, (x, y) in enumerate(_batches(rank, 12)):
+        accumulate = step in (4, 5)  # two steps under no_sync, then one that sends the sum
+        for model, opt in ((ref, opt_ref), (ours, opt_ours)):
+            if not accumulate or step == 4:
+                opt.zero_grad()
+            ctx = model.no_sync() if accumulate else contextlib.nullcontext()
+            with ctx:
+                torch.nn.functional.mse_loss(model(x), y).backward()
+        if accumulate:
+            continue
+        for (name, a), b in zip(ref.module.named_parameters(), ours.module.parameters()):
+            worst = max(worst, (a.grad - b.grad).abs().max().item())
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7,
+                                       msg=lambda m: f"step {step} gradient of {name}: {m}")
+        opt_ref.step()
+        opt_ours.step()
+        steps += 1
+    st = ours.last_step_stats()
+    assert st["buckets"] >= 2 and st["bytes"] > 0, st
+    result({"max_grad_diff": worst, "steps": steps, "buckets": len(ours.buckets()), "stats": st})
     dist.destroy_process_group()
 
 

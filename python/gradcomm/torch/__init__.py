@@ -49,3 +49,7 @@ def stats(group=None):
 
 
 __all__ = ["BACKEND_NAME", "ErrorFeedback", "ProcessGroupGradcomm", "get_backend_group", "stats"]
+
+from .parallel import DistributedDataParallel  # noqa: E402  (needs get_backend_group above)
+
+__all__.append("DistributedDataParallel")
