@@ -129,3 +129,26 @@ def test_wrapper_gives_ddps_gradients_including_no_sync(tmp_path):
     for r in results:
         assert r.result["steps"] == 10 and r.result["buckets"] >= 2, r.result
         assert r.result["max_grad_diff"] <= 1e-6, r.result
+
+
+@pytest.mark.parametrize("script,args", [
+    ("torch_collectives.py", ["--max-bytes", "16K", "--iters", "2"]),
+    ("torch_ddp.py", ["--width", "32", "--depth", "1", "--steps", "2", "--warmup", "1"]),
+])
+def test_benchmark_scripts_write_their_json_rows(tmp_path, script, args):
+    out = tmp_path / "rows.json"
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           os.path.join(HERE, "..", "..", "bench", script), *args, "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env(), cwd=str(tmp_path))
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    rows = json.loads(out.read_text())
+    assert {r["backend"] for r in rows} == {"gloo", "gradcomm"}, rows
+    if script == "torch_ddp.py":
+        assert {r["mode"] for r in rows} == {"ddp", "ddp+fp16", "reducer"}, rows
+        assert all(r["step_ms"] > 0 and 0 < r["utilization"] <= 1 for r in rows), rows
+        # same model, data and start: the exact modes end with the same loss
+        exact = {r["final_loss"] for r in rows if r["mode"] != "ddp+fp16"}
+        assert len(exact) == 1, rows
+    else:
+        assert all(r["bytes"] > 0 and r["time_us"] > 0 for r in rows), rows
