@@ -46,10 +46,6 @@ class CompressionState:
             return compression
         return f"{compression}:ef={1 if self.error_feedback else 0}"
 
-    # DDP pickles nothing of the state; keep it simple to copy anyway.
-    def __getstate__(self):
-        return {"process_group": None, "error_feedback": self.error_feedback, "_feedback": {}}
-
 
 def _compressed(state, bucket, compression):
     if state is None:
