@@ -1,0 +1,94 @@
+// gradcomm.torch._C: the ProcessGroupGradcomm class (a subclass of
+// torch.distributed's ProcessGroup) and gradcomm's ErrorFeedback.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "gradcomm/communicator.hpp"
+#include "gradcomm/version.hpp"
+#include "process_group.hpp"
+#include "torch_reducer.hpp"
+
+namespace py = pybind11;
+using gradcomm::torch_backend::ProcessGroupGradcomm;
+using gradcomm::torch_backend::TorchReducer;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "gradcomm's c10d backend for PyTorch 1.13 (CPU tensors)";
+  // ProcessGroup, Work and Store are registered by torch's own extension;
+  // import it first so this module can refer to them.
+  py::module_::import("torch.distributed");
+
+  py::class_<gradcomm::ErrorFeedback, std::shared_ptr<gradcomm::ErrorFeedback>>(
+      m, "ErrorFeedback", "What compression has not sent yet of one tensor, added to its next allreduce.")
+      .def(py::init<>())
+      .def("clear", &gradcomm::ErrorFeedback::clear, "Forgets the carried error.")
+      .def("size", &gradcomm::ErrorFeedback::size, "Elements carried (0 before first use).");
+
+  py::class_<ProcessGroupGradcomm, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupGradcomm>>(
+      m, "ProcessGroupGradcomm", "torch.distributed backend running gradcomm collectives on CPU tensors.")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout) {
+             // Forming the communicator waits for every rank: let other
+             // Python threads run meanwhile.
+             py::gil_scoped_release release;
+             return c10::make_intrusive<ProcessGroupGradcomm>(store, rank, size, timeout);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"))
+      .def("allreduce_compressed", &ProcessGroupGradcomm::allreduceCompressed, py::arg("tensor"),
+           py::arg("compression"), py::arg("error_feedback") = nullptr,
+           py::call_guard<py::gil_scoped_release>(),
+           "Averages a tensor with gradcomm's compression ('fp16', 'bf16', 'topk:0.01', ...) and error feedback; "
+           "returns a Work whose future holds [tensor].")
+      .def("stats",
+           [](const ProcessGroupGradcomm& pg) {
+             py::dict out;
+             for (const auto& [what, s] : pg.stats()) {
+               py::dict d;
+               d["calls"] = s.calls;
+               d["bytes"] = s.bytes;
+               d["comm_ms"] = s.commMs;
+               out[py::str(what)] = d;
+             }
+             return out;
+           },
+           "Per collective: calls, bytes and summed running time (ms).")
+      .def("exposed_ms", &ProcessGroupGradcomm::exposedMs, "Time callers were blocked in Work.wait (ms).")
+      .def("transport", &ProcessGroupGradcomm::transportName)
+      .def_property_readonly("timeout", &ProcessGroupGradcomm::timeout);
+
+  py::class_<TorchReducer>(m, "Reducer", "gradcomm's Reducer over a model's parameters (DistributedDataParallel).")
+      .def(py::init([](const c10::intrusive_ptr<ProcessGroupGradcomm>& pg, const std::vector<at::Tensor>& params,
+                       size_t bucketCapBytes, size_t firstBucketBytes, const std::string& compression) {
+             gradcomm::ReducerOptions o;
+             o.bucketCapBytes = bucketCapBytes;
+             o.firstBucketBytes = firstBucketBytes;
+             o.compression = compression;
+             py::gil_scoped_release release;  // collective: checks every rank registered the same
+             return std::make_unique<TorchReducer>(pg, params, o);
+           }),
+           py::arg("process_group"), py::arg("params"), py::arg("bucket_cap_bytes") = 0,
+           py::arg("first_bucket_bytes") = 0, py::arg("compression") = "")
+      .def("grad_ready", &TorchReducer::gradReady, py::call_guard<py::gil_scoped_release>())
+      .def("mark_unused", &TorchReducer::markUnused, py::call_guard<py::gil_scoped_release>())
+      .def("finalize", &TorchReducer::finalize, py::call_guard<py::gil_scoped_release>())
+      .def("buckets", &TorchReducer::buckets)
+      .def("__len__", &TorchReducer::size)
+      .def("last_step_stats", [](const TorchReducer& r) {
+        const auto s = r.lastStepStats();
+        py::dict d;
+        d["step"] = s.step;
+        d["step_ms"] = s.stepMs;
+        d["comm_ms"] = s.commMs;
+        d["exposed_ms"] = s.exposedMs;
+        d["hidden_ms"] = s.hiddenMs;
+        d["compute_ms"] = s.computeMs;
+        d["utilization"] = s.utilization;
+        d["buckets"] = s.buckets;
+        d["bytes"] = s.bytes;
+        return d;
+      });
+
+  m.attr("__version__") = GRADCOMM_VERSION_STRING;
+}

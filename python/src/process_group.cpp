@@ -1,0 +1,805 @@
+#include "process_group.hpp"
+
+#include <Python.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+
+#include <ATen/ATen.h>
+
+#include "core/communicator_impl.hpp"
+#include "core/timeline.hpp"
+#include "gradcomm/error.hpp"
+#include "store_adapter.hpp"
+
+namespace gradcomm::torch_backend {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* kSupportedTypes = "float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool";
+const char* kGlooHint = "create a gloo group for it: dist.new_group(backend=\"gloo\") and pass group=";
+
+/// gradcomm's type for a tensor's dtype, if it has one.
+bool gradcommType(at::ScalarType s, DataType* out) {
+  switch (s) {
+    case at::kFloat: *out = DataType::kFloat32; return true;
+    case at::kDouble: *out = DataType::kFloat64; return true;
+    case at::kHalf: *out = DataType::kFloat16; return true;
+    case at::kBFloat16: *out = DataType::kBFloat16; return true;
+    case at::kChar: *out = DataType::kInt8; return true;
+    case at::kByte: *out = DataType::kUInt8; return true;
+    case at::kInt: *out = DataType::kInt32; return true;
+    case at::kLong: *out = DataType::kInt64; return true;
+    case at::kBool: *out = DataType::kUInt8; return true;  // one byte, 0 or 1
+    default: return false;
+  }
+}
+
+/// How a tensor's bytes move in a collective that does not reduce: as its
+/// own gradcomm type where it has one (so ranks that disagree on the dtype
+/// are told so), else as bytes.
+struct Movement {
+  DataType type;
+  size_t count;
+};
+Movement movementOf(const at::Tensor& t) {
+  DataType dt;
+  if (gradcommType(t.scalar_type(), &dt)) return {dt, static_cast<size_t>(t.numel())};
+  return {DataType::kUInt8, static_cast<size_t>(t.numel()) * t.element_size()};
+}
+
+std::string opName(c10d::ReduceOp op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "op " + std::to_string(static_cast<int>(op.op_));
+  }
+}
+
+std::string shapeOf(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+std::string describeTensor(const at::Tensor& t) {
+  return std::string(c10::toString(t.scalar_type())) + shapeOf(t);
+}
+
+/// A contiguous tensor holding t's values: t itself when it already is.
+at::Tensor contiguousBuffer(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+
+/// A flat view of `count` elements of `flat` from element `offset`, shaped like `like`.
+at::Tensor slab(const at::Tensor& flat, int64_t offset, const at::Tensor& like) {
+  return flat.narrow(0, offset, like.numel()).view(like.sizes());
+}
+
+int64_t toNs(Clock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); }
+
+std::string perRankPath(const std::string& base, int rank) {
+  const std::string tag = ".rank" + std::to_string(rank);
+  auto dot = base.rfind(".json");
+  if (dot != std::string::npos && dot + 5 == base.size()) return base.substr(0, dot) + tag + ".json";
+  return base + tag + ".json";
+}
+
+Communicator formCommunicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                              std::chrono::milliseconds timeout) {
+  Options options;
+  // torch's timeout is the communicator's: rendezvous, and any collective
+  // that makes no progress for that long.
+  if (timeout.count() > 0) options.set("TIMEOUT", std::to_string(timeout.count()) + "ms");
+  return communicatorFromStore(std::make_shared<C10dStoreAdapter>(store), rank, size, options);
+}
+
+}  // namespace
+
+// ---- WorkGradcomm ---------------------------------------------------------------
+
+WorkGradcomm::WorkGradcomm(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+bool WorkGradcomm::wait(std::chrono::milliseconds timeout) {
+  const auto start = Clock::now();
+  struct Record {
+    WorkGradcomm* w;
+    Clock::time_point start;
+    ~Record() {
+      if (!w->telemetry) return;
+      const auto end = Clock::now();
+      w->telemetry->exposedNs += toNs(end - start);
+      if (w->telemetry->timeline) {
+        w->telemetry->timeline->span("wait", "exposed", start, end, core::Timeline::kCompute);
+      }
+    }
+  } record{this, start};
+  return c10d::Work::wait(timeout);
+}
+
+void WorkGradcomm::complete(std::exception_ptr error) {
+  finish(error);
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+// ---- ProcessGroupGradcomm -------------------------------------------------------------
+
+ProcessGroupGradcomm::ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                           std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size),
+      timeout_(timeout),
+      comm_(formCommunicator(store, rank, size, timeout)),
+      telemetry_(std::make_shared<Telemetry>()) {
+  init();
+  const auto& config = comm_.impl()->config();
+  printStats_ = config.stats;
+  if (!config.timelinePath.empty()) {
+    telemetry_->timeline = std::make_unique<core::Timeline>(perRankPath(config.timelinePath, rank), rank);
+  }
+  lastFlush_ = Clock::now();
+  completer_ = std::thread([this] { completionLoop(); });
+}
+
+ProcessGroupGradcomm::~ProcessGroupGradcomm() {
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    stopping_ = true;
+  }
+  queueCv_.notify_all();
+  if (completer_.joinable()) {
+    // The completion thread runs future callbacks, which may be Python
+    // (DDP comm hooks) and take the GIL: never hold it while joining.
+    PyThreadState* saved = nullptr;
+    if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
+    completer_.join();
+    if (saved) PyEval_RestoreThread(saved);
+  }
+  if (printStats_) {
+    for (const auto& [what, s] : stats()) {
+      std::fprintf(stderr, "gradcomm[rank %d] %-20s calls %8llu  bytes %14llu  comm %10.3f ms\n", rank_, what.c_str(),
+                   static_cast<unsigned long long>(s.calls), static_cast<unsigned long long>(s.bytes), s.commMs);
+    }
+    std::fprintf(stderr, "gradcomm[rank %d] callers blocked in Work.wait: %.3f ms\n", rank_, exposedMs());
+  }
+  if (telemetry_->timeline) telemetry_->timeline->flush();
+}
+
+void ProcessGroupGradcomm::reject(const std::string& what, const std::string& why) {
+  const std::string message = what + ": " + why;
+  // Aborting tells every other rank at once (they get a RemoteError naming
+  // this rank and the reason) instead of leaving them waiting for this call.
+  comm_.impl()->abortAndThrow(InvalidArgument(message), "rejected its torch.distributed " + what + " call");
+}
+
+void ProcessGroupGradcomm::unsupported(const std::string& what, const std::string& instead) const {
+  TORCH_CHECK(false, "gradcomm backend: ", what, " is not supported; ", instead);
+}
+
+void ProcessGroupGradcomm::checkTensor(const std::string& what, const at::Tensor& t) {
+  if (!t.defined()) reject(what, "got an undefined tensor");
+  if (!t.device().is_cpu()) {
+    reject(what, "got a tensor on " + t.device().str() +
+                     "; this build of the gradcomm backend takes CPU tensors only (move it with .cpu(), or use the "
+                     "nccl backend for CUDA tensors)");
+  }
+  if (t.layout() != at::kStrided) reject(what, "got a sparse tensor; gradcomm takes dense tensors (use .to_dense())");
+  if (t.is_complex() || t.scalar_type() == at::kQInt8 || t.scalar_type() == at::kQUInt8) {
+    // Complex and quantized data move fine but cannot be reduced here; the
+    // data-moving calls pass bytes and never come here for them.
+  }
+}
+
+DataType ProcessGroupGradcomm::reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op,
+                                             ReduceOp* gcOp) {
+  DataType dt;
+  if (!gradcommType(t.scalar_type(), &dt)) {
+    reject(what, std::string("cannot reduce dtype ") + c10::toString(t.scalar_type()) + " (gradcomm reduces " +
+                     kSupportedTypes + "); cast the tensor, or " + kGlooHint);
+  }
+  const bool isBool = t.scalar_type() == at::kBool;
+  const bool isFloat = at::isFloatingType(t.scalar_type());
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: *gcOp = isBool ? ReduceOp::kMax : ReduceOp::kSum; break;  // bool sum = logical or
+    case c10d::ReduceOp::PRODUCT: *gcOp = isBool ? ReduceOp::kMin : ReduceOp::kProd; break;  // logical and
+    case c10d::ReduceOp::MIN: *gcOp = ReduceOp::kMin; break;
+    case c10d::ReduceOp::MAX: *gcOp = ReduceOp::kMax; break;
+    case c10d::ReduceOp::AVG:
+      if (!isFloat) {
+        reject(what, std::string("AVG of a ") + c10::toString(t.scalar_type()) +
+                         " tensor is not defined; use SUM and divide (or convert to a floating type)");
+      }
+      *gcOp = ReduceOp::kAvg;
+      break;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+      if (isBool) {
+        *gcOp = op.op_ == c10d::ReduceOp::BAND ? ReduceOp::kMin : ReduceOp::kMax;
+        break;
+      }
+      [[fallthrough]];
+    default:
+      reject(what, "reduce op " + opName(op) + " is not supported on " + c10::toString(t.scalar_type()) +
+                       " (gradcomm has SUM, PRODUCT, MIN, MAX, AVG; BAND/BOR on bool); " +
+                       (op.op_ == c10d::ReduceOp::PREMUL_SUM ? "multiply first and use SUM, or "
+                                                              : std::string()) +
+                       kGlooHint);
+  }
+  return dt;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::enqueue(Pending p) {
+  auto work = p.work;
+  work->telemetry = telemetry_;
+  if (telemetry_->timeline) {
+    telemetry_->timeline->instant(p.what + " issued", "issue", Clock::now(), core::Timeline::kCompute,
+                                  "\"bytes\": " + std::to_string(p.bytes));
+  }
+  {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    queue_.push_back(std::move(p));
+  }
+  queueCv_.notify_one();
+  return work;
+}
+
+void ProcessGroupGradcomm::completionLoop() {
+  for (;;) {
+    Pending p;
+    {
+      std::unique_lock<std::mutex> lock(queueMu_);
+      queueCv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every call finished
+      p = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      for (auto& op : p.ops) op.wait();
+      if (p.finish) p.finish();
+    } catch (const std::exception& e) {
+      error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
+    } catch (...) {
+      error = std::current_exception();
+    }
+    double commMs = 0;
+    for (auto& op : p.ops) {
+      if (op.endTime() == Clock::time_point{} || op.startTime() == Clock::time_point{}) continue;
+      commMs += std::chrono::duration<double, std::milli>(op.endTime() - op.startTime()).count();
+      if (telemetry_->timeline) {
+        telemetry_->timeline->span(p.what, "collective", op.startTime(), op.endTime(), core::Timeline::kComm,
+                                   "\"algorithm\": \"" + op.algorithm() + "\", \"bytes\": " +
+                                       std::to_string(op.bytes()));
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(statsMu_);
+      auto& s = stats_[p.what];
+      ++s.calls;
+      s.bytes += p.bytes;
+      s.commMs += commMs;
+    }
+    // Release tensors before anyone sees the completion.
+    p.keep.clear();
+    p.finish = nullptr;
+    p.work->complete(error);
+    if (telemetry_->timeline && Clock::now() - lastFlush_ > std::chrono::seconds(1)) {
+      telemetry_->timeline->flush();
+      lastFlush_ = Clock::now();
+    }
+  }
+}
+
+std::map<std::string, CollectiveStats> ProcessGroupGradcomm::stats() const {
+  std::lock_guard<std::mutex> lock(statsMu_);
+  return stats_;
+}
+
+// ---- collectives ------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce(std::vector<at::Tensor>& tensors,
+                                                               const c10d::AllreduceOptions& opts) {
+  const std::string what = "allreduce";
+  if (tensors.size() != 1) {
+    unsupported("allreduce of " + std::to_string(tensors.size()) + " tensors in one call",
+                "pass one tensor per process (or use allreduce_coalesced)");
+  }
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor t = tensors[0];
+  checkTensor(what, t);
+  ReduceOp op;
+  const DataType dt = reductionType(what, t, opts.reduceOp, &op);
+  at::Tensor buf = contiguousBuffer(t);
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t});
+  p.bytes = t.nbytes();
+  p.ops.push_back(comm_.allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op));
+  if (!buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
+  p.keep = {t, buf};
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduceCompressed(at::Tensor& tensor,
+                                                                         const std::string& compression,
+                                                                         std::shared_ptr<ErrorFeedback> feedback) {
+  const std::string what = "allreduce[" + compression + "]";
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor t = tensor;
+  checkTensor(what, t);
+  ReduceOp op;
+  const DataType dt = reductionType(what, t, c10d::ReduceOp::AVG, &op);
+  at::Tensor buf = contiguousBuffer(t);
+  CollectiveOptions o;
+  // Compression applies to float32; other buckets are averaged exactly.
+  if (dt == DataType::kFloat32) {
+    o.compression = compression;
+    o.errorFeedback = feedback.get();
+  } else {
+    o.compression = "none";
+  }
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t});
+  p.bytes = t.nbytes();
+  try {
+    p.ops.push_back(comm_.allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op, o));
+  } catch (const Error& e) {
+    TORCH_CHECK(false, "gradcomm backend: ", what, ": ", e.what());
+  }
+  if (!buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
+  p.keep = {t, buf};
+  p.keepOther = feedback;
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const std::string what = "allreduce_coalesced";
+  std::lock_guard<std::mutex> lock(issueMu_);
+  if (tensors.empty()) reject(what, "got no tensors");
+  ReduceOp op;
+  DataType dt = DataType::kFloat32;
+  int64_t total = 0;
+  for (const auto& t : tensors) {
+    checkTensor(what, t);
+    if (t.scalar_type() != tensors[0].scalar_type()) {
+      reject(what, "every tensor must have the same dtype (got " + describeTensor(tensors[0]) + " and " +
+                       describeTensor(t) + "); call it once per dtype");
+    }
+    total += t.numel();
+  }
+  dt = reductionType(what, tensors[0], opts.reduceOp, &op);
+  // One collective for all of them: flatten, reduce, copy back.
+  at::Tensor flat = at::empty({total}, tensors[0].options());
+  int64_t offset = 0;
+  for (const auto& t : tensors) {
+    slab(flat, offset, t).copy_(t);
+    offset += t.numel();
+  }
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLREDUCE_COALESCED, tensors);
+  p.bytes = flat.nbytes();
+  p.ops.push_back(comm_.allreduce(flat.data_ptr(), flat.data_ptr(), static_cast<size_t>(total), dt, op));
+  std::vector<at::Tensor> outs = tensors;
+  p.finish = [outs, flat] {
+    int64_t off = 0;
+    for (const auto& t : outs) {
+      t.copy_(slab(flat, off, t));
+      off += t.numel();
+    }
+  };
+  p.keep = tensors;
+  p.keep.push_back(flat);
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::broadcast(std::vector<at::Tensor>& tensors,
+                                                               const c10d::BroadcastOptions& opts) {
+  const std::string what = "broadcast";
+  if (tensors.size() != 1) {
+    unsupported("broadcast of " + std::to_string(tensors.size()) + " tensors in one call", "pass one tensor per process");
+  }
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor t = tensors[0];
+  checkTensor(what, t);
+  if (opts.rootRank < 0 || opts.rootRank >= size_ || opts.rootTensor != 0) {
+    reject(what, "root rank " + std::to_string(opts.rootRank) + " is not in [0, " + std::to_string(size_) + ")");
+  }
+  at::Tensor buf = contiguousBuffer(t);
+  const Movement m = movementOf(buf);
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::BROADCAST, std::vector<at::Tensor>{t});
+  p.bytes = t.nbytes();
+  p.ops.push_back(comm_.broadcast(buf.data_ptr(), buf.data_ptr(), m.count, m.type, static_cast<int>(opts.rootRank)));
+  if (!buf.is_same(t) && rank_ != opts.rootRank) p.finish = [t, buf] { t.copy_(buf); };
+  p.keep = {t, buf};
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::ReduceOptions& opts) {
+  const std::string what = "reduce";
+  if (tensors.size() != 1) {
+    unsupported("reduce of " + std::to_string(tensors.size()) + " tensors in one call", "pass one tensor per process");
+  }
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor t = tensors[0];
+  checkTensor(what, t);
+  if (opts.rootRank < 0 || opts.rootRank >= size_ || opts.rootTensor != 0) {
+    reject(what, "root rank " + std::to_string(opts.rootRank) + " is not in [0, " + std::to_string(size_) + ")");
+  }
+  ReduceOp op;
+  const DataType dt = reductionType(what, t, opts.reduceOp, &op);
+  at::Tensor buf = contiguousBuffer(t);
+  const bool root = rank_ == opts.rootRank;
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::REDUCE, std::vector<at::Tensor>{t});
+  p.bytes = t.nbytes();
+  p.ops.push_back(comm_.reduce(buf.data_ptr(), root ? buf.data_ptr() : nullptr, buf.numel(), dt, op,
+                               static_cast<int>(opts.rootRank)));
+  if (root && !buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
+  p.keep = {t, buf};
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                               std::vector<at::Tensor>& inputs,
+                                                               const c10d::AllgatherOptions&) {
+  const std::string what = "allgather";
+  if (inputs.size() != 1 || outputs.size() != 1) {
+    unsupported("allgather with several input tensors per process", "pass one input tensor and one output list");
+  }
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor in = inputs[0];
+  checkTensor(what, in);
+  std::vector<at::Tensor> outs = outputs[0];
+  if (static_cast<int>(outs.size()) != size_) {
+    reject(what, "the output list has " + std::to_string(outs.size()) + " tensors; it needs one per rank (" +
+                     std::to_string(size_) + ")");
+  }
+  for (const auto& o : outs) {
+    checkTensor(what, o);
+    if (o.numel() != in.numel() || o.scalar_type() != in.scalar_type()) {
+      reject(what, "output tensor " + describeTensor(o) + " does not match the input " + describeTensor(in));
+    }
+  }
+  at::Tensor src = contiguousBuffer(in);
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+  const Movement m = movementOf(src);
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLGATHER, outs);
+  p.bytes = flat.nbytes();
+  p.ops.push_back(comm_.allgather(src.data_ptr(), flat.data_ptr(), m.count, m.type));
+  p.finish = [outs, flat] {
+    for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(slab(flat, static_cast<int64_t>(i) * outs[i].numel(), outs[i]));
+  };
+  p.keep = outs;
+  p.keep.push_back(src);
+  p.keep.push_back(flat);
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                     const c10d::AllgatherOptions&) {
+  const std::string what = "_allgather_base";
+  std::lock_guard<std::mutex> lock(issueMu_);
+  checkTensor(what, input);
+  checkTensor(what, output);
+  if (output.numel() != size_ * input.numel() || output.scalar_type() != input.scalar_type()) {
+    reject(what, "the output " + describeTensor(output) + " must hold world_size (" + std::to_string(size_) +
+                     ") times the input " + describeTensor(input) + " of the same dtype");
+  }
+  at::Tensor in = contiguousBuffer(input);
+  at::Tensor out = contiguousBuffer(output);
+  const Movement m = movementOf(in);
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{output});
+  p.bytes = out.nbytes();
+  p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type));
+  at::Tensor o = output;
+  if (!out.is_same(o)) p.finish = [o, out] { o.copy_(out); };
+  p.keep = {input, output, in, out};
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather_coalesced(std::vector<std::vector<at::Tensor>>&,
+                                                                         std::vector<at::Tensor>&,
+                                                                         const c10d::AllgatherOptions&) {
+  unsupported("allgather_coalesced (deprecated in torch)",
+              "flatten the tensors into one and use all_gather or _all_gather_base");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                            std::vector<at::Tensor>& inputs,
+                                                            const c10d::GatherOptions& opts) {
+  const std::string what = "gather";
+  if (inputs.size() != 1) unsupported("gather of several tensors per process", "pass one input tensor");
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor in = inputs[0];
+  checkTensor(what, in);
+  if (opts.rootRank < 0 || opts.rootRank >= size_) {
+    reject(what, "root rank " + std::to_string(opts.rootRank) + " is not in [0, " + std::to_string(size_) + ")");
+  }
+  const bool root = rank_ == opts.rootRank;
+  std::vector<at::Tensor> outs;
+  if (root) {
+    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
+      reject(what, "the root needs one output list of world_size (" + std::to_string(size_) + ") tensors");
+    }
+    outs = outputs[0];
+    for (const auto& o : outs) {
+      checkTensor(what, o);
+      if (o.numel() != in.numel() || o.scalar_type() != in.scalar_type()) {
+        reject(what, "output tensor " + describeTensor(o) + " does not match the input " + describeTensor(in));
+      }
+    }
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    reject(what, "only the root (rank " + std::to_string(opts.rootRank) + ") passes output tensors");
+  }
+  // gradcomm has no gather: an allgather moves every rank's input to every
+  // rank (world_size times the memory and traffic a gather needs).
+  at::Tensor src = contiguousBuffer(in);
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+  const Movement m = movementOf(src);
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::GATHER, outs);
+  p.bytes = flat.nbytes();
+  p.ops.push_back(comm_.allgather(src.data_ptr(), flat.data_ptr(), m.count, m.type));
+  if (root) {
+    p.finish = [outs, flat] {
+      for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(slab(flat, static_cast<int64_t>(i) * outs[i].numel(), outs[i]));
+    };
+  }
+  p.keep = outs;
+  p.keep.push_back(src);
+  p.keep.push_back(flat);
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::scatter(std::vector<at::Tensor>& outputs,
+                                                             std::vector<std::vector<at::Tensor>>& inputs,
+                                                             const c10d::ScatterOptions& opts) {
+  const std::string what = "scatter";
+  if (outputs.size() != 1) unsupported("scatter into several tensors per process", "pass one output tensor");
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor out = outputs[0];
+  checkTensor(what, out);
+  if (opts.rootRank < 0 || opts.rootRank >= size_) {
+    reject(what, "root rank " + std::to_string(opts.rootRank) + " is not in [0, " + std::to_string(size_) + ")");
+  }
+  const bool root = rank_ == opts.rootRank;
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * out.numel()}, out.options());
+  if (root) {
+    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
+      reject(what, "the root needs one input list of world_size (" + std::to_string(size_) + ") tensors");
+    }
+    int64_t offset = 0;
+    for (const auto& i : inputs[0]) {
+      checkTensor(what, i);
+      if (i.numel() != out.numel() || i.scalar_type() != out.scalar_type()) {
+        reject(what, "input tensor " + describeTensor(i) + " does not match the output " + describeTensor(out));
+      }
+      slab(flat, offset, i).copy_(i);
+      offset += i.numel();
+    }
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    reject(what, "only the root (rank " + std::to_string(opts.rootRank) + ") passes input tensors");
+  }
+  // gradcomm has no scatter: the root broadcasts every rank's part and each
+  // keeps its own (world_size times the traffic a scatter needs).
+  const Movement m = movementOf(flat);
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::SCATTER, std::vector<at::Tensor>{out});
+  p.bytes = flat.nbytes();
+  p.ops.push_back(comm_.broadcast(flat.data_ptr(), flat.data_ptr(), m.count, m.type, static_cast<int>(opts.rootRank)));
+  const int r = rank_;
+  p.finish = [out, flat, r] { out.copy_(slab(flat, static_cast<int64_t>(r) * out.numel(), out)); };
+  p.keep = {out, flat};
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                    std::vector<std::vector<at::Tensor>>& inputs,
+                                                                    const c10d::ReduceScatterOptions& opts) {
+  const std::string what = "reduce_scatter";
+  if (outputs.size() != 1 || inputs.size() != 1) {
+    unsupported("reduce_scatter of several tensors per process", "pass one output tensor and one input list");
+  }
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor out = outputs[0];
+  checkTensor(what, out);
+  if (static_cast<int>(inputs[0].size()) != size_) {
+    reject(what, "the input list has " + std::to_string(inputs[0].size()) + " tensors; it needs one per rank (" +
+                     std::to_string(size_) + ")");
+  }
+  ReduceOp op;
+  const DataType dt = reductionType(what, out, opts.reduceOp, &op);
+  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * out.numel()}, out.options());
+  int64_t offset = 0;
+  for (const auto& i : inputs[0]) {
+    checkTensor(what, i);
+    if (i.numel() != out.numel() || i.scalar_type() != out.scalar_type()) {
+      reject(what, "input tensor " + describeTensor(i) + " does not match the output " + describeTensor(out));
+    }
+    slab(flat, offset, i).copy_(i);
+    offset += i.numel();
+  }
+  at::Tensor dst = contiguousBuffer(out);
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::REDUCE_SCATTER, std::vector<at::Tensor>{out});
+  p.bytes = flat.nbytes();
+  p.ops.push_back(comm_.reduceScatter(flat.data_ptr(), dst.data_ptr(), out.numel(), dt, op));
+  if (!dst.is_same(out)) p.finish = [out, dst] { out.copy_(dst); };
+  p.keep = {out, dst, flat};
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                          const c10d::ReduceScatterOptions& opts) {
+  const std::string what = "_reduce_scatter_base";
+  std::lock_guard<std::mutex> lock(issueMu_);
+  checkTensor(what, input);
+  checkTensor(what, output);
+  if (input.numel() != size_ * output.numel() || output.scalar_type() != input.scalar_type()) {
+    reject(what, "the input " + describeTensor(input) + " must hold world_size (" + std::to_string(size_) +
+                     ") times the output " + describeTensor(output) + " of the same dtype");
+  }
+  ReduceOp op;
+  const DataType dt = reductionType(what, output, opts.reduceOp, &op);
+  at::Tensor in = contiguousBuffer(input);
+  at::Tensor dst = contiguousBuffer(output);
+  Pending p;
+  p.what = what;
+  p.work =
+      c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{output});
+  p.bytes = in.nbytes();
+  p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), output.numel(), dt, op));
+  at::Tensor o = output;
+  if (!dst.is_same(o)) p.finish = [o, dst] { o.copy_(dst); };
+  p.keep = {input, output, in, dst};
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                                   std::vector<int64_t>& outputSplits,
+                                                                   std::vector<int64_t>& inputSplits,
+                                                                   const c10d::AllToAllOptions&) {
+  const std::string what = "alltoall_base";
+  std::lock_guard<std::mutex> lock(issueMu_);
+  checkTensor(what, input);
+  checkTensor(what, output);
+  if (input.scalar_type() != output.scalar_type()) {
+    reject(what, "input " + describeTensor(input) + " and output " + describeTensor(output) + " differ in dtype");
+  }
+  const int64_t n = size_;
+  // Rows are slices along dim 0; both tensors must agree on a row's size.
+  const int64_t inRows = input.dim() ? input.size(0) : 1;
+  const int64_t outRows = output.dim() ? output.size(0) : 1;
+  const int64_t rowElems = inRows ? input.numel() / inRows : (outRows ? output.numel() / outRows : 0);
+  if ((outRows ? output.numel() / outRows : rowElems) != rowElems) {
+    reject(what, "input " + describeTensor(input) + " and output " + describeTensor(output) +
+                     " differ in the size of a row (all dims but the first)");
+  }
+  const bool equal = inputSplits.empty() && outputSplits.empty();
+  std::vector<int64_t> inSplit = inputSplits, outSplit = outputSplits;
+  if (inSplit.empty()) {
+    if (inRows % n) reject(what, "input " + describeTensor(input) + ": dim 0 is not divisible by world_size");
+    inSplit.assign(n, inRows / n);
+  }
+  if (outSplit.empty()) {
+    if (outRows % n) reject(what, "output " + describeTensor(output) + ": dim 0 is not divisible by world_size");
+    outSplit.assign(n, outRows / n);
+  }
+  if (static_cast<int64_t>(inSplit.size()) != n || static_cast<int64_t>(outSplit.size()) != n ||
+      std::accumulate(inSplit.begin(), inSplit.end(), int64_t{0}) != inRows ||
+      std::accumulate(outSplit.begin(), outSplit.end(), int64_t{0}) != outRows) {
+    reject(what, "split sizes must have world_size entries that add up to dim 0 of their tensor");
+  }
+  // gradcomm has no all-to-all: every rank allgathers every rank's whole
+  // input (padded to the largest) and keeps the rows meant for it, which is
+  // world_size times the traffic of a true all-to-all. With uneven splits
+  // the ranks first exchange their split sizes (a small synchronous
+  // allgather) to know where each part starts.
+  std::vector<int64_t> allSplits(static_cast<size_t>(n * n));  // [j * n + r]: rows j sends to r
+  int64_t maxRows = inRows;
+  if (equal) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t r = 0; r < n; ++r) allSplits[j * n + r] = inSplit[r];
+    }
+  } else {
+    comm_.allgather(inSplit.data(), allSplits.data(), static_cast<size_t>(n), DataType::kInt64).wait();
+    maxRows = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      maxRows = std::max(maxRows, std::accumulate(allSplits.begin() + j * n, allSplits.begin() + (j + 1) * n,
+                                                  int64_t{0}));
+      if (allSplits[j * n + rank_] != outSplit[j]) {
+        reject(what, "rank " + std::to_string(j) + " sends " + std::to_string(allSplits[j * n + rank_]) +
+                         " rows to rank " + std::to_string(rank_) + ", whose output_split_sizes expect " +
+                         std::to_string(outSplit[j]));
+      }
+    }
+  }
+  const int64_t rowBytes = rowElems * static_cast<int64_t>(input.element_size());
+  at::Tensor padded = at::zeros({maxRows * rowBytes}, input.options().dtype(at::kByte));
+  if (input.numel()) padded.narrow(0, 0, inRows * rowBytes).copy_(contiguousBuffer(input).view({-1}).view(at::kByte));
+  at::Tensor everything = at::empty({n * maxRows * rowBytes}, padded.options());
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLTOALL_BASE, std::vector<at::Tensor>{output});
+  p.bytes = everything.nbytes();
+  p.ops.push_back(comm_.allgather(padded.data_ptr(), everything.data_ptr(), static_cast<size_t>(maxRows * rowBytes),
+                                  DataType::kUInt8));
+  at::Tensor out = output;
+  const int r = rank_;
+  p.finish = [out, everything, allSplits, n, r, maxRows, rowBytes] {
+    at::Tensor dst = contiguousBuffer(out);
+    at::Tensor bytes = dst.view({-1}).view(at::kByte);
+    int64_t pos = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t start = 0;  // where rank j's rows for rank r begin in its input
+      for (int64_t k = 0; k < r; ++k) start += allSplits[j * n + k];
+      const int64_t rows = allSplits[j * n + r];
+      if (rows) {
+        bytes.narrow(0, pos * rowBytes, rows * rowBytes)
+            .copy_(everything.narrow(0, (j * maxRows + start) * rowBytes, rows * rowBytes));
+      }
+      pos += rows;
+    }
+    if (!dst.is_same(out)) out.copy_(dst);
+  };
+  p.keep = {input, output, padded, everything};
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::alltoall(std::vector<at::Tensor>&, std::vector<at::Tensor>&,
+                                                              const c10d::AllToAllOptions&) {
+  unsupported("all_to_all of tensor lists",
+              "concatenate into one tensor and use dist.all_to_all_single (alltoall_base), or " +
+                  std::string(kGlooHint));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::send(std::vector<at::Tensor>&, int, int) {
+  unsupported("send (point-to-point)", std::string("gradcomm runs collectives only; ") + kGlooHint);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::recv(std::vector<at::Tensor>&, int, int) {
+  unsupported("recv (point-to-point)", std::string("gradcomm runs collectives only; ") + kGlooHint);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::recvAnysource(std::vector<at::Tensor>&, int) {
+  unsupported("recv from any source (point-to-point)", std::string("gradcomm runs collectives only; ") + kGlooHint);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::barrier(const c10d::BarrierOptions&) {
+  std::lock_guard<std::mutex> lock(issueMu_);
+  Pending p;
+  p.what = "barrier";
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::BARRIER, std::vector<at::Tensor>{});
+  p.ops.push_back(comm_.barrier());
+  return enqueue(std::move(p));
+}
+
+}  // namespace gradcomm::torch_backend

@@ -1,0 +1,169 @@
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "gradcomm/communicator.hpp"
+
+namespace gradcomm::core {
+class Timeline;
+}
+
+namespace gradcomm::torch_backend {
+
+struct Telemetry;
+
+/// One c10d call: completes once every gradcomm operation behind it has,
+/// then its future holds the output tensors (or the error).
+class WorkGradcomm : public c10d::Work {
+ public:
+  WorkGradcomm(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  bool wait(std::chrono::milliseconds timeout) override;
+  /// Called once, by the process group's completion thread.
+  void complete(std::exception_ptr error);
+  /// Where wait() records the time callers were blocked (may be null).
+  std::shared_ptr<Telemetry> telemetry;
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+/// What a group records about its calls: counters (GRADCOMM_STATS) and
+/// the Chrome trace (GRADCOMM_TIMELINE). Shared with Works that outlive it.
+struct Telemetry {
+  std::atomic<int64_t> exposedNs{0};        ///< callers blocked in Work::wait
+  std::unique_ptr<core::Timeline> timeline;  ///< null when off
+};
+
+/// Per-collective counters for GRADCOMM_STATS and ProcessGroupGradcomm.stats().
+struct CollectiveStats {
+  uint64_t calls = 0;
+  uint64_t bytes = 0;
+  double commMs = 0;  ///< summed running time of the gradcomm operations
+};
+
+/// A c10d backend (PyTorch 1.13's ProcessGroup) whose collectives run on a
+/// gradcomm Communicator formed through the process group's store.
+///
+/// Every call validates its tensors, issues gradcomm operations (in issue
+/// order, under one lock, so every rank issues the same sequence) and
+/// returns at once. One completion thread per group waits for them in that
+/// order, copies results out of temporaries, and completes the Work and its
+/// future. A rejected call aborts the communicator, so the other ranks fail
+/// at once instead of waiting; afterwards the group is unusable, as with
+/// gradcomm's Communicator.
+class ProcessGroupGradcomm : public c10d::ProcessGroup {
+ public:
+  ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout);
+  ~ProcessGroupGradcomm() override;
+
+  const std::string getBackendName() const override { return "gradcomm"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits, std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  /// Allreduce (average) of one float32 tensor with gradcomm's compression
+  /// ("fp16", "bf16", "topk:0.01", ...) and the given error feedback (may
+  /// be null). Other dtypes are averaged uncompressed. For DDP comm hooks.
+  c10::intrusive_ptr<c10d::Work> allreduceCompressed(at::Tensor& tensor, const std::string& compression,
+                                                     std::shared_ptr<ErrorFeedback> feedback);
+
+  /// Counters per collective name, and the time callers were blocked.
+  std::map<std::string, CollectiveStats> stats() const;
+  double exposedMs() const { return static_cast<double>(telemetry_->exposedNs.load()) / 1e6; }
+  /// Where the communicator stands: algorithm choices, transport.
+  std::string transportName() const { return comm_.transportName(); }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  /// The communicator (for the Reducer-driven DistributedDataParallel).
+  Communicator communicator() const { return comm_; }
+
+ private:
+  /// What the completion thread finishes for one c10d call.
+  struct Pending {
+    std::string what;  ///< "allreduce", ...
+    c10::intrusive_ptr<WorkGradcomm> work;
+    std::vector<Work> ops;
+    std::function<void()> finish;     ///< copies results out of temporaries
+    std::vector<at::Tensor> keep;     ///< inputs and temporaries in use
+    std::shared_ptr<void> keepOther;  ///< error feedback in use
+    size_t bytes = 0;
+  };
+
+  /// Fails the call on this rank and aborts the communicator, so every
+  /// other rank fails too instead of waiting for it. Throws.
+  [[noreturn]] void reject(const std::string& what, const std::string& why);
+  /// Throws (without aborting) for calls this backend never supports.
+  [[noreturn]] void unsupported(const std::string& what, const std::string& instead) const;
+  /// Checks one tensor: CPU, strided, dense. Rejects otherwise.
+  void checkTensor(const std::string& what, const at::Tensor& t);
+  DataType reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op, ReduceOp* gcOp);
+  /// Queues a finished issue for the completion thread; returns its Work.
+  c10::intrusive_ptr<c10d::Work> enqueue(Pending p);
+  void completionLoop();
+
+  std::chrono::milliseconds timeout_;
+  Communicator comm_;
+  std::mutex issueMu_;  // one call issues at a time: every rank issues in the same order
+
+  std::mutex queueMu_;
+  std::condition_variable queueCv_;
+  std::deque<Pending> queue_;
+  bool stopping_ = false;
+  std::thread completer_;
+
+  mutable std::mutex statsMu_;
+  std::map<std::string, CollectiveStats> stats_;
+  bool printStats_ = false;
+  std::shared_ptr<Telemetry> telemetry_;
+  std::chrono::steady_clock::time_point lastFlush_;
+};
+
+}  // namespace gradcomm::torch_backend

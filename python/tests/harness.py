@@ -1,0 +1,94 @@
+"""Launches the ranks of one job as separate processes and collects what they did.
+
+Each rank runs ``python3 workers.py SCENARIO RANK WORLD INIT_METHOD OUTDIR``;
+a scenario raises (non-zero exit) when a check fails and may print
+``RESULT <json>`` for the test to read. Everything is bounded in time: a job
+that outlives its timeout is killed and reported as such.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON = os.environ.get("GRADCOMM_TEST_PYTHON", sys.executable)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RankResult:
+    def __init__(self, rank, returncode, stdout, stderr, seconds, killed):
+        self.rank = rank
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.seconds = seconds
+        self.killed = killed
+
+    @property
+    def result(self):
+        """The JSON the rank printed after 'RESULT ', or None."""
+        for line in self.stdout.splitlines():
+            if line.startswith("RESULT "):
+                return json.loads(line[len("RESULT "):])
+        return None
+
+    def __repr__(self):
+        return (f"rank {self.rank}: exit {self.returncode}{' (killed: timeout)' if self.killed else ''} "
+                f"after {self.seconds:.1f}s\n--- stdout\n{self.stdout[-4000:]}\n--- stderr\n{self.stderr[-4000:]}")
+
+
+def base_env(extra=None):
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_job(scenario, world, tmp_path, init="file", timeout=90, env=None, ranks=None, args=()):
+    """Runs `scenario` on `world` ranks (or only those in `ranks`) and
+    returns one RankResult per launched rank, in rank order."""
+    if init == "file":
+        init_method = f"file://{tmp_path}/store-{scenario}-{time.monotonic_ns()}"
+    elif init == "tcp":
+        init_method = f"tcp://127.0.0.1:{free_port()}"
+    else:
+        init_method = init
+    ranks = list(range(world)) if ranks is None else ranks
+    procs = []
+    start = time.monotonic()
+    for r in ranks:
+        cmd = [PYTHON, os.path.join(HERE, "workers.py"), scenario, str(r), str(world), init_method, str(tmp_path),
+               *map(str, args)]
+        procs.append((r, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                          env=base_env(env), cwd=str(tmp_path))))
+    results = []
+    for r, p in procs:
+        left = max(1.0, timeout - (time.monotonic() - start))
+        killed = False
+        try:
+            out, err = p.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            killed = True
+            for _, q in procs:
+                if q.poll() is None:
+                    q.kill()
+            out, err = p.communicate()
+        results.append(RankResult(r, p.returncode, out, err, time.monotonic() - start, killed))
+    return results
+
+
+def assert_all_ok(results):
+    bad = [r for r in results if r.returncode != 0]
+    assert not bad, "\n".join(map(repr, results))
+    return results

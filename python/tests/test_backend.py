@@ -1,0 +1,154 @@
+"""gradcomm.torch: the torch.distributed backend, each test a multi-process job."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from harness import HERE, PYTHON, assert_all_ok, base_env, free_port, run_job
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_collective_dtype_op_and_layout_matches_gloo(tmp_path, world):
+    results = assert_all_ok(run_job("collectives", world, tmp_path, timeout=150))
+    checked = {r.result["checked"] for r in results}
+    assert len(checked) == 1 and checked.pop() >= 400
+
+
+@pytest.mark.parametrize("init", ["file", "tcp"])
+def test_init_process_group_through_init_method_takes_its_timeout(tmp_path, init):
+    results = assert_all_ok(run_job("init", 2, tmp_path, init=init))
+    assert [r.result["rank"] for r in results] == [0, 1]
+    assert all(r.result["transport"] for r in results)
+
+
+def test_init_process_group_under_torchrun(tmp_path):
+    # Debian's 1.13 launcher needs --redirects and --tee on Python 3.11.
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           os.path.join(HERE, "workers.py"), "init", "0", "0", "env://", str(tmp_path)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env(), cwd=str(tmp_path))
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    found = [json.loads(line.split("RESULT ", 1)[1]) for line in (p.stdout + p.stderr).splitlines()
+             if "RESULT " in line]
+    assert sorted(r["rank"] for r in found) == [0, 1], found
+    assert all(r["world"] == 2 for r in found)
+
+
+def test_ddp_training_gives_the_same_parameters_as_gloo(tmp_path):
+    results = assert_all_ok(run_job("ddp", 2, tmp_path, timeout=120))
+    for r in results:
+        assert r.result["max_param_diff"] <= 1e-6, r.result
+
+
+@pytest.mark.parametrize("kind", ["shape", "dtype", "unsupported-dtype"])
+def test_mismatched_tensors_fail_on_every_rank(tmp_path, kind):
+    results = assert_all_ok(run_job("mismatch", 2, tmp_path, timeout=60, args=[kind]))
+    for r in results:
+        assert r.result["seconds"] < 15, r.result  # at once, not after the 30 s timeout
+        msg = r.result["error"]
+        assert "allreduce" in msg, msg
+        if kind == "unsupported-dtype" and r.rank == 1:
+            assert "Short" in msg, msg  # the rank that passed it says why
+        else:
+            assert "differ" in msg or "mismatch" in msg.lower() or "rank" in msg, msg
+
+
+def test_non_cpu_tensors_are_a_clear_error(tmp_path):
+    results = assert_all_ok(run_job("device", 2, tmp_path, timeout=60))
+    for r in results:
+        assert "CUDA" in r.result["cuda"], r.result
+        assert "allreduce_" in r.result["dispatcher"], r.result
+        assert "meta" in r.result["meta"] and "CPU tensors only" in r.result["meta"], r.result
+
+
+def test_point_to_point_and_unsupported_ops_name_what_to_use(tmp_path):
+    results = assert_all_ok(run_job("unsupported", 2, tmp_path, timeout=60))
+    for r in results:
+        for op in ("send", "recv", "all_to_all"):
+            assert "not supported" in r.result[op] and "gloo" in r.result[op], r.result[op]
+        assert "BXOR" in r.result["BXOR"], r.result["BXOR"]
+
+
+def test_a_rank_that_dies_makes_the_others_raise_within_the_timeout(tmp_path):
+    results = run_job("dead_rank", 3, tmp_path, timeout=90)
+    assert results[-1].returncode == 17, results[-1]
+    for r in results[:-1]:
+        assert r.returncode == 0, r
+        assert r.result["step"] == 5, r.result
+        assert r.result["seconds"] < r.result["timeout"] + 5, r.result
+
+
+def test_wrong_world_size_is_a_timeout_naming_the_rendezvous(tmp_path):
+    # world_size 3, but only ranks 0 and 1 start
+    results = assert_all_ok(run_job("wrong_world", 3, tmp_path, ranks=[0, 1], timeout=60))
+    for r in results:
+        msg = r.result["error"]
+        assert "rendezvous" in msg and "file://" in msg, msg
+        assert "rank 2" in msg, msg
+        assert r.result["seconds"] < 30, r.result
+
+
+def test_timeline_and_stats_through_the_backend(tmp_path):
+    trace = tmp_path / "trace.json"
+    results = assert_all_ok(run_job("telemetry", 2, tmp_path, env={"GRADCOMM_TIMELINE": str(trace),
+                                                                    "GRADCOMM_STATS": "1"}))
+    for r in results:
+        path = tmp_path / f"trace.rank{r.rank}.json"
+        events = json.loads(path.read_text())["traceEvents"]
+        spans = [e for e in events if e.get("name") == "allreduce" and e.get("ph") == "X"]
+        assert len(spans) == 4, events
+        assert all(e["args"]["bytes"] == 4000 for e in spans), spans
+        assert "allreduce" in r.stderr and "calls        4" in r.stderr, r.stderr
+
+
+def test_compression_hooks_with_error_feedback_converge_like_uncompressed_training(tmp_path):
+    results = assert_all_ok(run_job("hooks", 2, tmp_path, timeout=150))
+    for r in results:
+        losses = r.result["losses"]
+        assert losses["none"] < losses["initial"] / 5, losses  # it learned: the comparison means something
+        for name in ("fp16", "bf16", "topk"):
+            assert abs(losses[name] - losses["none"]) <= 0.02 * losses["none"], losses
+
+
+def test_example_script_runs_under_torchrun_with_a_hook(tmp_path):
+    example = os.path.join(HERE, "..", "..", "examples", "pytorch_ddp.py")
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), example, "--steps", "5", "--hook",
+           "topk:0.01"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env({"GRADCOMM_STATS": "1"}),
+                       cwd=str(tmp_path))
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert "backend gradcomm  hook topk:0.01  ranks 2" in out, out[-4000:]
+    assert "allreduce[topk:0.01] calls        5" in out, out[-4000:]
+
+
+def test_wrapper_gives_ddps_gradients_including_no_sync(tmp_path):
+    results = assert_all_ok(run_job("wrapper", 2, tmp_path, timeout=120))
+    for r in results:
+        assert r.result["steps"] == 10 and r.result["buckets"] >= 2, r.result
+        assert r.result["max_grad_diff"] <= 1e-6, r.result
+
+
+@pytest.mark.parametrize("script,args", [
+    ("torch_collectives.py", ["--max-bytes", "16K", "--iters", "2"]),
+    ("torch_ddp.py", ["--width", "32", "--depth", "1", "--steps", "2", "--warmup", "1"]),
+])
+def test_benchmark_scripts_write_their_json_rows(tmp_path, script, args):
+    out = tmp_path / "rows.json"
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+           os.path.join(HERE, "..", "..", "bench", script), *args, "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env(), cwd=str(tmp_path))
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    rows = json.loads(out.read_text())
+    assert {r["backend"] for r in rows} == {"gloo", "gradcomm"}, rows
+    if script == "torch_ddp.py":
+        assert {r["mode"] for r in rows} == {"ddp", "ddp+fp16", "reducer"}, rows
+        assert all(r["step_ms"] > 0 and 0 < r["utilization"] <= 1 for r in rows), rows
+        # same model, data and start: the exact modes end with the same loss
+        exact = {r["final_loss"] for r in rows if r["mode"] != "ddp+fp16"}
+        assert len(exact) == 1, rows
+    else:
+        assert all(r["bytes"] > 0 and r["time_us"] > 0 for r in rows), rows

@@ -1,0 +1,532 @@
+"""One rank of a multi-process test job (see harness.py).
+
+usage: workers.py SCENARIO RANK WORLD INIT_METHOD OUTDIR [ARGS...]
+
+Each scenario raises AssertionError when a check fails; the process then
+exits non-zero and the test prints its output.
+"""
+import contextlib
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import gradcomm.torch  # noqa: F401  registers the backend
+
+R = dist.ReduceOp
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int32,
+          torch.int64, torch.bool]
+OPS = {"SUM": R.SUM, "PRODUCT": R.PRODUCT, "MIN": R.MIN, "MAX": R.MAX}
+if hasattr(R, "AVG"):
+    OPS["AVG"] = R.AVG
+# Gloo (1.13) has no bfloat16, no bool, no AVG: the reference is built from
+# what Gloo has (float32 for bfloat16, uint8 for bool, SUM then divide).
+GLOO_TYPES = {torch.float32, torch.float64, torch.float16, torch.int8, torch.uint8, torch.int32, torch.int64}
+
+
+def result(obj):
+    print("RESULT " + json.dumps(obj), flush=True)
+
+
+def init(rank, world, init_method, timeout_s=60, backend="gradcomm"):
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def values(dtype, rank, n, seed, small=False):
+    """Deterministic integer-valued data, so sums and products are exact in
+    every dtype whatever the order of reduction."""
+    g = torch.Generator().manual_seed(1000 * seed + rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (n,), generator=g).bool()
+    lo, hi = (-3, 4) if small else (-8, 9)
+    if dtype == torch.uint8:
+        lo, hi = 0, (4 if small else 9)
+    return torch.randint(lo, hi, (n,), generator=g).to(dtype)
+
+
+def noncontiguous(t):
+    """A non-contiguous tensor with t's values (every other element of a
+    twice-as-long buffer)."""
+    big = torch.zeros(t.numel() * 2, dtype=t.dtype)
+    v = big[::2]
+    v.copy_(t)
+    assert not v.is_contiguous()
+    return v
+
+
+def layouts(t):
+    yield "contiguous", t.clone()
+    yield "strided", noncontiguous(t)
+
+
+def close(name, got, want):
+    try:
+        if got.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+            torch.testing.assert_close(got, want, check_dtype=True, equal_nan=True)
+        else:
+            assert torch.equal(got, want), f"values differ:\n got  {got}\n want {want}"
+    except AssertionError as e:
+        raise AssertionError(f"{name}: {e}") from None
+
+
+def gloo_allreduce(gloo, t, op_name):
+    """Gloo's allreduce of t, widened where Gloo lacks the dtype or op."""
+    world = dist.get_world_size(gloo)
+    if t.dtype == torch.bool:
+        x = t.to(torch.uint8)
+        op = R.MAX if op_name in ("SUM", "MAX") else R.MIN
+        dist.all_reduce(x, op=op, group=gloo)
+        return x.bool()
+    x = t.float() if t.dtype == torch.bfloat16 else t.clone()
+    if op_name == "AVG":
+        dist.all_reduce(x, op=R.SUM, group=gloo)
+        x = x / world
+    else:
+        dist.all_reduce(x, op=OPS[op_name], group=gloo)
+    return x.to(t.dtype)
+
+
+def reducible(dtype, op_name):
+    if op_name == "AVG":
+        return dtype.is_floating_point
+    return True
+
+
+# ---- scenarios ------------------------------------------------------------------------
+
+def scenario_collectives(rank, world, init_method, outdir):
+    """Every collective x dtype x op x layout against Gloo in the same job."""
+    init(rank, world, init_method)
+    gloo = dist.new_group(backend="gloo")
+    pg = dist.group.WORLD
+    assert isinstance(pg, gradcomm.torch.ProcessGroupGradcomm)
+    checked = 0
+    n = 7  # odd, not divisible by 2 or 3
+    for dtype in DTYPES:
+        # allreduce (sync and async; the future holds the output)
+        for op_name in OPS:
+            if not reducible(dtype, op_name):
+                continue
+            small = op_name == "PRODUCT"
+            x = values(dtype, rank, n, 1, small)
+            want = gloo_allreduce(gloo, x, op_name)
+            for layout, t in layouts(x):
+                if (layout == "strided") == (checked % 2 == 0):
+                    dist.all_reduce(t, op=OPS[op_name])
+                else:
+                    w = dist.all_reduce(t, op=OPS[op_name], async_op=True)
+                    fut = w.get_future().wait()
+                    assert isinstance(fut, list) and len(fut) == 1, fut
+                    close("future of allreduce", fut[0], t)
+                    assert w.is_completed()
+                close(f"allreduce {dtype} {op_name} {layout}", t, want)
+                checked += 1
+            # reduce to the last rank
+            root = world - 1
+            for layout, t in layouts(x):
+                dist.reduce(t, dst=root, op=OPS[op_name])
+                if rank == root:
+                    close(f"reduce {dtype} {op_name} {layout}", t, want)
+                checked += 1
+            # reduce_scatter and _reduce_scatter_base: Gloo 1.13 has neither;
+            # the reference is Gloo's allreduce of the whole input, sliced.
+            full = values(dtype, rank, n * world, 2, small)
+            want_full = gloo_allreduce(gloo, full, op_name)
+            want_part = want_full[rank * n:(rank + 1) * n]
+            for layout, _ in layouts(x):
+                out = torch.zeros(n, dtype=dtype) if layout == "contiguous" else noncontiguous(torch.zeros(n, dtype=dtype))
+                parts = [p.clone() if layout == "contiguous" else noncontiguous(p) for p in full.split(n)]
+                dist.reduce_scatter(out, parts, op=OPS[op_name])
+                close(f"reduce_scatter {dtype} {op_name} {layout}", out, want_part)
+                out2 = torch.zeros(n, dtype=dtype)
+                dist._reduce_scatter_base(out2, full.clone(), op=OPS[op_name])
+                close(f"_reduce_scatter_base {dtype} {op_name}", out2, want_part)
+                checked += 2
+        # allreduce_coalesced: several tensors, one collective
+        for op_name in ("SUM", "MAX"):
+            xs = [values(dtype, rank, k, 3 + k) for k in (1, 5, 4)]
+            wants = [gloo_allreduce(gloo, x, op_name) for x in xs]
+            ts = [xs[0].clone(), noncontiguous(xs[1]), xs[2].clone().view(2, 2)]
+            dist.all_reduce_coalesced(ts, op=OPS[op_name])
+            for i, (t, w) in enumerate(zip(ts, wants)):
+                close(f"allreduce_coalesced {dtype} {op_name} [{i}]", t.reshape(-1), w)
+            checked += 1
+        # The data-moving collectives; Gloo moves bfloat16 and bool as bytes
+        # of another dtype of the same size.
+        def as_gloo(t):
+            if dtype == torch.bfloat16:
+                return t.view(torch.float16)  # same size; Gloo only moves the bytes
+            if dtype == torch.bool:
+                return t.view(torch.uint8)
+            return t
+        x = values(dtype, rank, n, 4)
+        # broadcast from every root
+        for root in range(world):
+            ref = x.clone()
+            dist.broadcast(as_gloo(ref), src=root, group=gloo)
+            for layout, t in layouts(x):
+                dist.broadcast(t, src=root)
+                close(f"broadcast {dtype} root {root} {layout}", t, ref)
+                checked += 1
+        # allgather and _allgather_base
+        refs = [torch.zeros(n, dtype=dtype) for _ in range(world)]
+        dist.all_gather([as_gloo(r) for r in refs], as_gloo(x), group=gloo)
+        for layout, t in layouts(x):
+            outs = [torch.zeros(n, dtype=dtype) if layout == "contiguous" else noncontiguous(torch.zeros(n, dtype=dtype))
+                    for _ in range(world)]
+            w = dist.all_gather(outs, t, async_op=True)
+            got = w.get_future().wait()
+            assert len(got) == world
+            for i in range(world):
+                close(f"allgather {dtype} [{i}] {layout}", outs[i], refs[i])
+                close(f"future of allgather {dtype} [{i}]", got[i], refs[i])
+            checked += 1
+        flat = torch.zeros(n * world, dtype=dtype)
+        dist._all_gather_base(flat, x.clone())
+        close(f"_allgather_base {dtype}", flat, torch.cat(refs))
+        checked += 1
+        # gather and scatter to/from every root
+        for root in range(world):
+            ref = [torch.zeros(n, dtype=dtype) for _ in range(world)] if rank == root else None
+            dist.gather(as_gloo(x), [as_gloo(r) for r in ref] if ref else None, dst=root, group=gloo)
+            got = [torch.zeros(n, dtype=dtype) for _ in range(world)] if rank == root else None
+            dist.gather(noncontiguous(x), got, dst=root)
+            if rank == root:
+                for i in range(world):
+                    close(f"gather {dtype} root {root} [{i}]", got[i], ref[i])
+            parts = [values(dtype, i, n, 5 + root) for i in range(world)] if rank == root else None
+            ref_out = torch.zeros(n, dtype=dtype)
+            dist.scatter(as_gloo(ref_out), [as_gloo(p) for p in parts] if parts else None, src=root, group=gloo)
+            out = noncontiguous(torch.zeros(n, dtype=dtype))
+            dist.scatter(out, parts, src=root)
+            close(f"scatter {dtype} root {root}", out, ref_out)
+            checked += 2
+        # all_to_all_single: equal and uneven splits (rows of 3 elements)
+        rows = values(dtype, rank, world * 2 * 3, 6).view(world * 2, 3)
+        ref = torch.zeros_like(rows)
+        dist.all_to_all_single(as_gloo(ref), as_gloo(rows), group=gloo)
+        out = torch.zeros_like(rows)
+        dist.all_to_all_single(out, rows)
+        close(f"all_to_all_single {dtype} equal", out, ref)
+        # rank r sends (r + j) % 3 + 0..2 rows to rank j
+        in_splits = [(rank + j) % 3 for j in range(world)]
+        out_splits = [(j + rank) % 3 for j in range(world)]
+        src = values(dtype, rank, sum(in_splits) * 3, 7).view(-1, 3)
+        ref = torch.zeros(sum(out_splits), 3, dtype=dtype)
+        dist.all_to_all_single(as_gloo(ref), as_gloo(src), out_splits, in_splits, group=gloo)
+        out = torch.zeros(sum(out_splits), 3, dtype=dtype)
+        dist.all_to_all_single(out, src, out_splits, in_splits)
+        close(f"all_to_all_single {dtype} uneven", out, ref)
+        checked += 2
+    # barrier, and empty tensors
+    dist.barrier()
+    e = torch.zeros(0)
+    dist.all_reduce(e)
+    dist.broadcast(e, src=0)
+    dist.barrier()
+    result({"checked": checked})
+    dist.destroy_process_group()
+
+
+def scenario_init(rank, world, init_method, outdir):
+    """init_process_group through init_method (tcp://, file://, env://) with a timeout."""
+    if init_method == "env://":
+        dist.init_process_group("gradcomm", timeout=datetime.timedelta(seconds=42))
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        init(rank, world, init_method, timeout_s=42)
+    assert dist.get_backend() == "gradcomm", dist.get_backend()
+    pg = dist.group.WORLD
+    assert pg.timeout == datetime.timedelta(seconds=42), pg.timeout
+    t = torch.full((5,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((5,), float(world * (world + 1) // 2))), t
+    result({"rank": rank, "world": world, "transport": pg.transport()})
+    dist.destroy_process_group()
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                               torch.nn.Linear(32, 1))
+
+
+def _batches(rank, steps):
+    g = torch.Generator().manual_seed(100 + rank)
+    for _ in range(steps):
+        x = torch.randn(8, 16, generator=g)
+        yield x, x.sum(dim=1, keepdim=True).sin()
+
+
+def train(backend, rank, steps=20, hook=None, hook_state=None, lr=0.05, bucket_cap_mb=25):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    group = dist.new_group(backend=backend)
+    model = DDP(_model(), process_group=group, bucket_cap_mb=bucket_cap_mb)
+    if hook is not None:
+        model.register_comm_hook(hook_state, hook)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for x, y in _batches(rank, steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model, losses
+
+
+def scenario_ddp(rank, world, init_method, outdir):
+    """DDP for 20 steps: gradcomm and Gloo give the same parameters."""
+    init(rank, world, init_method)
+    m_gc, l_gc = train("gradcomm", rank)
+    m_gl, l_gl = train("gloo", rank)
+    worst = 0.0
+    for (name, a), b in zip(m_gc.module.named_parameters(), m_gl.module.parameters()):
+        worst = max(worst, (a - b).abs().max().item())
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m: f"parameter {name}: {m}")
+    # and every rank ends with the same parameters
+    flat = torch.cat([p.detach().reshape(-1) for p in m_gc.module.parameters()])
+    lo, hi = flat.clone(), flat.clone()
+    dist.all_reduce(lo, op=R.MIN)
+    dist.all_reduce(hi, op=R.MAX)
+    assert torch.equal(lo, hi), "ranks diverged"
+    result({"max_param_diff": worst, "loss_first": l_gc[0], "loss_last": l_gc[-1]})
+    dist.destroy_process_group()
+
+
+def _target(x):
+    """A smooth function the small model can learn."""
+    w = torch.linspace(-1, 1, x.shape[1]).unsqueeze(1)
+    return torch.tanh(x @ w / 2)
+
+
+def _eval_loss(module):
+    ge = torch.Generator().manual_seed(999)
+    xe = torch.randn(256, 16, generator=ge)
+    with torch.no_grad():
+        return torch.nn.functional.mse_loss(module(xe), _target(xe)).item()
+
+
+def _fit(rank, hook=None, steps=60, lr=0.1):
+    """Full-batch regression on fixed per-rank data; returns the loss of the
+    final model on a fixed evaluation set (the same on every rank)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from gradcomm.torch import hooks
+    model = DDP(_model(), bucket_cap_mb=0.004)  # a few buckets of ~1000 floats
+    if hook is not None:
+        model.register_comm_hook(hooks.CompressionState(), hook)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(7 + rank)
+    x = torch.randn(64, 16, generator=g)
+    y = _target(x)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return _eval_loss(model.module)
+
+
+def scenario_hooks(rank, world, init_method, outdir):
+    """fp16, bf16 and top-k hooks with error feedback converge like uncompressed training."""
+    from gradcomm.torch import hooks
+    init(rank, world, init_method)
+    losses = {"initial": _eval_loss(_model()), "none": _fit(rank)}
+    for name, hook in [("fp16", hooks.fp16_hook), ("bf16", hooks.bf16_hook), ("topk", hooks.topk_hook(0.1))]:
+        losses[name] = _fit(rank, hook)
+    stats = gradcomm.torch.stats()
+    # the hooks ran in the backend, one collective per bucket
+    for spec in ("allreduce[fp16:prescale]", "allreduce[bf16]", "allreduce[topk:0.1]"):
+        assert stats.get(spec, {}).get("calls", 0) >= 60, (spec, stats)
+    # one bucket by hand: fp16 keeps the average to fp16 precision
+    pg = dist.group.WORLD
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(rank)) * 3
+    want = x.clone()
+    dist.all_reduce(want)
+    want /= world
+    got = x.clone()
+    fut = pg.allreduce_compressed(got, "fp16:prescale").get_future().wait()
+    assert fut[0] is not None and torch.equal(fut[0], got)
+    torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+    result({"losses": losses})
+    dist.destroy_process_group()
+
+
+def scenario_wrapper(rank, world, init_method, outdir):
+    """gradcomm.torch.DistributedDataParallel gives DDP's gradients, step by step."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    init(rank, world, init_method)
+    torch.manual_seed(rank)  # different initial models: both must broadcast rank 0's
+    ref = DDP(_model(), bucket_cap_mb=0.01)
+    torch.manual_seed(rank)
+    ours = gradcomm.torch.DistributedDataParallel(torch.nn.Sequential(*[m for m in _model()]), bucket_cap_mb=0.01,
+                                                  first_bucket_mb=0.002)
+    for a, b in zip(ref.module.parameters(), ours.module.parameters()):
+        assert torch.equal(a, b), "initial parameters differ from DDP's (rank 0's)"
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
+    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.05)
+    worst = 0.0
+    steps = 0
+    for step, (x, y) in enumerate(_batches(rank, 12)):
+        accumulate = step in (4, 5)  # two steps under no_sync, then one that sends the sum
+        for model, opt in ((ref, opt_ref), (ours, opt_ours)):
+            if not accumulate or step == 4:
+                opt.zero_grad()
+            ctx = model.no_sync() if accumulate else contextlib.nullcontext()
+            with ctx:
+                torch.nn.functional.mse_loss(model(x), y).backward()
+        if accumulate:
+            continue
+        for (name, a), b in zip(ref.module.named_parameters(), ours.module.parameters()):
+            worst = max(worst, (a.grad - b.grad).abs().max().item())
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7,
+                                       msg=lambda m: f"step {step} gradient of {name}: {m}")
+        opt_ref.step()
+        opt_ours.step()
+        steps += 1
+    st = ours.last_step_stats()
+    assert st["buckets"] >= 2 and st["bytes"] > 0, st
+    result({"max_grad_diff": worst, "steps": steps, "buckets": len(ours.buckets()), "stats": st})
+    dist.destroy_process_group()
+
+
+def scenario_mismatch(rank, world, init_method, outdir, kind):
+    """Ranks pass different shapes or dtypes: every rank raises, quickly."""
+    init(rank, world, init_method, timeout_s=30)
+    if kind == "shape":
+        t = torch.ones(4 + rank)
+    elif kind == "dtype":
+        t = torch.ones(4, dtype=torch.float32 if rank == 0 else torch.float64)
+    elif kind == "unsupported-dtype":
+        t = torch.ones(4, dtype=torch.float32 if rank == 0 else torch.int16)  # gradcomm has no int16
+    else:
+        raise ValueError(kind)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        result({"error": str(e), "seconds": time.monotonic() - start})
+        os._exit(0)  # the group is unusable now; do not wait in teardown
+    raise AssertionError(f"rank {rank}: all_reduce of mismatched tensors returned {t}")
+
+
+def scenario_device(rank, world, init_method, outdir):
+    """Non-CPU tensors: a clear error (this is a CPU build of torch)."""
+    init(rank, world, init_method, timeout_s=30)
+    msgs = {}
+    try:
+        torch.zeros(2, device="cuda")
+        msgs["cuda"] = None
+    except (RuntimeError, AssertionError) as e:  # "Torch not compiled with CUDA enabled"
+        msgs["cuda"] = str(e)
+    # torch's dispatcher refuses non-CPU tensors of a CPU build before any
+    # backend sees them; the backend's own entry points check too.
+    try:
+        dist.all_reduce(torch.zeros(2, device="meta"))
+        raise AssertionError("all_reduce of a meta tensor returned")
+    except RuntimeError as e:
+        msgs["dispatcher"] = str(e)
+    try:
+        dist.group.WORLD.allreduce_compressed(torch.zeros(2, device="meta"), "fp16")
+        raise AssertionError("allreduce_compressed of a meta tensor returned")
+    except RuntimeError as e:
+        msgs["meta"] = str(e)
+    result(msgs)
+    os._exit(0)
+
+
+def scenario_unsupported(rank, world, init_method, outdir):
+    """Operations gradcomm does not have: errors that name what to use instead."""
+    init(rank, world, init_method, timeout_s=30)
+    msgs = {}
+    for name, call in [
+        ("send", lambda: dist.send(torch.ones(2), dst=(rank + 1) % world)),
+        ("recv", lambda: dist.recv(torch.ones(2), src=(rank + 1) % world)),
+        ("all_to_all", lambda: dist.all_to_all([torch.ones(1)] * world, [torch.ones(1)] * world)),
+    ]:
+        try:
+            call()
+            raise AssertionError(f"{name} returned")
+        except RuntimeError as e:
+            msgs[name] = str(e)
+    # still usable: those never reached the communicator
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(world)))
+    # a reduction it cannot do fails on every rank (and ends the group)
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.int32), op=R.BXOR)
+        raise AssertionError("BXOR returned")
+    except RuntimeError as e:
+        msgs["BXOR"] = str(e)
+    result(msgs)
+    os._exit(0)
+
+
+def scenario_dead_rank(rank, world, init_method, outdir):
+    """The last rank dies in the middle of training; the others raise
+    within the process group's timeout."""
+    timeout_s = 10
+    init(rank, world, init_method, timeout_s=timeout_s)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step, (x, y) in enumerate(_batches(rank, 50)):
+        if step == 5 and rank == world - 1:
+            os._exit(17)  # dies without a word
+        if step == 5:
+            died = time.monotonic()
+        opt.zero_grad()
+        try:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        except RuntimeError as e:
+            result({"step": step, "error": str(e), "seconds": time.monotonic() - died, "timeout": timeout_s})
+            os._exit(0)
+        opt.step()
+    raise AssertionError(f"rank {rank}: training went on after rank {world - 1} died")
+
+
+def scenario_wrong_world(rank, world, init_method, outdir):
+    """Launched with world_size one larger than the ranks that exist."""
+    start = time.monotonic()
+    try:
+        init(rank, world, init_method, timeout_s=5)
+        raise AssertionError("init_process_group returned")
+    except RuntimeError as e:
+        result({"error": str(e), "seconds": time.monotonic() - start})
+    os._exit(0)
+
+
+def scenario_telemetry(rank, world, init_method, outdir):
+    """GRADCOMM_TIMELINE and GRADCOMM_STATS through the backend."""
+    init(rank, world, init_method)
+    t = torch.ones(1000)
+    for _ in range(3):
+        dist.all_reduce(t)
+    dist.broadcast(t, src=0)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    stats = gradcomm.torch.stats()
+    assert stats["allreduce"]["calls"] == 4, stats
+    assert stats["allreduce"]["bytes"] == 4 * 4000, stats
+    assert stats["broadcast"]["calls"] == 1, stats
+    result({"stats": stats})
+    dist.destroy_process_group()  # flushes the trace, prints the statistics
+
+
+SCENARIOS = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
+
+if __name__ == "__main__":
+    name, rank, world, init_method, outdir, *extra = sys.argv[1:]
+    try:
+        SCENARIOS[name](int(rank), int(world), init_method, outdir, *extra)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
