@@ -195,10 +195,12 @@ bool ProgressEngine::drive() {
           throw RemoteError(active_->describe() + " cannot run because " + *remote);
         }
       }
-      transport::Tag announced;
-      announced.seq = active_->seq;
-      announced.fingerprint = active_->fingerprint;
-      transport_->announce(announced);
+      if (!active_->pointToPoint) {
+        transport::Tag announced;
+        announced.seq = active_->seq;
+        announced.fingerprint = active_->fingerprint;
+        transport_->announce(announced);
+      }
       active_->schedule = active_->makeSchedule();
       lastProgress_ = now;
       lastHealthCheck_ = now;
@@ -240,7 +242,9 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
   }
   active_->schedule->healthCheck();
   const auto stalled = now - lastProgress_;
-  if (stalled >= milliseconds(20) && now - lastProbe_ >= milliseconds(20)) {
+  // Point-to-point operations share their sequence number with the next
+  // collective, which ranks outside the pair may already be running.
+  if (!active_->pointToPoint && stalled >= milliseconds(20) && now - lastProbe_ >= milliseconds(20)) {
     lastProbe_ = now;
     transport::Tag expected;
     expected.seq = active_->seq;
