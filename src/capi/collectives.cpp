@@ -110,6 +110,16 @@ ncclResult_t enqueueReduction(const char* fn, const void* sendbuff, void* recvbu
   if (needsOut) {
     if (auto r = checkPointer(fn, "recvbuff", recvbuff, count)) return r;
   }
+  const bool flip = t.isUnsigned && (rop == ReduceOp::kMin || rop == ReduceOp::kMax);
+  if (!flip && !inGroup()) {
+    return runNow(comm, stream, fn, [&]() -> Work {
+      switch (coll) {
+        case Collective::kAllreduce: return comm->host.allreduce(sendbuff, recvbuff, count, t.type, rop);
+        case Collective::kReduce: return comm->host.reduce(sendbuff, recvbuff, count, t.type, rop, root);
+        default: return comm->host.reduceScatter(sendbuff, recvbuff, count, t.type, rop);
+      }
+    });
+  }
   return enqueue(reduction(comm, stream, coll, sendbuff, recvbuff, count, inCount, count, t, rop, root), fn);
 }
 
@@ -187,6 +197,11 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
       if (auto r = checkPointer(fn, "sendbuff", sendbuff, count)) return r;
     }
     if (auto r = checkPointer(fn, "recvbuff", recvbuff, count)) return r;
+    if (!inGroup()) {
+      return runNow(comm, stream, fn, [&] {
+        return comm->host.broadcast(comm->rank == root ? sendbuff : recvbuff, recvbuff, count, t.type, root);
+      });
+    }
     HostCall c;
     c.comm = comm;
     c.stream = stream;
@@ -223,6 +238,9 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
     if (auto r = checkSize(fn, sendcount * comm->nranks, t.bytes, &total)) return r;
     if (auto r = checkPointer(fn, "sendbuff", sendbuff, sendcount)) return r;
     if (auto r = checkPointer(fn, "recvbuff", recvbuff, sendcount)) return r;
+    if (!inGroup()) {
+      return runNow(comm, stream, fn, [&] { return comm->host.allgather(sendbuff, recvbuff, sendcount, t.type); });
+    }
     HostCall c;
     c.comm = comm;
     c.stream = stream;
