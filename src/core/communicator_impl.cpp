@@ -319,6 +319,31 @@ Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature,
   return Work(op);
 }
 
+Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
+                                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make) {
+  if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");
+  engine_->throwIfFailed();
+  auto op = OperationState::create();
+  op->algorithm = "p2p";
+  op->fingerprint = kPointToPointFingerprint;
+  op->bytes = bytes;
+  op->pointToPoint = true;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    op->seq = nextSeq_;
+  }
+  transport::Tag tag;
+  tag.seq = op->seq;
+  tag.fingerprint = kPointToPointFingerprint;
+  CollectiveCall none;
+  none.collective = Collective::kBarrier;
+  op->ctx = runContext(none, tag);
+  op->custom = [make = std::move(make)](const algorithms::RunContext& ctx) { return make(ctx); };
+  op->customWhat = what;
+  engine_->submit(op);
+  return Work(op);
+}
+
 std::string CommunicatorImpl::algorithmFor(const CollectiveCall& call) const {
   return selector_.select(call, engine_->transport(), {}).algorithm->name();
 }

@@ -34,6 +34,12 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   Work submitCustom(const std::string& what, uint32_t signature, size_t bytes, const std::string& algorithm,
                     std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
                     std::function<void()> onComplete = {});
+  /// Queues point-to-point transfers (the NCCL frontend's send/recv). Only
+  /// the ranks that exchange messages call it, so it consumes no sequence
+  /// number: its messages carry the number of the next collective and
+  /// kPointToPointFingerprint, and the schedule numbers them per peer.
+  Work submitPointToPoint(const std::string& what, size_t bytes,
+                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make);
   std::string algorithmFor(const algorithms::CollectiveCall& call) const;
   algorithms::RunContext runContext(const algorithms::CollectiveCall& call, const transport::Tag& tag) const;
 
@@ -104,6 +110,10 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
 /// What ranks agree on for `call` run by `algorithm` (seq left 0).
 transport::CallSignature callSignature(const algorithms::CollectiveCall& call, const std::string& algorithm,
                                        const std::string& compression);
+
+/// Fingerprint of point-to-point messages (no collective hashes to it in practice).
+inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
+
 /// 32-bit FNV-1a of a call signature: equal on every rank iff the calls match.
 uint32_t callFingerprint(const algorithms::CollectiveCall& call, const std::string& algorithm);
 

@@ -37,6 +37,10 @@ struct OperationState {
   algorithms::RunContext ctx;  ///< workspace filled in by the engine at start
   std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> custom;
   std::string customWhat;
+  /// Point-to-point (ncclSend/ncclRecv): only some ranks take part, so it
+  /// takes no sequence number of its own, announces nothing and is not
+  /// probed for mismatched collectives.
+  bool pointToPoint = false;
   algorithms::SchedulePtr schedule;
   /// Runs on the driving thread after the schedule completes (for example
   /// decompression); may throw.

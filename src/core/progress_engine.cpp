@@ -221,9 +221,11 @@ bool ProgressEngine::drive() {
           throw RemoteError(active_->describe() + " cannot run because " + *remote);
         }
       }
-      transport_->announce(active_->signature);
-      // Algorithms that compare every rank's call themselves skip the check.
-      if (!active_->algo || !active_->algo->checksCalls()) check_.start(*transport_, active_->signature);
+      if (!active_->pointToPoint) {
+        transport_->announce(active_->signature);
+        // Algorithms that compare every rank's call themselves skip the check.
+        if (!active_->algo || !active_->algo->checksCalls()) check_.start(*transport_, active_->signature);
+      }
       active_->schedule = active_->makeSchedule();
       lastProgress_ = now;
       lastHealthCheck_ = now;
@@ -287,7 +289,9 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
   }
   active_->schedule->healthCheck();
   const auto stalled = now - lastProgress_;
-  if (stalled >= milliseconds(20) && now - lastProbe_ >= milliseconds(20)) {
+  // Point-to-point operations share their sequence number with the next
+  // collective, which ranks outside the pair may already be running.
+  if (!active_->pointToPoint && stalled >= milliseconds(20) && now - lastProbe_ >= milliseconds(20)) {
     lastProbe_ = now;
     transport::Tag expected;
     expected.seq = active_->seq;

@@ -1,0 +1,495 @@
+// Communicators of the NCCL ABI: unique ids, creation, split, destruction,
+// queries and errors. A communicator is a gradcomm Communicator formed
+// through the TcpStore named by the unique id, plus the real NCCL's
+// communicator where device buffers can occur.
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "capi/api_common.hpp"
+#include "capi/cuda_probe.hpp"
+#include "capi/forward.hpp"
+#include "capi/group.hpp"
+#include "core/communicator_impl.hpp"
+#include "core/log.hpp"
+#include "core/params.hpp"
+#include "transport/inproc_transport.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::capi;
+
+namespace {
+
+constexpr unsigned int kConfigMagic = 0xcafebeef;
+
+/// Stores this process serves (it called ncclGetUniqueId), by job key, and
+/// every store a communicator was formed through. Never freed: another
+/// process may still join through them at any time before this one exits,
+/// and communicatorFromStore numbers communicators per store object, so an
+/// address must never be reused by a later store.
+struct Stores {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<TcpStore>> served;
+  std::vector<std::shared_ptr<Store>> formedThrough;
+};
+Stores& stores() {
+  static Stores* s = new Stores();
+  return *s;
+}
+
+std::chrono::milliseconds storeTimeout() {
+  try {
+    const auto t = core::Config::resolve().timeout;
+    if (t.count() > 0) return std::chrono::duration_cast<std::chrono::milliseconds>(t);
+  } catch (const Error&) {
+  }
+  return std::chrono::seconds(300);
+}
+
+/// Forms comm->host through the store at `prefix`, scoped in `base`.
+void formHost(ncclComm& comm, std::shared_ptr<Store> base, const std::string& prefix) {
+  auto scoped = std::make_shared<PrefixStore>(prefix, base);
+  {
+    std::lock_guard<std::mutex> lock(stores().mu);
+    stores().formedThrough.push_back(scoped);
+  }
+  comm.host = communicatorFromStore(scoped, comm.rank, comm.nranks);
+  comm.store = std::move(base);
+  comm.prefix = prefix;
+  comm.sendNext.assign(comm.nranks, 0);
+  comm.recvNext.assign(comm.nranks, 0);
+}
+
+/// Forms the real NCCL's communicator of the same ranks, when every rank has
+/// a working GPU and a real NCCL (they agree first, over the host
+/// communicator, so no rank enters the real NCCL's collective init alone).
+/// `makeReal` runs the real creation given a real unique id.
+template <typename MakeReal>
+void attachReal(ncclComm& comm, MakeReal&& makeReal) {
+  int32_t usable = cudaUsable() && RealNccl::instance().available() ? 1 : 0;
+  const std::string mine = !cudaUsable() ? std::string("no CUDA device works in this process")
+                                         : (usable ? std::string() : RealNccl::instance().why());
+  comm.host.allreduce(&usable, &usable, 1, DataType::kInt32, ReduceOp::kMin).wait();
+  if (!usable) {
+    comm.realWhy = mine.empty() ? "another rank has no working GPU or no real NCCL" : mine;
+    return;
+  }
+  cudaGetDevice(&comm.cudaDevice);
+  // Byte 0: whether rank 0 got a real id; then the id.
+  std::vector<char> msg(1 + sizeof(ncclUniqueId), 0);
+  if (comm.rank == 0) {
+    auto getId = GRADCOMM_REAL(ncclGetUniqueId);
+    ncclUniqueId rid;
+    if (getId && getId(&rid) == ncclSuccess) {
+      msg[0] = 1;
+      std::memcpy(msg.data() + 1, &rid, sizeof rid);
+    }
+  }
+  comm.host.broadcast(msg.data(), msg.data(), msg.size(), DataType::kUInt8, 0).wait();
+  if (!msg[0]) {
+    comm.realWhy = "the real NCCL's ncclGetUniqueId failed on rank 0";
+    return;
+  }
+  ncclUniqueId rid;
+  std::memcpy(&rid, msg.data() + 1, sizeof rid);
+  const ncclResult_t r = makeReal(rid);
+  if (r != ncclSuccess) {
+    comm.real = nullptr;
+    comm.realWhy = std::string("the real NCCL's communicator creation failed: ") + lastError();
+  }
+}
+
+ncclResult_t checkConfig(const char* fn, const ncclConfig_t* config) {
+  if (config && config->magic != kConfigMagic) {
+    return invalidArgument(fn, "config", "not initialised with NCCL_CONFIG_INITIALIZER");
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t initRank(const char* fn, ncclComm_t* newcomm, int nranks, const ncclUniqueId& id, int rank,
+                      ncclConfig_t* config) {
+  if (!newcomm) return invalidArgument(fn, "comm", "NULL");
+  *newcomm = nullptr;
+  if (nranks < 1) return invalidArgument(fn, "nranks", std::to_string(nranks) + " (must be at least 1)");
+  if (rank < 0 || rank >= nranks) {
+    return invalidArgument(fn, "rank", std::to_string(rank) + " is outside [0, " + std::to_string(nranks) + ")");
+  }
+  if (auto r = checkConfig(fn, config)) return r;
+  UniqueIdContents ids;
+  std::string why;
+  if (!decodeUniqueId(id, &ids, &why)) return invalidArgument(fn, "commId", why);
+
+  auto comm = std::make_unique<ncclComm>();
+  comm->rank = rank;
+  comm->nranks = nranks;
+  ncclComm* c = comm.get();
+  auto form = [c, ids, config] {
+    std::shared_ptr<Store> base;
+    {
+      std::lock_guard<std::mutex> lock(stores().mu);
+      auto it = stores().served.find(ids.keyHex());
+      if (it != stores().served.end()) base = it->second;
+    }
+    if (!base) {
+      TcpStore::Options so;
+      so.connectTimeout = storeTimeout();
+      base = std::make_shared<TcpStore>(ids.host, ids.port, so);
+    }
+    formHost(*c, base, "nccl/" + ids.keyHex());
+    attachReal(*c, [c, config](const ncclUniqueId& rid) {
+      auto init = GRADCOMM_REAL(ncclCommInitRankConfig);
+      if (!init) return realMissing("ncclCommInitRank");
+      return fromReal("ncclCommInitRank", init(&c->real, c->nranks, rid, c->rank, config));
+    });
+  };
+  if (inGroup()) {
+    // Forms at ncclGroupEnd, concurrently with the group's other inits.
+    enqueue(PendingInit{c, form});
+    *newcomm = comm.release();
+    return ncclSuccess;
+  }
+  form();
+  *newcomm = comm.release();
+  return ncclSuccess;
+}
+
+void destroyComm(ncclComm_t comm, bool abort) {
+  if (comm->real) {
+    auto f = abort ? GRADCOMM_REAL(ncclCommAbort) : GRADCOMM_REAL(ncclCommDestroy);
+    if (f) f(comm->real);
+    comm->real = nullptr;
+  }
+  if (comm->host.valid()) comm->host.destroy();
+  comm->magic = 0;
+  delete comm;
+}
+
+/// Handle checks for calls that work on failed communicators too.
+ncclResult_t checkHandle(ncclComm_t comm, const char* fn) {
+  if (!comm) return invalidArgument(fn, "comm", "the communicator is NULL");
+  if (comm->magic != ncclComm::kMagic) {
+    return invalidArgument(fn, "comm", "not a live gradcomm communicator (destroyed, or never created)");
+  }
+  return ncclSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclGetVersion(int* version) {
+  if (!version) return invalidArgument("ncclGetVersion", "version", "NULL");
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  static const char* fn = "ncclGetUniqueId";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (!uniqueId) return invalidArgument(fn, "uniqueId", "NULL");
+    UniqueIdContents ids;
+    if (getrandom(ids.key, sizeof ids.key, 0) != static_cast<ssize_t>(sizeof ids.key)) {
+      return fail(ncclSystemError, std::string(fn) + ": getrandom failed: " + std::strerror(errno));
+    }
+    // The id carries an address the other ranks can reach: this host's name,
+    // unless GRADCOMM_NCCL_ID_ADDR names the interface address to use.
+    const char* addr = std::getenv("GRADCOMM_NCCL_ID_ADDR");
+    if (addr && *addr) {
+      ids.host = addr;
+    } else {
+      char name[256] = {};
+      if (gethostname(name, sizeof name - 1) != 0) {
+        return fail(ncclSystemError, std::string(fn) + ": gethostname failed: " + std::strerror(errno));
+      }
+      ids.host = name;
+    }
+    TcpStore::Options so;
+    so.isServer = true;
+    so.connectTimeout = storeTimeout();
+    auto server = std::make_shared<TcpStore>("", 0, so);
+    ids.port = server->port();
+    {
+      std::lock_guard<std::mutex> lock(stores().mu);
+      stores().served[ids.keyHex()] = server;
+    }
+    encodeUniqueId(ids, uniqueId);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  static const char* fn = "ncclCommInitRank";
+  return guarded(fn, [&] { return initRank(fn, comm, nranks, commId, rank, nullptr); });
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t* config) {
+  static const char* fn = "ncclCommInitRankConfig";
+  return guarded(fn, [&] { return initRank(fn, comm, nranks, commId, rank, config); });
+}
+
+ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId, ncclUniqueId* commIds,
+                                      ncclConfig_t* config) {
+  static const char* fn = "ncclCommInitRankScalable";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (nId < 1 || !commIds) return invalidArgument(fn, "commIds", "at least one unique id is needed");
+    // One store serves every rank: the first id names it.
+    return initRank(fn, newcomm, nranks, commIds[0], myrank, config);
+  });
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  static const char* fn = "ncclCommInitAll";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (!comms) return invalidArgument(fn, "comm", "NULL");
+    if (ndev < 1) return invalidArgument(fn, "ndev", std::to_string(ndev) + " (must be at least 1)");
+    // One process, ndev ranks: an in-process world, driven by the caller's
+    // thread through group calls (as NCCL requires for such communicators).
+    auto world = transport::InProcWorld::create(ndev);
+    const core::Config config = core::Config::resolve();
+    std::vector<std::unique_ptr<ncclComm>> made;
+    for (int r = 0; r < ndev; ++r) {
+      auto c = std::make_unique<ncclComm>();
+      c->rank = r;
+      c->nranks = ndev;
+      c->host = Communicator(std::make_shared<detail::CommunicatorImpl>(world->transport(r), config));
+      c->sendNext.assign(ndev, 0);
+      c->recvNext.assign(ndev, 0);
+      made.push_back(std::move(c));
+    }
+    if (cudaUsable() && RealNccl::instance().available()) {
+      std::vector<ncclComm_t> real(ndev, nullptr);
+      auto f = GRADCOMM_REAL(ncclCommInitAll);
+      const ncclResult_t r = f ? fromReal(fn, f(real.data(), ndev, devlist)) : realMissing(fn);
+      for (int i = 0; i < ndev; ++i) {
+        made[i]->real = r == ncclSuccess ? real[i] : nullptr;
+        if (r != ncclSuccess) made[i]->realWhy = lastError();
+        if (devlist) made[i]->cudaDevice = devlist[i]; else made[i]->cudaDevice = i;
+      }
+    } else {
+      for (auto& c : made) c->realWhy = cudaUsable() ? RealNccl::instance().why() : "no CUDA device works in this process";
+    }
+    for (int r = 0; r < ndev; ++r) comms[r] = made[r].release();
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  static const char* fn = "ncclCommSplit";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (auto r = checkComm(comm, fn)) return r;
+    if (!newcomm) return invalidArgument(fn, "newcomm", "NULL");
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR) {
+      return invalidArgument(fn, "color", std::to_string(color) + " (must be >= 0 or NCCL_SPLIT_NOCOLOR)");
+    }
+    if (auto r = checkConfig(fn, config)) return r;
+    *newcomm = nullptr;
+    if (!comm->store) {
+      return fail(ncclInvalidUsage, std::string(fn) + ": communicators from ncclCommInitAll cannot be split by gradcomm");
+    }
+    // Every rank learns every rank's (color, key); the new ranks are ordered
+    // by key, then by old rank, as in NCCL.
+    int32_t mine[2] = {color, key};
+    std::vector<int32_t> all(2 * static_cast<size_t>(comm->nranks));
+    try {
+      comm->host.allgather(mine, all.data(), 2, DataType::kInt32).wait();
+    } catch (const Error& e) {
+      comm->setFailed(resultOf(e.code()), std::string(fn) + ": " + e.what());
+      throw;
+    }
+    const int index = comm->splits++;
+    ncclComm_t realNew = nullptr;
+    if (comm->real) {
+      auto f = GRADCOMM_REAL(ncclCommSplit);
+      if (auto r = f ? fromReal(fn, f(comm->real, color, key, &realNew, config)) : realMissing(fn)) return r;
+    }
+    if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+    std::vector<std::pair<int32_t, int>> members;  // (key, old rank)
+    for (int r = 0; r < comm->nranks; ++r) {
+      if (all[2 * r] == color) members.push_back({all[2 * r + 1], r});
+    }
+    std::sort(members.begin(), members.end());
+    auto c = std::make_unique<ncclComm>();
+    c->nranks = static_cast<int>(members.size());
+    for (int i = 0; i < c->nranks; ++i) {
+      if (members[i].second == comm->rank) c->rank = i;
+    }
+    formHost(*c, comm->store, comm->prefix + "/split" + std::to_string(index) + "/color" + std::to_string(color));
+    c->real = realNew;
+    c->realWhy = comm->realWhy;
+    c->cudaDevice = comm->cudaDevice;
+    *newcomm = c.release();
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
+                            ncclConfig_t* config, int shrinkFlags) {
+  static const char* fn = "ncclCommShrink";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (auto r = checkHandle(comm, fn)) return r;
+    (void)excludeRanksList;
+    (void)excludeRanksCount;
+    (void)newcomm;
+    (void)config;
+    (void)shrinkFlags;
+    // A gradcomm communicator that lost a rank cannot be repaired in place
+    // yet; form a new one with a fresh unique id instead.
+    return fail(ncclInvalidUsage, std::string(fn) + ": not supported by gradcomm's NCCL library: create a new "
+                                                    "communicator from a new ncclUniqueId with the surviving ranks");
+  });
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  static const char* fn = "ncclCommFinalize";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (auto r = checkHandle(comm, fn)) return r;
+    // Host operations complete before their call returns: nothing is left
+    // to flush but the real NCCL's.
+    if (comm->real) {
+      auto f = GRADCOMM_REAL(ncclCommFinalize);
+      if (f) return fromReal(fn, f(comm->real));
+    }
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  static const char* fn = "ncclCommDestroy";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (!comm) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
+    if (auto r = checkHandle(comm, fn)) return r;
+    destroyComm(comm, false);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  static const char* fn = "ncclCommAbort";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (!comm) return ncclSuccess;
+    if (auto r = checkHandle(comm, fn)) return r;
+    destroyComm(comm, true);
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  static const char* fn = "ncclCommRevoke";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (auto r = checkHandle(comm, fn)) return r;
+    if (revokeFlags != NCCL_REVOKE_DEFAULT) return invalidArgument(fn, "revokeFlags", "must be NCCL_REVOKE_DEFAULT");
+    if (comm->real) {
+      auto f = GRADCOMM_REAL(ncclCommRevoke);
+      if (f) fromReal(fn, f(comm->real, revokeFlags));
+    }
+    // Nothing is in flight on the host between calls: revoking stops the
+    // communicator, and later calls say so.
+    comm->setFailed(ncclInvalidUsage, "the communicator was revoked (ncclCommRevoke)");
+    if (comm->host.valid()) comm->host.destroy();
+    return ncclSuccess;
+  });
+}
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+const char* ncclGetLastError(ncclComm_t comm) {
+  (void)comm;  // as in NCCL, the last error of the calling thread, whatever the communicator
+  return lastError();
+}
+
+void ncclResetDebugInit() {}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  static const char* fn = "ncclCommGetAsyncError";
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (auto r = checkHandle(comm, fn)) return r;
+    if (!asyncError) return invalidArgument(fn, "asyncError", "NULL");
+    if (comm->asyncError.load() == ncclSuccess && comm->host.valid()) {
+      // A failure the progress engine saw (a peer's abort notice) but no
+      // call has reported yet.
+      try {
+        comm->host.impl()->engine().throwIfFailed();
+      } catch (const Error& e) {
+        comm->setFailed(resultOf(e.code()), e.what());
+      }
+    }
+    *asyncError = static_cast<ncclResult_t>(comm->asyncError.load());
+    if (*asyncError == ncclSuccess && comm->real) {
+      auto f = GRADCOMM_REAL(ncclCommGetAsyncError);
+      if (f) return fromReal(fn, f(comm->real, asyncError));
+    }
+    if (*asyncError != ncclSuccess) {
+      std::lock_guard<std::mutex> lock(comm->errorMu);
+      fail(*asyncError, comm->asyncMessage);
+    }
+    return ncclSuccess;
+  });
+}
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  static const char* fn = "ncclCommCount";
+  if (auto r = checkHandle(comm, fn)) return r;
+  if (!count) return invalidArgument(fn, "count", "NULL");
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  static const char* fn = "ncclCommUserRank";
+  if (auto r = checkHandle(comm, fn)) return r;
+  if (!rank) return invalidArgument(fn, "rank", "NULL");
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  static const char* fn = "ncclCommCuDevice";
+  if (auto r = checkHandle(comm, fn)) return r;
+  if (!device) return invalidArgument(fn, "device", "NULL");
+  if (comm->cudaDevice < 0) {
+    return fail(ncclInvalidUsage, std::string(fn) + ": this communicator has no CUDA device: " + comm->realWhy);
+  }
+  *device = comm->cudaDevice;
+  return ncclSuccess;
+}
+
+}  // extern "C"
+
+GRADCOMM_NCCL_ALIAS(ncclGetVersion)
+GRADCOMM_NCCL_ALIAS(ncclGetUniqueId)
+GRADCOMM_NCCL_ALIAS(ncclCommInitRank)
+GRADCOMM_NCCL_ALIAS(ncclCommInitRankConfig)
+GRADCOMM_NCCL_ALIAS(ncclCommInitRankScalable)
+GRADCOMM_NCCL_ALIAS(ncclCommInitAll)
+GRADCOMM_NCCL_ALIAS(ncclCommSplit)
+GRADCOMM_NCCL_ALIAS(ncclCommShrink)
+GRADCOMM_NCCL_ALIAS(ncclCommFinalize)
+GRADCOMM_NCCL_ALIAS(ncclCommDestroy)
+GRADCOMM_NCCL_ALIAS(ncclCommAbort)
+GRADCOMM_NCCL_ALIAS(ncclCommRevoke)
+GRADCOMM_NCCL_ALIAS(ncclGetErrorString)
+GRADCOMM_NCCL_ALIAS(ncclGetLastError)
+GRADCOMM_NCCL_ALIAS(ncclResetDebugInit)
+GRADCOMM_NCCL_ALIAS(ncclCommGetAsyncError)
+GRADCOMM_NCCL_ALIAS(ncclCommCount)
+GRADCOMM_NCCL_ALIAS(ncclCommUserRank)
+GRADCOMM_NCCL_ALIAS(ncclCommCuDevice)

@@ -1,0 +1,88 @@
+#include "capi/real_nccl.hpp"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "core/log.hpp"
+
+namespace gradcomm::capi {
+namespace {
+
+std::mutex loadMu;
+
+/// The base address of the object that holds `addr`, or null.
+void* objectBase(const void* addr) {
+  Dl_info info{};
+  if (!dladdr(addr, &info)) return nullptr;
+  return info.dli_fbase;
+}
+
+}  // namespace
+
+RealNccl& RealNccl::instance() {
+  // Never destroyed: C callers may still call in from their own exit handlers.
+  static RealNccl* real = new RealNccl();
+  return *real;
+}
+
+void RealNccl::load() {
+  const char* env = std::getenv("GRADCOMM_NCCL_LIB");
+  path_ = env && *env ? env : "libnccl.so.2";
+  int flags = RTLD_NOW | RTLD_LOCAL;
+#ifdef RTLD_DEEPBIND
+  flags |= RTLD_DEEPBIND;
+#endif
+  dlerror();
+  void* h = dlopen(path_.c_str(), flags);
+  if (!h) {
+    const char* err = dlerror();
+    why_ = "no real NCCL could be opened (" + path_ + ": " + (err ? err : "unknown error") +
+           "); set GRADCOMM_NCCL_LIB to the path of NVIDIA's libnccl.so.2";
+    return;
+  }
+  void* probe = dlsym(h, "ncclGetVersion");
+  if (!probe) {
+    why_ = path_ + " exports no ncclGetVersion: it is not NCCL; set GRADCOMM_NCCL_LIB to NVIDIA's libnccl.so.2";
+    dlclose(h);
+    return;
+  }
+  // The search path may lead back to this very library (installed or
+  // symlinked as libnccl.so.2): forwarding to it would recurse forever.
+  if (objectBase(probe) == objectBase(reinterpret_cast<const void*>(&objectBase))) {
+    why_ = path_ + " is gradcomm's own NCCL library, not the real NCCL; set GRADCOMM_NCCL_LIB to NVIDIA's libnccl.so.2";
+    dlclose(h);
+    return;
+  }
+  handle_ = h;
+  Dl_info info{};
+  if (dladdr(probe, &info) && info.dli_fname) path_ = info.dli_fname;
+}
+
+bool RealNccl::available() {
+  std::lock_guard<std::mutex> lock(loadMu);
+  if (!tried_) {
+    tried_ = true;
+    load();
+    if (handle_) {
+      core::logOnce(core::LogLevel::kInfo, -1, "NCCL shim: device buffers go to the real NCCL at " + path_);
+    } else {
+      core::logOnce(core::LogLevel::kInfo, -1, "NCCL shim: " + why_);
+    }
+  }
+  return handle_ != nullptr;
+}
+
+std::string RealNccl::why() {
+  available();
+  std::lock_guard<std::mutex> lock(loadMu);
+  return why_;
+}
+
+void* RealNccl::symbol(const char* name) {
+  if (!available()) return nullptr;
+  return dlsym(handle_, name);
+}
+
+}  // namespace gradcomm::capi

@@ -1,0 +1,137 @@
+/* The NCCL-ABI library on device buffers (one GPU, one rank): every call
+ * goes to the real NCCL behind gradcomm's communicator; with
+ * GRADCOMM_COMPRESSION=fp16 or bf16 a float32 allreduce runs gradcomm's
+ * cast kernels around a half-precision allreduce. Exits 77 (skipped) where
+ * no GPU works. Also times ncclAllReduce through the shim against the real
+ * NCCL called directly (its own communicator, dlopen'ed), for gpu-check. */
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int failures = 0;
+#define CHECK(cond, ...)                        \
+  do {                                          \
+    if (!(cond)) {                              \
+      fprintf(stderr, "FAIL: " __VA_ARGS__);    \
+      fprintf(stderr, "\n");                    \
+      ++failures;                               \
+    }                                           \
+  } while (0)
+#define NCCL_OK(call)                                                                                \
+  do {                                                                                               \
+    ncclResult_t r_ = (call);                                                                        \
+    if (r_ != ncclSuccess) {                                                                         \
+      fprintf(stderr, "FAIL: %s: %d %s\n", #call, (int)r_, ncclGetLastError(NULL));                  \
+      return 1;                                                                                      \
+    }                                                                                                \
+  } while (0)
+#define CUDA_OK(call)                                                                                \
+  do {                                                                                               \
+    cudaError_t e_ = (call);                                                                         \
+    if (e_ != cudaSuccess) {                                                                         \
+      fprintf(stderr, "FAIL: %s: %s\n", #call, cudaGetErrorString(e_));                              \
+      return 1;                                                                                      \
+    }                                                                                                \
+  } while (0)
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef ncclResult_t (*GetIdFn)(ncclUniqueId*);
+typedef ncclResult_t (*InitFn)(ncclComm_t*, int, ncclUniqueId, int);
+typedef ncclResult_t (*AllReduceFn)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+
+/* Median-free but warm: per-call microseconds of `iters` back-to-back calls. */
+static double timeCalls(AllReduceFn f, void* buf, size_t count, ncclComm_t comm, cudaStream_t s, int iters) {
+  for (int i = 0; i < 5; ++i) f(buf, buf, count, ncclFloat32, ncclSum, comm, s);
+  cudaStreamSynchronize(s);
+  double t0 = now();
+  for (int i = 0; i < iters; ++i) f(buf, buf, count, ncclFloat32, ncclSum, comm, s);
+  cudaStreamSynchronize(s);
+  return (now() - t0) * 1e6 / iters;
+}
+
+int main(void) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    printf("no GPU works here: skipped\n");
+    return 77;
+  }
+  enum { kCount = 1 << 20 };
+  ncclUniqueId id;
+  NCCL_OK(ncclGetUniqueId(&id));
+  ncclComm_t comm;
+  NCCL_OK(ncclCommInitRank(&comm, 1, id, 0));
+  int dev = -1;
+  NCCL_OK(ncclCommCuDevice(comm, &dev));
+  CHECK(dev >= 0, "ncclCommCuDevice gave %d: the real NCCL's communicator is missing", dev);
+
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreate(&s));
+  float *d = NULL, *e = NULL;
+  CUDA_OK(cudaMalloc((void**)&d, kCount * sizeof(float)));
+  CUDA_OK(cudaMalloc((void**)&e, kCount * sizeof(float)));
+  float* h = malloc(kCount * sizeof(float));
+  float* back = malloc(kCount * sizeof(float));
+  /* small integers and halves: exact in fp16 and bf16 too */
+  for (int i = 0; i < kCount; ++i) h[i] = (float)((i % 97) - 48) * 0.5f;
+  CUDA_OK(cudaMemcpy(d, h, kCount * sizeof(float), cudaMemcpyHostToDevice));
+
+  NCCL_OK(ncclAllReduce(d, e, kCount, ncclFloat32, ncclSum, comm, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(back, e, kCount * sizeof(float), cudaMemcpyDeviceToHost));
+  CHECK(!memcmp(back, h, kCount * sizeof(float)), "device allreduce on one rank changed the data");
+
+  NCCL_OK(ncclBroadcast(d, e, kCount, ncclFloat32, 0, comm, s));
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclSend(d, kCount, ncclFloat32, 0, comm, s));
+  NCCL_OK(ncclRecv(e, kCount, ncclFloat32, 0, comm, s));
+  NCCL_OK(ncclGroupEnd());
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(back, e, kCount * sizeof(float), cudaMemcpyDeviceToHost));
+  CHECK(!memcmp(back, h, kCount * sizeof(float)), "device send/recv to self changed the data");
+
+  /* the same communicator still serves host buffers itself */
+  float hx = 3.0f;
+  NCCL_OK(ncclAllReduce(&hx, &hx, 1, ncclFloat32, ncclSum, comm, NULL));
+  CHECK(hx == 3.0f, "host allreduce on a device communicator gave %g", hx);
+
+  const char* compression = getenv("GRADCOMM_COMPRESSION");
+  printf("device collectives through the shim: %s (GRADCOMM_COMPRESSION=%s)\n", failures ? "FAILED" : "exact",
+         compression ? compression : "none");
+
+  /* shim overhead on device buffers: the same allreduce on the real NCCL directly */
+  const char* path = getenv("GRADCOMM_NCCL_LIB");
+  void* real = dlopen(path && *path ? path : "libnccl.so.2", RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  if (real) {
+    GetIdFn getId = (GetIdFn)dlsym(real, "ncclGetUniqueId");
+    InitFn init = (InitFn)dlsym(real, "ncclCommInitRank");
+    AllReduceFn realAllReduce = (AllReduceFn)dlsym(real, "ncclAllReduce");
+    ncclUniqueId rid;
+    ncclComm_t rcomm;
+    if (getId && init && realAllReduce && getId(&rid) == ncclSuccess && init(&rcomm, 1, rid, 0) == ncclSuccess) {
+      static const size_t sizes[] = {2, 1 << 20};
+      for (int k = 0; k < 2; ++k) {
+        const int iters = sizes[k] < 1024 ? 2000 : 200;
+        double shim = timeCalls(ncclAllReduce, d, sizes[k], comm, s, iters);
+        double direct = timeCalls(realAllReduce, d, sizes[k], rcomm, s, iters);
+        printf("device allreduce %zu bytes: shim %.2f us, real NCCL %.2f us, ratio %.3f\n", sizes[k] * 4, shim,
+               direct, shim / direct);
+      }
+    }
+  }
+  NCCL_OK(ncclCommDestroy(comm));
+  cudaFree(d);
+  cudaFree(e);
+  free(h);
+  free(back);
+  printf("%s\n", failures ? "FAILED" : "passed");
+  return failures ? 1 : 0;
+}
