@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <string>
 
 #include "gradcomm/error.hpp"
@@ -69,6 +71,9 @@ MpiEnvironment::~MpiEnvironment() {
                  rank, reason.c_str(), kBrokenJobExitCode);
     std::fflush(stdout);
     std::fflush(stderr);
+    // A moment first, so the other survivors can take the failure notice
+    // this rank sent and report their own errors before the job ends.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     MPI_Abort(MPI_COMM_WORLD, kBrokenJobExitCode);
     _exit(kBrokenJobExitCode);  // MPI_Abort does not return; in case this one does
   }
