@@ -115,35 +115,19 @@ size_t parseSize(const std::string& s) {
   return static_cast<size_t>(v * mult);
 }
 
-// A whole number in [lo, hi], all of `text` (atoi took "5x" as 5 and "abc" as 0).
 int parseInt(const std::string& text, const std::string& option, long lo, long hi) {
-  errno = 0;
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
+  const auto v = bench::wholeNumber(text, lo, hi);
+  if (!v) {
     die(option + " takes a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" + text +
         "'");
   }
-  return static_cast<int>(v);
+  return static_cast<int>(*v);
 }
 
 double parseNumber(const std::string& text, const std::string& option) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(v)) die(option + " takes a number, got '" + text + "'");
-  return v;
-}
-
-// Empty, or why `path` cannot be written: checked before the run, so that
-// results are not measured only to be lost.
-std::string unwritable(const std::string& path) {
-  struct stat st;
-  const bool existed = ::stat(path.c_str(), &st) == 0;
-  FILE* f = std::fopen(path.c_str(), "a");
-  if (!f) return "cannot write '" + path + "': " + std::strerror(errno);
-  std::fclose(f);
-  if (!existed) ::unlink(path.c_str());
-  return {};
+  const auto v = bench::realNumber(text);
+  if (!v) die(option + " takes a number, got '" + text + "'");
+  return *v;
 }
 
 std::vector<std::string> splitList(const std::string& s) {
@@ -305,7 +289,7 @@ Args parseArgs(int argc, char** argv) {
   std::string why;
   if (gRank == 0) {
     for (const auto& [option, path] : {std::pair<std::string, std::string>{"--json", a.json}, {"--csv", a.csv}}) {
-      if (!path.empty() && why.empty() && !unwritable(path).empty()) why = option + ": " + unwritable(path);
+      if (!path.empty() && why.empty() && !bench::unwritable(path).empty()) why = option + ": " + bench::unwritable(path);
     }
   }
   why = fromRankZero(why);

@@ -95,35 +95,19 @@ void dieIfRankZeroFailed(std::string error) {
   std::exit(2);
 }
 
-// Empty, or why `path` cannot be written (checked before the run, so that
-// results are not computed only to be lost).
-std::string unwritable(const std::string& path) {
-  struct stat st;
-  const bool existed = ::stat(path.c_str(), &st) == 0;
-  FILE* f = std::fopen(path.c_str(), "a");
-  if (!f) return "cannot write '" + path + "': " + std::strerror(errno);
-  std::fclose(f);
-  if (!existed) ::unlink(path.c_str());
-  return {};
-}
-
-// A whole number in [lo, hi], all of `text`.
 long long parseInteger(const std::string& text, const std::string& what, long long lo, long long hi) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
+  const auto v = bench::wholeNumber(text, lo, hi);
+  if (!v) {
     die(what + " must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" +
         text + "'");
   }
-  return v;
+  return *v;
 }
 
 double parseNumber(const std::string& text, const std::string& what) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(v)) die(what + " must be a number, got '" + text + "'");
-  return v;
+  const auto v = bench::realNumber(text);
+  if (!v) die(what + " must be a number, got '" + text + "'");
+  return *v;
 }
 
 struct Layer {
@@ -427,7 +411,7 @@ int main(int argc, char** argv) {
   }
   gComm = commHolder.get();
   gRank = gComm->rank();
-  dieIfRankZeroFailed(gRank == 0 && !a.json.empty() && !unwritable(a.json).empty() ? "--json: " + unwritable(a.json)
+  dieIfRankZeroFailed(gRank == 0 && !a.json.empty() && !bench::unwritable(a.json).empty() ? "--json: " + bench::unwritable(a.json)
                                                                                      : std::string());
   std::vector<Layer> layers;
   if (a.model == "resnet50") layers = resnet50();

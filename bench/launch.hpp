@@ -1,9 +1,16 @@
 #pragma once
-// How the benchmark tools start: under mpirun (MPI initialised, gradcomm
-// communicators made from MPI_COMM_WORLD) or without MPI (a communicator
-// formed from GRADCOMM_*, torchrun's or mpirun's variables).
+// What the benchmark tools share: how they start (under mpirun, with MPI
+// initialised and communicators made from MPI_COMM_WORLD, or without MPI,
+// a communicator formed from GRADCOMM_*, torchrun's or mpirun's variables)
+// and how they check their arguments.
 #include <mpi.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <optional>
 
 #include <algorithm>
 #include <cstdlib>
@@ -67,6 +74,36 @@ inline Communicator makeCommunicator(bool useMpi, const std::string& transport) 
   Options o;
   if (!transport.empty()) o.set("TRANSPORT", transport);
   return useMpi ? communicatorFromMpi(MPI_COMM_WORLD, o) : communicatorFromEnvironment(o);
+}
+
+/// All of `text` as a whole number in [lo, hi] (atoi took "5x" as 5 and
+/// "abc" as 0), or nothing.
+inline std::optional<long long> wholeNumber(const std::string& text, long long lo, long long hi) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+/// All of `text` as a finite number, or nothing.
+inline std::optional<double> realNumber(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
+/// Empty, or why `path` cannot be written: checked before a run, so that
+/// results are not measured only to be lost.
+inline std::string unwritable(const std::string& path) {
+  struct stat st;
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) return "cannot write '" + path + "': " + std::strerror(errno);
+  std::fclose(f);
+  if (!existed) ::unlink(path.c_str());
+  return {};
 }
 
 }  // namespace gradcomm::bench

@@ -16,24 +16,10 @@
 #include <vector>
 
 #include "gradcomm/gradcomm.hpp"
+#include "support/marker.hpp"
 
 using namespace gradcomm;
-
-namespace {
-
-void mark(int rank, const std::string& status) {
-  if (const char* dir = std::getenv("GRADCOMM_TEST_MARKER_DIR")) {
-    std::string path = std::string(dir) + "/rank" + std::to_string(rank);
-    if (FILE* f = std::fopen(path.c_str(), "w")) {
-      std::fputs(status.c_str(), f);
-      std::fclose(f);
-    }
-  }
-  std::printf("rank %d: %s\n", rank, status.c_str());
-  std::fflush(stdout);
-}
-
-}  // namespace
+using gradcomm::testing::mark;
 
 int main(int argc, char** argv) {
   if (argc != 2) {

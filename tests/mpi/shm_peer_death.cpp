@@ -15,22 +15,12 @@
 #include <vector>
 
 #include "gradcomm/mpi.hpp"
+#include "support/marker.hpp"
 
 using namespace gradcomm;
+using gradcomm::testing::mark;
 
 namespace {
-
-void mark(int rank, const std::string& status) {
-  if (const char* dir = std::getenv("GRADCOMM_TEST_MARKER_DIR")) {
-    std::string path = std::string(dir) + "/rank" + std::to_string(rank);
-    if (FILE* f = std::fopen(path.c_str(), "w")) {
-      std::fputs(status.c_str(), f);
-      std::fclose(f);
-    }
-  }
-  std::printf("rank %d: %s\n", rank, status.c_str());
-  std::fflush(stdout);
-}
 
 int leftoverSegments() {
   int n = 0;

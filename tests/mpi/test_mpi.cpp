@@ -56,34 +56,8 @@ TEST(Mpi, EveryAlgorithmOfEveryCollectiveMatchesTheReference) {
   ASSERT_EQ(comm.size(), worldSize());
   ASSERT_EQ(comm.rank(), worldRank());
   ASSERT_EQ(comm.transportName(), expectedTransport());
-  const int p = comm.size();
-  // Fewer types on many oversubscribed ranks to keep the run short.
-  std::vector<DataType> types = p <= 4 ? allTypes()
-                                       : std::vector<DataType>{DataType::kFloat32, DataType::kBFloat16, DataType::kInt64};
-  uint64_t seed = 100;
   int cases = 0;
-  for (const auto* algo : algorithms::allAlgorithms()) {
-    const Collective coll = algo->collective();
-    // Algorithms this layout cannot run (shm on one rank or across hosts)
-    // fall back by design; they are checked where they can run.
-    algorithms::CollectiveCall probe;
-    probe.collective = coll;
-    if (!algo->canRun(probe, comm.impl()->engine().transport())) continue;
-    const bool reduces = coll == Collective::kAllreduce || coll == Collective::kReduce || coll == Collective::kReduceScatter;
-    for (DataType t : types) {
-      for (ReduceOp op : reduces ? allOps() : std::vector<ReduceOp>{ReduceOp::kSum}) {
-        if (!supported(t, op)) continue;
-        for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(p + 1), size_t{37}, size_t{3001}}) {
-          for (bool inPlace : {false, true}) {
-            CollectiveCase c{coll, algo->name(), t, op, count, p - 1, inPlace, seed++};
-            std::string err = runAndCheck(comm, c);
-            ASSERT_EQ(err, "");
-            ++cases;
-          }
-        }
-      }
-    }
-  }
+  ASSERT_EQ(checkEveryAlgorithm(comm, &cases), "");
   EXPECT_GT(cases, 100);
 }
 

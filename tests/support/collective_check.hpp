@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/catalog.hpp"
+#include "core/communicator_impl.hpp"
 #include "gradcomm/communicator.hpp"
 #include "support/reference.hpp"
 
@@ -161,6 +163,42 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
   if (!(c.inPlace && c.collective == Collective::kReduceScatter)) {
     for (size_t i = 0; i < tail && !c.inPlace; ++i) {
       if (end[i] != 0xCD) return c.describe() + ": wrote past the end of the output";
+    }
+  }
+  return {};
+}
+
+/// Every algorithm the communicator's layout can run, of every collective,
+/// for every type (fewer beyond 4 ranks, to keep oversubscribed runs short),
+/// op and edge-case count, in and out of place, against the reference.
+/// Returns the first failure ("" when all match) and counts the cases.
+inline std::string checkEveryAlgorithm(Communicator& comm, int* cases) {
+  const int p = comm.size();
+  const std::vector<DataType> types =
+      p <= 4 ? allTypes() : std::vector<DataType>{DataType::kFloat32, DataType::kBFloat16, DataType::kInt64};
+  uint64_t seed = 100;
+  *cases = 0;
+  for (const auto* algo : algorithms::allAlgorithms()) {
+    const Collective coll = algo->collective();
+    // Algorithms this layout cannot run (shm on one rank or across hosts)
+    // fall back by design; they are checked where they can run.
+    algorithms::CollectiveCall probe;
+    probe.collective = coll;
+    if (!algo->canRun(probe, comm.impl()->engine().transport())) continue;
+    const bool reduces =
+        coll == Collective::kAllreduce || coll == Collective::kReduce || coll == Collective::kReduceScatter;
+    for (DataType t : types) {
+      for (ReduceOp op : reduces ? allOps() : std::vector<ReduceOp>{ReduceOp::kSum}) {
+        if (!supported(t, op)) continue;
+        for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(p + 1), size_t{37}, size_t{3001}}) {
+          for (bool inPlace : {false, true}) {
+            CollectiveCase c{coll, algo->name(), t, op, count, p - 1, inPlace, seed++};
+            std::string err = runAndCheck(comm, c);
+            if (!err.empty()) return err;
+            ++*cases;
+          }
+        }
+      }
     }
   }
   return {};
