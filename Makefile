@@ -18,6 +18,9 @@ export OMPI_MCA_oob_tcp_if_include ?= lo
 # (with it, the ranks' polling loops hand the cores back and forth and small
 # messages take tens of microseconds).
 MPIRUN = mpirun --bind-to none
+# The plot needs matplotlib: Debian's python3 (python3-matplotlib) when it
+# has it, since the python3 first on PATH (a pyenv or venv one) may not.
+PYTHON ?= $(shell /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 && echo /usr/bin/python3 || echo python3)
 
 .PHONY: all deps build demo test sweep install clean
 
@@ -44,7 +47,7 @@ sweep: build
 	mkdir -p $(BUILD)/sweep
 	$(MPIRUN) -np 2 $(BUILD)/bin/gradcomm-bench -b 8 -e 128M -f 2 -n 20 -w 5 --algo all \
 	  --baseline mpi,memcpy,p2p --json $(BUILD)/sweep/sweep.json --csv $(BUILD)/sweep/sweep.csv
-	python3 bench/plot_sweep.py $(BUILD)/sweep/sweep.json -o $(BUILD)/sweep/sweep.png
+	$(PYTHON) bench/plot_sweep.py $(BUILD)/sweep/sweep.json -o $(BUILD)/sweep/sweep.png
 
 install: build
 	cmake --install $(BUILD)

@@ -49,7 +49,7 @@ struct Args {
   std::vector<std::string> baselines;
   std::string json;
   std::string csv;
-  std::vector<std::string> compressions = {"none"};
+  std::vector<std::string> compressions;  // empty: GRADCOMM_COMPRESSION's value (allreduce), else none
   std::vector<std::string> transports;  // empty: the default of the launch
   bool noMpi = false;
   bool quiet = false;
@@ -174,6 +174,7 @@ void usage() {
       "  --baseline LIST         any of mpi (MPI's own collective), memcpy (each rank copies\n"
       "                          the same bytes), p2p (one-way stream rank 0 -> rank 1)\n"
       "  --compression LIST      none, fp16, bf16, topk:RATIO (e.g. topk:0.01); each a separate table;\n"
+      "                          default: GRADCOMM_COMPRESSION's value (none when unset)\n"
       "                          #wrong is checked for none/fp16/bf16 (exact on the test data), not for top-k\n"
       "  --transport LIST        mpi, ucx: a table per transport (under mpirun, ucx is bootstrapped\n"
       "                          through MPI); default mpi under mpirun, ucx without MPI\n"
@@ -277,6 +278,15 @@ Args parseArgs(int argc, char** argv) {
   if (a.iters < 1 || a.warmup < 0) die("-n must be at least 1 and -w at least 0");
   if (a.collective == Collective::kReduce || a.collective == Collective::kBarrier) {
     die("--collective must be allreduce, allgather, reducescatter or broadcast");
+  }
+  if (a.compressions.empty()) {
+    // Without --compression, measure what the library would run: the
+    // environment's default compression (it applies to allreduce only).
+    const char* env = std::getenv("GRADCOMM_COMPRESSION");
+    std::string fromEnv = env && a.collective == Collective::kAllreduce ? env : "";
+    fromEnv.erase(0, fromEnv.find_first_not_of(" \t"));
+    fromEnv.erase(fromEnv.find_last_not_of(" \t") + 1);
+    a.compressions = {fromEnv.empty() ? std::string("none") : fromEnv};
   }
   for (const auto& b : a.baselines) {
     if (b != "mpi" && b != "memcpy" && b != "p2p") die("unknown baseline '" + b + "'; valid: mpi, memcpy, p2p");
@@ -832,7 +842,7 @@ int main(int argc, char** argv) {
                       run.compression == "none" || cfg.rfind("baseline:", 0) == 0 ? ""
                                                                                   : (" compression: " + run.compression).c_str());
           std::printf("#                                                              out-of-place                       in-place          \n");
-          std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n");
+          std::printf("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong  executed\n");
           std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       \n");
         }
         double busSum = 0;
@@ -871,9 +881,13 @@ int main(int argc, char** argv) {
             const Row& o = rows[0];
             const Row& ip = rows.size() > 1 ? rows[1] : rows[0];
             auto wrongText = [](long long w) { return w < 0 ? std::string("N/A") : std::to_string(w); };
-            std::printf("%12zu  %12zu  %8s  %6s  %6d  %7.2f  %6.2f  %6.2f  %5s  %7.2f  %6.2f  %6.2f  %5s\n", o.bytes,
-                        o.count, ncclTypeName(t), toString(op), o.root, o.timeUs, o.algbw, o.busbw,
-                        wrongText(o.wrong).c_str(), ip.timeUs, ip.algbw, ip.busbw, wrongText(ip.wrong).c_str());
+            // What ran ("default" is the selector's choice; a forced
+            // algorithm may fall back): both variants when they differ.
+            const std::string executed = o.executed == ip.executed ? o.executed : o.executed + "/" + ip.executed;
+            std::printf("%12zu  %12zu  %8s  %6s  %6d  %7.2f  %6.2f  %6.2f  %5s  %7.2f  %6.2f  %6.2f  %5s  %s\n",
+                        o.bytes, o.count, ncclTypeName(t), toString(op), o.root, o.timeUs, o.algbw, o.busbw,
+                        wrongText(o.wrong).c_str(), ip.timeUs, ip.algbw, ip.busbw, wrongText(ip.wrong).c_str(),
+                        executed.c_str());
             std::fflush(stdout);
           }
           for (const auto& r : rows) {

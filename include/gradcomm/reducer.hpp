@@ -49,7 +49,8 @@ struct ReducerOptions {
   /// Chrome trace of this rank ("" = GRADCOMM_TIMELINE; the rank number is
   /// inserted before ".json", or appended).
   std::string timelinePath;
-  /// Print per-step statistics to stderr (or set GRADCOMM_STATS=1).
+  /// Print statistics to stderr every step, on rank 0 (GRADCOMM_STATS=N: every
+  /// Nth step instead; GRADCOMM_STATS_ALL_RANKS=1: on every rank).
   bool printStats = false;
 };
 

@@ -147,7 +147,7 @@ ProcessGroupGradcomm::ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>
       telemetry_(std::make_shared<Telemetry>()) {
   init();
   const auto& config = comm_.impl()->config();
-  printStats_ = config.stats;
+  printStats_ = config.statsEvery > 0 && (config.statsAllRanks || rank == 0);
   if (!config.timelinePath.empty()) {
     telemetry_->timeline = std::make_unique<core::Timeline>(perRankPath(config.timelinePath, rank), rank);
   }

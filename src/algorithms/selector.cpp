@@ -88,21 +88,35 @@ size_t Selector::callBytes(const CollectiveCall& call, int size) {
   return bytes;
 }
 
-const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport::Transport& t) const {
+const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport::Transport& t,
+                                    std::string* why) const {
+  auto because = [why](std::string text) {
+    if (why) *why = std::move(text);
+  };
   switch (call.collective) {
     case Collective::kAllreduce: {
       const size_t bytes = callBytes(call, t.size());
       // All ranks on one host: shared memory beats point-to-point at every size.
-      if (shmAllreduce().canRun(call, t)) return shmAllreduce();
-      if (bytes <= default_.smallMessageBytes) return recursiveDoublingAllreduce();
-      if (bytes <= default_.treeMaxBytes) return treeAllreduce();
+      if (shmAllreduce().canRun(call, t)) {
+        because("default rule: all ranks share this host's memory");
+        return shmAllreduce();
+      }
+      if (bytes <= default_.smallMessageBytes) {
+        because("default rule: up to GRADCOMM_SMALL_MESSAGE=" + core::formatBytes(default_.smallMessageBytes));
+        return recursiveDoublingAllreduce();
+      }
+      if (bytes <= default_.treeMaxBytes) {
+        because("default rule: up to GRADCOMM_TREE_MAX=" + core::formatBytes(default_.treeMaxBytes));
+        return treeAllreduce();
+      }
+      because("default rule: above GRADCOMM_SMALL_MESSAGE and GRADCOMM_TREE_MAX");
       return ringAllreduce();
     }
-    case Collective::kBroadcast: return treeBroadcast();
-    case Collective::kReduce: return treeReduce();
-    case Collective::kAllgather: return ringAllgather();
-    case Collective::kReduceScatter: return ringReduceScatter();
-    case Collective::kBarrier: return disseminationBarrier();
+    case Collective::kBroadcast: because("default rule"); return treeBroadcast();
+    case Collective::kReduce: because("default rule"); return treeReduce();
+    case Collective::kAllgather: because("default rule"); return ringAllgather();
+    case Collective::kReduceScatter: because("default rule"); return ringReduceScatter();
+    case Collective::kBarrier: because("default rule"); return disseminationBarrier();
   }
   return ringAllreduce();
 }
@@ -115,10 +129,11 @@ Selector::Choice Selector::select(const CollectiveCall& call, const transport::T
       throw InvalidArgument("unknown " + std::string(toString(call.collective)) + " algorithm '" + forced +
                             "'; valid: " + algorithmNames(call.collective));
     }
-    if (a->canRun(call, t)) return {a, {}};
+    if (a->canRun(call, t)) return {a, {}, "forced by the call's options"};
     const std::string why = a->unsupportedReason(call, t);
     const Algorithm& d = byDefault(call, t);
-    return {&d, "algorithm '" + forced + "' cannot run this call (" + why + "); using '" + d.name() + "'"};
+    return {&d, "algorithm '" + forced + "' cannot run this call (" + why + "); using '" + d.name() + "'",
+            "fallback from the call's '" + forced + "': " + why};
   }
   const size_t bytes = callBytes(call, t.size());
   for (const Rule& r : rules_) {
@@ -126,13 +141,16 @@ Selector::Choice Selector::select(const CollectiveCall& call, const transport::T
     if (bytes < r.lo || bytes >= r.hi) continue;
     const Algorithm* a = findAlgorithm(call.collective, r.name);
     if (!a) continue;  // a bare name that this collective lacks
-    if (a->canRun(call, t)) return {a, {}};
+    if (a->canRun(call, t)) return {a, {}, "GRADCOMM_ALGO rule for '" + r.name + "'"};
     const std::string why = a->unsupportedReason(call, t);
     const Algorithm& d = byDefault(call, t);
     return {&d, "GRADCOMM_ALGO chose '" + r.name + "' but it cannot run this call (" + why + "); using '" +
-                    d.name() + "'"};
+                    d.name() + "'",
+            "fallback from GRADCOMM_ALGO's '" + r.name + "': " + why};
   }
-  return {&byDefault(call, t), {}};
+  std::string why;
+  const Algorithm& d = byDefault(call, t, &why);
+  return {&d, {}, why};
 }
 
 }  // namespace gradcomm::algorithms

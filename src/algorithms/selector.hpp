@@ -26,6 +26,7 @@ class Selector {
   struct Choice {
     const Algorithm* algorithm;
     std::string note;  ///< non-empty when a forced choice fell back
+    std::string why;   ///< what decided: the per-call option, a GRADCOMM_ALGO rule or the default rule
   };
   Choice select(const CollectiveCall& call, const transport::Transport& t, const std::string& forced) const;
 
@@ -40,7 +41,8 @@ class Selector {
     size_t hi = SIZE_MAX;
     std::string name;
   };
-  const Algorithm& byDefault(const CollectiveCall& call, const transport::Transport& t) const;
+  const Algorithm& byDefault(const CollectiveCall& call, const transport::Transport& t,
+                             std::string* why = nullptr) const;
   std::vector<Rule> rules_;
   DefaultRule default_;
 };

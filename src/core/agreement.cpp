@@ -52,9 +52,7 @@ Config agreeOnConfiguration(const Options& options, transport::Bootstrap& boot) 
   Config config;
   std::string mine;
   try {
-    config = Config::resolve(options);
-    algorithms::Selector check(config.algo, {});
-    (void)check;
+    config = Config::resolve(options);  // parses GRADCOMM_ALGO as the selector will
     mine = "1" + agreedParams(options);
   } catch (const Error& e) {
     mine = "0" + std::string(e.what());

@@ -6,7 +6,11 @@
 #include "algorithms/catalog.hpp"
 #include "algorithms/compressed.hpp"
 #include "core/log.hpp"
+#include "core/units.hpp"
+#include "gradcomm/version.hpp"
 #include "kernels/reduce.hpp"
+#include "transport/shm_group.hpp"
+#include "transport/ucx_factory.hpp"
 
 namespace gradcomm::detail {
 
@@ -27,6 +31,23 @@ bool isReduction(Collective c) {
 // ProgressEngine::submit): for them latency is everything, and one step is
 // short. Larger calls return at once and overlap with the caller's work.
 constexpr size_t kEagerMaxBytes = 64 * 1024;
+
+/// "1M-2M bytes": the power-of-two range holding `bytes`, so that one info
+/// line covers every count of a size class.
+std::string sizeClass(size_t bytes) {
+  if (bytes == 0) return "0 bytes";
+  size_t lo = 1;
+  while (lo <= bytes / 2) lo *= 2;
+  return core::formatBytes(lo) + "-" + (lo > SIZE_MAX / 2 ? std::string("max") : core::formatBytes(lo * 2)) +
+         " bytes";
+}
+
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size() && i < 16; ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 16) out += ",...";
+  return out;
+}
 
 }  // namespace
 
@@ -55,6 +76,61 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
   settings.linger = config_.pollLinger;
   engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), settings);
   engine_->start();
+  logStartup();
+}
+
+void CommunicatorImpl::logStartup() const {
+  if (!core::logEnabled(core::LogLevel::kInfo)) return;
+  auto& t = engine_->transport();
+  if (rank_ == 0) {
+    std::string build;
+    for (const auto& [key, value] : buildInfo()) build += (build.empty() ? "" : "; ") + key + " " + value;
+    core::log(core::LogLevel::kInfo, rank_, "build: " + build);
+    core::log(core::LogLevel::kInfo, rank_,
+              "communicator: " + std::to_string(size_) + " ranks, transport " + t.name() + ", cpu kernels " +
+                  kernels::toString(simd_) + ", GRADCOMM_ALGO=" + (config_.algo.empty() ? "auto" : config_.algo) +
+                  ", timeout " + core::formatDuration(config_.timeout));
+  }
+  // One line per host, from its lowest rank: hosts may differ.
+  const std::vector<int> local = t.hostLocalRanks();
+  if (local.empty() || local.front() != rank_) return;
+  std::string shm;
+  if (auto* group = t.sharedMemory()) {
+    shm = "yes (" + std::to_string(group->localSize()) + " ranks, chunk " + core::formatBytes(config_.shmChunkBytes) +
+          ")";
+  } else if (!config_.shm) {
+    shm = "no (GRADCOMM_SHM=0)";
+  } else if (local.size() < 2) {
+    shm = "no (one rank on this host)";
+  } else {
+    shm = "no (this transport has none)";
+  }
+  std::string line = "topology: host " + t.hostName() + " has ranks " + joinRanks(local) + " (" +
+                     std::to_string(local.size()) + " of " + std::to_string(size_) + "); shared memory: " + shm;
+  if (t.name().find("ucx") != std::string::npos) line += "; UCX transports: " + transport::ucxTransportsText();
+  core::log(core::LogLevel::kInfo, rank_, line);
+}
+
+void CommunicatorImpl::logChoice(const CollectiveCall& call, uint64_t seq, const std::string& algorithm,
+                                 const std::string& why) const {
+  const bool debug = core::logEnabled(core::LogLevel::kDebug);
+  if (!debug && (rank_ != 0 || !core::logEnabled(core::LogLevel::kInfo))) return;
+  const size_t bytes = algorithms::Selector::callBytes(call, size_);
+  std::string what = std::string(toString(call.collective));
+  if (call.collective != Collective::kBarrier) what += std::string(" ") + toString(call.type);
+  if (isReduction(call.collective)) what += std::string(" ") + toString(call.op);
+  if (rank_ == 0) {
+    core::logOnce(core::LogLevel::kInfo, rank_,
+                  "algorithm: " + what + " of " + sizeClass(bytes) + ": " + algorithm + (why.empty() ? "" : " (" + why + ")"));
+  }
+  if (debug) {
+    core::log(core::LogLevel::kDebug, rank_,
+              "operation " + std::to_string(seq) + ": " + what + " of " + std::to_string(bytes) + " bytes" +
+                  (call.collective == Collective::kBroadcast || call.collective == Collective::kReduce
+                       ? ", root " + std::to_string(call.root)
+                       : std::string()) +
+                  ": " + algorithm);
+  }
 }
 
 CommunicatorImpl::~CommunicatorImpl() { destroy(); }
@@ -198,8 +274,9 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
     } catch (const Error& err) {
       reject(err, call);
     }
+    if (core::logEnabled(core::LogLevel::kDebug)) logChoice(call, seq, e.algorithm->name(), {});
   } else {
-    algorithms::Selector::Choice choice{nullptr, {}};
+    algorithms::Selector::Choice choice{nullptr, {}, {}};
     try {
       validate(call);
       const compression::Spec spec = compressionFor(call, options);
@@ -224,9 +301,12 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
          signature.fingerprint(),
          algorithms::Selector::callBytes(call, size_),
          runContext(call, {})};
-    std::lock_guard<std::mutex> lock(submitMu_);
-    cache_.entries[slot] = e;
-    seq = nextSeq_++;
+    {
+      std::lock_guard<std::mutex> lock(submitMu_);
+      cache_.entries[slot] = e;
+      seq = nextSeq_++;
+    }
+    logChoice(call, seq, e.algorithm->name(), choice.why);
   }
   auto op = OperationState::create();
   op->seq = seq;
@@ -277,6 +357,8 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
     op->seq = nextSeq_++;
   }
   op->signature.seq = op->seq;
+  logChoice(call, op->seq, op->algorithm,
+            "GRADCOMM_COMPRESSION or the call's compression; the payload moves by " + choice.why);
   transport::Tag tag;
   tag.seq = op->seq;
   tag.fingerprint = op->fingerprint;

@@ -62,6 +62,13 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// throws when the options ask for one that cannot apply.
   compression::Spec compressionFor(const algorithms::CollectiveCall& call, const CollectiveOptions& options) const;
   [[noreturn]] void reject(const Error& e, const algorithms::CollectiveCall& call);
+  /// GRADCOMM_LOG_LEVEL=info: version, build, transport and topology, as
+  /// users of NCCL_DEBUG=INFO expect them at start-up.
+  void logStartup() const;
+  /// info: the algorithm of a collective and size class, once per process
+  /// (rank 0: every rank chooses alike); debug: every operation.
+  void logChoice(const algorithms::CollectiveCall& call, uint64_t seq, const std::string& algorithm,
+                 const std::string& why) const;
 
   std::unique_ptr<transport::Transport> pendingTransport_;
   core::Config config_;

@@ -26,7 +26,9 @@ bool logEnabled(LogLevel level) { return static_cast<int>(level) <= gLevel.load(
 
 void log(LogLevel level, int rank, const std::string& message) {
   if (!logEnabled(level)) return;
-  std::string line = "gradcomm[rank " + std::to_string(rank) + "] " + levelName(level) + ": " + message + "\n";
+  // Rank -1: said before a communicator exists (configuration, the store).
+  std::string line = (rank < 0 ? std::string("gradcomm ") : "gradcomm[rank " + std::to_string(rank) + "] ") +
+                     levelName(level) + ": " + message + "\n";
   ssize_t ignored = ::write(2, line.data(), line.size());
   (void)ignored;
 }

@@ -1,10 +1,17 @@
 #include "core/params.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
+#include <set>
 
+#include <unistd.h>
+
+#include "algorithms/selector.hpp"
 #include "compression/compression.hpp"
+#include "core/log.hpp"
 #include "core/units.hpp"
 #include "gradcomm/error.hpp"
 
@@ -95,10 +102,17 @@ ParamDef choiceParam(const char* name, const char* def, std::string Config::*fie
 const std::vector<ParamDef>& registry() {
   static const std::vector<ParamDef> defs = [] {
     std::vector<ParamDef> d;
-    d.push_back(stringParam(
-        "GRADCOMM_ALGO", "auto", "auto | NAME | rules [COLL:][LO-HI:]NAME,...", &Config::algo,
+    d.push_back(ParamDef{
+        "GRADCOMM_ALGO", "auto", "auto | NAME | rules [COLL:][LO-HI:]NAME,...",
         "Force algorithms: 'ring' everywhere it exists, or rules such as "
-        "'allreduce:0-64K:rd,allreduce:ring' (first match wins; unmatched calls use the default rule)"));
+        "'allreduce:0-64K:rd,allreduce:ring' (first match wins; unmatched calls use the default rule)",
+        [](Config& c, const std::string& v, const std::string&) {
+          // Parsed here as the communicator will parse it, so gradcomm-info
+          // and every early reader reject a bad rule with the same message.
+          algorithms::Selector check(v, algorithms::DefaultRule{});
+          c.algo = std::string(trim(v));
+        },
+        [](const Config& c) { return c.algo; }});
     d.push_back(durationParam("GRADCOMM_TIMEOUT", "300s", &Config::timeout,
                               "Fail an operation (on every rank) when it makes no progress for this long "
                               "(0: never; must be equal on every rank)"));
@@ -165,14 +179,95 @@ const std::vector<ParamDef>& registry() {
     d.push_back(choiceParam("GRADCOMM_TRANSPORT", "auto", &Config::transport, {"auto", "mpi", "ucx"},
                             "What moves the bytes: 'mpi' (needs a communicator made from MPI), 'ucx', or 'auto' "
                             "(MPI when the communicator came from MPI, else UCX)"));
-    d.push_back(boolParam("GRADCOMM_STATS", "0", &Config::stats,
-                          "Reducer: print per-step communication statistics to stderr"));
+    d.push_back(ParamDef{
+        "GRADCOMM_STATS", "0", "integer N (steps), or 1/0",
+        "Reducer: print communication statistics to stderr every N steps (1: every step; 0: off), on rank 0 "
+        "unless GRADCOMM_STATS_ALL_RANKS=1",
+        [](Config& c, const std::string& v, const std::string& n) {
+          const std::string s = toLower(trim(v));
+          if (s == "true" || s == "on" || s == "yes") c.statsEvery = 1;
+          else if (s == "false" || s == "off" || s == "no") c.statsEvery = 0;
+          else c.statsEvery = static_cast<int>(parseInteger(v, n, 0, 1000000000));
+        },
+        [](const Config& c) { return std::to_string(c.statsEvery); }});
+    d.push_back(boolParam("GRADCOMM_STATS_ALL_RANKS", "0", &Config::statsAllRanks,
+                          "GRADCOMM_STATS prints on every rank instead of rank 0 only"));
     return d;
   }();
   return defs;
 }
 
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+/// GRADCOMM_* variables that are not parameters but are read elsewhere.
+bool readElsewhere(const std::string& name) {
+  static const char* const kExact[] = {"GRADCOMM_RANK", "GRADCOMM_WORLD_SIZE", "GRADCOMM_RENDEZVOUS"};
+  static const char* const kPrefixes[] = {"GRADCOMM_NCCL_", "GRADCOMM_TEST_", "GRADCOMM_NETNS_"};
+  for (const char* e : kExact) {
+    if (name == e) return true;
+  }
+  for (const char* p : kPrefixes) {
+    if (name.rfind(p, 0) == 0) return true;
+  }
+  return false;
+}
+
+/// Warns once per process about each GRADCOMM_* variable that nothing reads.
+void warnAboutUnknownEnvironment(LogLevel level) {
+  if (level < LogLevel::kWarn) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry(*e);
+    if (entry.rfind("GRADCOMM_", 0) != 0) continue;
+    const std::string name = entry.substr(0, entry.find('='));
+    std::string warning = unknownEnvironmentWarning(name);
+    if (warning.empty()) continue;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!warned.insert(name).second) continue;
+    }
+    core::log(LogLevel::kWarn, -1, warning);
+  }
+}
+
 }  // namespace
+
+std::string unknownEnvironmentWarning(const std::string& name) {
+  if (name.rfind("GRADCOMM_", 0) != 0 || readElsewhere(name)) return {};
+  const std::string shortName = name.substr(9);
+  const ParamDef* best = nullptr;
+  size_t bestDistance = SIZE_MAX;
+  for (const auto& def : registry()) {
+    if (name == def.name) return {};
+    const size_t d = editDistance(shortName, std::string(def.name).substr(9));
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = &def;
+    }
+  }
+  std::string out = "the environment sets " + name + ", which is not a gradcomm parameter and is ignored";
+  // A suggestion only when it is plausibly the same word: at most a third of it differs.
+  if (best && bestDistance <= std::max<size_t>(2, shortName.size() / 3)) {
+    out += "; did you mean " + std::string(best->name) + "?";
+  } else {
+    out += " (gradcomm-info lists every parameter)";
+  }
+  return out;
+}
 
 std::string canonicalParamName(const std::string& name) {
   std::string upper;
@@ -207,6 +302,7 @@ Config Config::resolve(const Options& explicitOptions) {
     if (origin != ParamOrigin::kDefault) def.apply(c, value, def.name);
     c.origins[def.name] = origin;
   }
+  warnAboutUnknownEnvironment(c.logLevel);
   return c;
 }
 

@@ -34,7 +34,8 @@ struct Config {
   size_t firstBucketBytes = 0;            // GRADCOMM_FIRST_BUCKET
   size_t partitionBytes = 0;              // GRADCOMM_PARTITION_SIZE
   std::string timelinePath;               // GRADCOMM_TIMELINE
-  bool stats = false;                     // GRADCOMM_STATS
+  int statsEvery = 0;                     // GRADCOMM_STATS: print every N steps (0: off)
+  bool statsAllRanks = false;             // GRADCOMM_STATS_ALL_RANKS
   std::string transport;                  // GRADCOMM_TRANSPORT: auto, mpi or ucx
 
   std::map<std::string, ParamOrigin> origins;
@@ -48,5 +49,9 @@ struct Config {
 std::string canonicalParamName(const std::string& name);
 /// Comma-separated list of every parameter name, for error messages.
 std::string knownParamNames();
+/// The warning for an unknown GRADCOMM_* environment variable (a typo such
+/// as GRADCOMM_TIMEOUTT), naming the closest parameter; empty for a known
+/// name and for the variables read elsewhere (launch, NCCL shim, tests).
+std::string unknownEnvironmentWarning(const std::string& name);
 
 }  // namespace gradcomm::core

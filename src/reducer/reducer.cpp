@@ -10,7 +10,9 @@
 
 #include "core/communicator_impl.hpp"
 #include "compression/compression.hpp"
+#include "core/log.hpp"
 #include "core/timeline.hpp"
+#include "core/units.hpp"
 #include "reducer/bucket_layout.hpp"
 
 namespace gradcomm {
@@ -44,7 +46,8 @@ class ReducerImpl {
     const core::Config& cfg = impl.config();
     if (opts_.bucketCapBytes == 0) opts_.bucketCapBytes = cfg.bucketCapBytes;
     if (opts_.firstBucketBytes == 0) opts_.firstBucketBytes = cfg.firstBucketBytes;
-    if (opts_.partitionBytes == 0) opts_.partitionBytes = cfg.partitionBytes == 0 ? SIZE_MAX : cfg.partitionBytes;
+    const bool partitionFromConfig = opts_.partitionBytes == 0;
+    if (partitionFromConfig) opts_.partitionBytes = cfg.partitionBytes == 0 ? SIZE_MAX : cfg.partitionBytes;
     if (opts_.timelinePath.empty()) opts_.timelinePath = cfg.timelinePath;
     if (opts_.compression.empty()) opts_.compression = cfg.compression;
     try {
@@ -52,8 +55,12 @@ class ReducerImpl {
     } catch (const ConfigError& e) {
       throw InvalidArgument(std::string("ReducerOptions::compression: ") + e.what());
     }
-    stats_ = opts_.printStats || cfg.stats;
     rank_ = comm_.rank();
+    // ReducerOptions::printStats asks for every step; GRADCOMM_STATS=N for
+    // every Nth. Rank 0 speaks for all unless GRADCOMM_STATS_ALL_RANKS=1.
+    statsEvery_ = cfg.statsEvery > 0 ? cfg.statsEvery : (opts_.printStats ? 1 : 0);
+    if (!cfg.statsAllRanks && rank_ != 0) statsEvery_ = 0;
+    warnAboutTinyPartitions(partitionFromConfig);
     validateLocally();
     // A rank that cannot write its timeline says so in the agreement, so
     // every rank fails alike instead of the others waiting for it.
@@ -75,6 +82,7 @@ class ReducerImpl {
                                    opts_.bucketCapBytes),
             false);
     state_.assign(grads_.size(), kPending);
+    logLayout("initial layout, gradients in reverse registration order");
   }
 
   ~ReducerImpl() {
@@ -163,7 +171,7 @@ class ReducerImpl {
       std::lock_guard<std::mutex> lock(mu_);
       last_ = st;
     }
-    if (stats_) {
+    if (statsEvery_ > 0 && st.step % static_cast<uint64_t>(statsEvery_) == 0) {
       std::fprintf(stderr,
                    "gradcomm[rank %d] step %llu: step %.2f ms, communication %.2f ms (exposed %.2f, hidden %.2f), "
                    "utilization %.3f, %zu allreduces, %.1f MB%s\n",
@@ -449,14 +457,54 @@ class ReducerImpl {
     if (!same) {
       remapFeedback(layout_, layout);
       install(std::move(layout), opts_.gradientAsBucketView);
+      logLayout("rebuilt in the order gradients became ready on rank 0");
+    } else {
+      if (rank_ == 0) core::log(core::LogLevel::kInfo, rank_, "Reducer: the ready order keeps the bucket layout");
     }
+  }
+
+  /// Partitions of a few bytes turn a bucket into thousands of allreduces,
+  /// each paying a full network latency: say so once, with what to use.
+  void warnAboutTinyPartitions(bool fromConfig) const {
+    constexpr size_t kSmallestSensibleBytes = 64 * 1024;
+    if (rank_ != 0 || opts_.partitionBytes == SIZE_MAX || opts_.partitionBytes >= kSmallestSensibleBytes) return;
+    core::logOnce(core::LogLevel::kWarn, rank_,
+                  std::string("Reducer: partitions of ") + core::formatBytes(opts_.partitionBytes) + " bytes" +
+                      (fromConfig ? " (GRADCOMM_PARTITION_SIZE)" : " (ReducerOptions::partitionBytes)") +
+                      " make one allreduce per few bytes, each paying a full network latency; use 1M to 8M "
+                      "(the default is 4M), or 0 for whole buckets");
+  }
+
+  /// info: the buckets (rank 0; every rank has the same layout).
+  void logLayout(const std::string& why) const {
+    if (rank_ != 0 || !core::logEnabled(core::LogLevel::kInfo)) return;
+    size_t total = 0;
+    std::string list;
+    for (size_t b = 0; b < layout_.buckets.size(); ++b) {
+      const auto& bucket = layout_.buckets[b];
+      const size_t bytes = bucket.count * dataTypeSize(bucket.type);
+      total += bytes;
+      if (b < 16) {
+        list += "; bucket " + std::to_string(b) + ": " + std::to_string(bucket.gradients.size()) + " gradients, " +
+                core::formatBytes(bytes) + " bytes of " + toString(bucket.type);
+      }
+    }
+    if (layout_.buckets.size() > 16) list += "; ...";
+    const std::string partitions =
+        opts_.partitionBytes == SIZE_MAX ? "whole buckets" : "partitions of " + core::formatBytes(opts_.partitionBytes);
+    core::log(core::LogLevel::kInfo, rank_,
+              "Reducer: " + std::to_string(grads_.size()) + " gradients, " + core::formatBytes(total) + " bytes in " +
+                  std::to_string(layout_.buckets.size()) + " buckets (" + why + "; first bucket cap " +
+                  core::formatBytes(opts_.firstBucketBytes) + ", cap " + core::formatBytes(opts_.bucketCapBytes) +
+                  ", " + partitions + ", " + std::to_string(parts_.size()) + " allreduces per step, compression " +
+                  compression_.toString() + ")" + list);
   }
 
   Communicator comm_;
   std::vector<GradientSpec> grads_;
   std::vector<reducer::GradientInfo> info_;
   ReducerOptions opts_;
-  bool stats_ = false;
+  int statsEvery_ = 0;  // print StepStats every this many steps (0: never)
   int rank_ = 0;
   reducer::BucketLayout layout_;
   std::vector<std::unique_ptr<char, AlignedFree>> memory_;

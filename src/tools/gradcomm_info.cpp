@@ -16,8 +16,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gradcomm-info: unknown argument '%s' (try --help)\n", argv[i]);
     return 2;
   }
-  std::printf("gradcomm build\n");
-  for (const auto& [key, value] : gradcomm::buildInfo()) std::printf("  %-14s %s\n", key.c_str(), value.c_str());
+  // Resolving parses every value as a communicator would (GRADCOMM_ALGO
+  // rules included): a value it would reject fails here, with its message.
   std::vector<gradcomm::ParamDescription> params;
   try {
     params = gradcomm::describeParameters();
@@ -25,6 +25,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gradcomm-info: %s\n", e.what());
     return 1;
   }
+  std::printf("gradcomm build\n");
+  for (const auto& [key, value] : gradcomm::buildInfo()) std::printf("  %-14s %s\n", key.c_str(), value.c_str());
   std::printf("\nparameters\n");
   std::printf("  %-24s %-12s %-12s %-10s %s\n", "NAME", "VALUE", "ORIGIN", "DEFAULT", "UNITS / MEANING");
   for (const auto& p : params) {

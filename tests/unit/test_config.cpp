@@ -4,6 +4,8 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "core/params.hpp"
 #include "core/units.hpp"
@@ -171,4 +173,66 @@ TEST(Parameters, TheReadmeDocumentsEveryParameter) {
     EXPECT_NE(text.str().find("| `" + p.name + "` | `" + p.defaultValue + "` |"), std::string::npos)
         << p.name << " (default " << p.defaultValue << ") is missing from the README's parameter table";
   }
+}
+
+TEST(Parameters, AnUnknownEnvironmentVariableWarnsOnceNamingTheClosestParameter) {
+  EnvGuard typo("GRADCOMM_TIMEOUTT", "10s");
+  ::testing::internal::CaptureStderr();
+  Config::resolve();
+  Config::resolve();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string want = "GRADCOMM_TIMEOUTT, which is not a gradcomm parameter and is ignored; did you mean "
+                           "GRADCOMM_TIMEOUT?";
+  ASSERT_NE(err.find(want), std::string::npos) << err;
+  EXPECT_EQ(err.find(want), err.rfind(want)) << "warned twice: " << err;
+}
+
+TEST(Parameters, UnknownEnvironmentWarningSuggestsOnlyPlausibleNames) {
+  EXPECT_NE(unknownEnvironmentWarning("GRADCOMM_PARTITON_SIZE").find("did you mean GRADCOMM_PARTITION_SIZE?"),
+            std::string::npos);
+  EXPECT_NE(unknownEnvironmentWarning("GRADCOMM_LOGLEVEL").find("did you mean GRADCOMM_LOG_LEVEL?"),
+            std::string::npos);
+  const std::string far = unknownEnvironmentWarning("GRADCOMM_ZEBRA_CROSSING");
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+  EXPECT_NE(far.find("gradcomm-info lists every parameter"), std::string::npos) << far;
+}
+
+TEST(Parameters, VariablesReadElsewhereNeverWarn) {
+  for (const char* name : {"GRADCOMM_RANK", "GRADCOMM_WORLD_SIZE", "GRADCOMM_RENDEZVOUS", "GRADCOMM_NCCL_LIB",
+                           "GRADCOMM_NCCL_ID_ADDR", "GRADCOMM_TEST_SEED", "GRADCOMM_NETNS_PPN", "GRADCOMM_TIMEOUT",
+                           "GRADCOMM_STATS_ALL_RANKS", "OMPI_COMM_WORLD_RANK"}) {
+    EXPECT_EQ(unknownEnvironmentWarning(name), "") << name;
+  }
+  EnvGuard rank("GRADCOMM_RANK", "0");
+  EnvGuard nccl("GRADCOMM_NCCL_TUNER_FILE", "x");
+  ::testing::internal::CaptureStderr();
+  Config::resolve();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("GRADCOMM_RANK"), std::string::npos) << err;
+  EXPECT_EQ(err.find("GRADCOMM_NCCL"), std::string::npos) << err;
+}
+
+TEST(Parameters, StatsTakeAnIntervalAndTheOldBooleans) {
+  EXPECT_EQ(Config::resolve().statsEvery, 0);
+  EXPECT_FALSE(Config::resolve().statsAllRanks);
+  for (auto [text, every] : std::vector<std::pair<const char*, int>>{{"1", 1}, {"100", 100}, {"0", 0}, {"on", 1},
+                                                                      {"true", 1}, {"off", 0}}) {
+    Options o;
+    o.set("STATS", text);
+    EXPECT_EQ(Config::resolve(o).statsEvery, every) << text;
+  }
+  Options bad;
+  bad.set("STATS", "-1");
+  EXPECT_THROW(Config::resolve(bad), ConfigError);
+  Options all;
+  all.set("STATS_ALL_RANKS", "1");
+  EXPECT_TRUE(Config::resolve(all).statsAllRanks);
+}
+
+TEST(Parameters, AMalformedAlgoRuleFailsAtResolveWithTheCommunicatorsMessage) {
+  EnvGuard g("GRADCOMM_ALGO", "bogus");
+  const std::string msg = errorOf([] { Config::resolve(); });
+  EXPECT_NE(msg.find("GRADCOMM_ALGO entry 'bogus': unknown algorithm 'bogus'; valid: "), std::string::npos) << msg;
+  EnvGuard ok("GRADCOMM_ALGO", "allreduce:0-64K:rd,allreduce:ring");
+  EXPECT_EQ(Config::resolve().algo, "allreduce:0-64K:rd,allreduce:ring");
 }
