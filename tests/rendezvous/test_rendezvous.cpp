@@ -356,7 +356,7 @@ TEST(Rendezvous, UcxTlsNamingNoUsableTransportIsAClearErrorOnEveryRank) {
 }
 
 TEST(Rendezvous, APeerKilledMidAllreduceIsAnErrorOnEverySurvivorWithinTheTimeout) {
-  for (const char* algo : {"ring", "shm"}) {
+  for (const char* algo : {"ring", "hd", "tree", "shm"}) {
     auto c = launch("kill", 3, {{"GRADCOMM_TIMEOUT", "5s"}, {"GRADCOMM_TEST_KILL_RANK", "2"}, {"GRADCOMM_TEST_ALGO", algo}},
                     std::chrono::seconds(60));
     ASSERT_TRUE(c[2].killed()) << algo << "\n" << report(c);
