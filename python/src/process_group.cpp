@@ -309,6 +309,13 @@ std::map<std::string, CollectiveStats> ProcessGroupGradcomm::stats() const {
   return stats_;
 }
 
+void ProcessGroupGradcomm::checkRoot(const std::string& what, int64_t rootRank, int64_t rootTensor) {
+  if (rootRank < 0 || rootRank >= size_ || rootTensor != 0) {
+    reject(what, "root rank " + std::to_string(rootRank) + " is not in [0, " + std::to_string(size_) + ")" +
+                     (rootTensor != 0 ? " or root tensor " + std::to_string(rootTensor) + " is not 0" : ""));
+  }
+}
+
 // ---- collectives ------------------------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce(std::vector<at::Tensor>& tensors,
@@ -418,9 +425,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::broadcast(std::vector<at::T
   std::lock_guard<std::mutex> lock(issueMu_);
   at::Tensor t = tensors[0];
   checkTensor(what, t);
-  if (opts.rootRank < 0 || opts.rootRank >= size_ || opts.rootTensor != 0) {
-    reject(what, "root rank " + std::to_string(opts.rootRank) + " is not in [0, " + std::to_string(size_) + ")");
-  }
+  checkRoot(what, opts.rootRank, opts.rootTensor);
   at::Tensor buf = contiguousBuffer(t);
   const Movement m = movementOf(buf);
   Pending p;
@@ -442,9 +447,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce(std::vector<at::Tens
   std::lock_guard<std::mutex> lock(issueMu_);
   at::Tensor t = tensors[0];
   checkTensor(what, t);
-  if (opts.rootRank < 0 || opts.rootRank >= size_ || opts.rootTensor != 0) {
-    reject(what, "root rank " + std::to_string(opts.rootRank) + " is not in [0, " + std::to_string(size_) + ")");
-  }
+  checkRoot(what, opts.rootRank, opts.rootTensor);
   ReduceOp op;
   const DataType dt = reductionType(what, t, opts.reduceOp, &op);
   at::Tensor buf = contiguousBuffer(t);
@@ -537,9 +540,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::gather(std::vector<std::vec
   std::lock_guard<std::mutex> lock(issueMu_);
   at::Tensor in = inputs[0];
   checkTensor(what, in);
-  if (opts.rootRank < 0 || opts.rootRank >= size_) {
-    reject(what, "root rank " + std::to_string(opts.rootRank) + " is not in [0, " + std::to_string(size_) + ")");
-  }
+  checkRoot(what, opts.rootRank);
   const bool root = rank_ == opts.rootRank;
   std::vector<at::Tensor> outs;
   if (root) {
@@ -585,9 +586,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::scatter(std::vector<at::Ten
   std::lock_guard<std::mutex> lock(issueMu_);
   at::Tensor out = outputs[0];
   checkTensor(what, out);
-  if (opts.rootRank < 0 || opts.rootRank >= size_) {
-    reject(what, "root rank " + std::to_string(opts.rootRank) + " is not in [0, " + std::to_string(size_) + ")");
-  }
+  checkRoot(what, opts.rootRank);
   const bool root = rank_ == opts.rootRank;
   at::Tensor flat = at::empty({static_cast<int64_t>(size_) * out.numel()}, out.options());
   if (root) {

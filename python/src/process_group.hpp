@@ -144,6 +144,8 @@ class ProcessGroupGradcomm : public c10d::ProcessGroup {
   [[noreturn]] void unsupported(const std::string& what, const std::string& instead) const;
   /// Checks one tensor: CPU, strided, dense. Rejects otherwise.
   void checkTensor(const std::string& what, const at::Tensor& t);
+  /// Rejects (as reject()) a root outside [0, size) or a root tensor other than 0.
+  void checkRoot(const std::string& what, int64_t rootRank, int64_t rootTensor = 0);
   DataType reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op, ReduceOp* gcOp);
   /// Queues a finished issue for the completion thread; returns its Work.
   c10::intrusive_ptr<c10d::Work> enqueue(Pending p);
