@@ -4,7 +4,7 @@
         --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
         bench/torch_collectives.py --max-bytes 16M --json coll.json
 
-Rows: {backend, mode, bytes, time_us (median), busbw_gbps} with
+JSON: {"results": [...]}, rows {backend, mode, bytes, time_us (median), busbw_gbps} with
 nccl-tests' bus-bandwidth factors (allreduce 2(n-1)/n, allgather and
 reduce_scatter (n-1)/n, broadcast 1). Gloo 1.13 has no reduce_scatter:
 that mode runs on gradcomm only. float32 tensors; `bytes` is the size of
@@ -83,7 +83,7 @@ def main():
         size *= args.factor
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"results": rows}, f, indent=1)
     dist.destroy_process_group()
 
 

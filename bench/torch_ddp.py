@@ -8,7 +8,7 @@ Modes: torch's DDP on a Gloo group ("ddp", backend gloo), torch's DDP on
 the gradcomm world group ("ddp", gradcomm), DDP with gradcomm's fp16 hook
 ("ddp+fp16"), and gradcomm.torch.DistributedDataParallel ("reducer").
 Every mode trains the same model from the same start on the same data.
-Rows: {backend, mode, step_ms (median), utilization, final_loss}, where
+JSON: {"results": [...]}, rows {backend, mode, step_ms (median), utilization, final_loss}, where
 utilization = the step time of the model alone (no communication, same
 rank) / step_ms.
 """
@@ -94,7 +94,7 @@ def main():
               f"alone {local_ms:.2f} ms/step", flush=True)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump(rows, f, indent=1)
+                json.dump({"results": rows}, f, indent=1)
     dist.destroy_process_group()
 
 

@@ -145,7 +145,7 @@ def test_benchmark_scripts_write_their_json_rows(tmp_path, script, args):
            os.path.join(HERE, "..", "..", "bench", script), *args, "--json", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env(), cwd=str(tmp_path))
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    rows = json.loads(out.read_text())
+    rows = json.loads(out.read_text())["results"]
     assert {r["backend"] for r in rows} == {"gloo", "gradcomm"}, rows
     if script == "torch_ddp.py":
         assert {r["mode"] for r in rows} == {"ddp", "ddp+fp16", "reducer"}, rows
