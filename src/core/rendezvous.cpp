@@ -49,18 +49,11 @@ milliseconds rendezvousTimeout(const Options& options) {
 
 /// Waits for `key` (set by another rank) while watching for an abort.
 std::string awaitKey(transport::StoreBootstrap& boot, const std::string& key, const std::string& whose) {
-  const auto start = std::chrono::steady_clock::now();
-  auto sleep = std::chrono::microseconds(50);
-  while (!boot.store().check({key})) {
-    boot.throwIfAborted();
-    if (std::chrono::steady_clock::now() - start >= boot.timeout()) {
-      throw TimeoutError("rank " + std::to_string(boot.rank()) + ": " + whose + " did not arrive at the rendezvous " +
-                         boot.describe() + " within " + std::to_string(boot.timeout().count() / 1000) +
-                         " s (GRADCOMM_TIMEOUT): check that it was started and uses the same rendezvous address");
-    }
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
-  }
+  boot.awaitKeys({key}, [&] {
+    return "rank " + std::to_string(boot.rank()) + ": " + whose + " did not arrive at the rendezvous " +
+           boot.describe() + " within " + std::to_string(boot.timeout().count() / 1000) +
+           " s (GRADCOMM_TIMEOUT): check that it was started and uses the same rendezvous address";
+  });
   return boot.store().getString(key, boot.timeout());
 }
 

@@ -37,33 +37,35 @@ void StoreBootstrap::fail(const std::string& reason) {
   }
 }
 
+void StoreBootstrap::awaitKeys(const std::vector<std::string>& keys, const std::function<std::string()>& missing) {
+  const auto start = std::chrono::steady_clock::now();
+  auto sleep = std::chrono::microseconds(50);
+  while (!store_->check(keys)) {
+    throwIfAborted();
+    if (std::chrono::steady_clock::now() - start >= timeout_) throw TimeoutError(missing());
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
+  }
+}
+
 std::vector<std::string> StoreBootstrap::allgather(const std::string& mine) {
   const std::string prefix = "bootstrap/" + std::to_string(round_++) + "/";
   store_->setString(prefix + std::to_string(rank_), mine);
   std::vector<std::string> keys;
   for (int r = 0; r < size_; ++r) keys.push_back(prefix + std::to_string(r));
-  const auto start = std::chrono::steady_clock::now();
-  auto sleep = std::chrono::microseconds(50);
-  while (!store_->check(keys)) {
-    throwIfAborted();
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    if (waited >= timeout_) {
-      std::string missing;
-      int count = 0;
-      for (int r = 0; r < size_; ++r) {
-        if (store_->check({keys[static_cast<size_t>(r)]})) continue;
-        if (++count <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      }
-      if (count > 16) missing += ", ... (" + std::to_string(count) + " in all)";
-      throw TimeoutError("rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": rank" +
-                         (count == 1 ? " " : "s ") + missing + " did not arrive at the rendezvous " +
-                         store_->describe() + " within " + secondsText(timeout_) +
-                         " (GRADCOMM_TIMEOUT): check that every process was started, that they agree on the world "
-                         "size (" + std::to_string(size_) + " here) and use the same rendezvous address");
+  awaitKeys(keys, [&] {
+    std::string missing;
+    int count = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (store_->check({keys[static_cast<size_t>(r)]})) continue;
+      if (++count <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
-  }
+    if (count > 16) missing += ", ... (" + std::to_string(count) + " in all)";
+    return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": rank" + (count == 1 ? " " : "s ") +
+           missing + " did not arrive at the rendezvous " + store_->describe() + " within " + secondsText(timeout_) +
+           " (GRADCOMM_TIMEOUT): check that every process was started, that they agree on the world size (" +
+           std::to_string(size_) + " here) and use the same rendezvous address";
+  });
   std::vector<std::string> out;
   out.reserve(static_cast<size_t>(size_));
   for (const auto& k : keys) out.push_back(store_->getString(k, timeout_));

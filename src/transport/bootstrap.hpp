@@ -3,6 +3,7 @@
 // agreement, host discovery, shared-memory setup, transport addresses),
 // before any transport exists: over a key-value Store or over MPI.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ class StoreBootstrap : public Bootstrap {
   std::chrono::milliseconds timeout() const { return timeout_; }
   /// Throws RemoteError when another rank called fail().
   void throwIfAborted();
+  /// Waits until every key is set, watching for fail(); after timeout()
+  /// throws TimeoutError with the text `missing()` returns then.
+  void awaitKeys(const std::vector<std::string>& keys, const std::function<std::string()>& missing);
 
  private:
   std::shared_ptr<Store> store_;
