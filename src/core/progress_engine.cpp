@@ -170,6 +170,23 @@ void ProgressEngine::failActive(std::exception_ptr e) {
     reason = err.what();
     e = std::make_exception_ptr(InternalError(reason));
   }
+  if (code == ErrorCode::kTransport && active_) {
+    // A peer that fails cancels its transfers before its notice goes out,
+    // so the abandoned transfer may fail here first: wait briefly for the
+    // notice, whose reason is the cause. Bounded: this is the failure path,
+    // and a peer that died sends none.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(50);
+    do {
+      if (auto notice = transport_->pollAbort()) {
+        reason = active_->describe() + " failed because " + *notice;
+        code = ErrorCode::kRemote;
+        remote = true;
+        e = std::make_exception_ptr(RemoteError(reason));
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } while (Clock::now() < deadline);
+  }
   check_.reset();
   auto op = std::move(active_);
   active_.reset();
