@@ -84,9 +84,11 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op, bool eage
       // A concurrent submission from another thread may still queue behind
       // this one: calls from several threads at once have no order anyway.
       if (!failedFlag_.load() && !stop_.load() && !busy_.load() && !active_) {
-        active_ = op;
-        busy_.store(true);
-        this->drive();
+        if (!runInline(op)) {
+          active_ = op;
+          busy_.store(true);
+          this->drive();
+        }
         drive.unlock();
         callerDroveAt_.store(op->queuedAt.time_since_epoch().count(), std::memory_order_relaxed);
         // Not done in one step: a blocked thread must carry on if the caller
@@ -139,6 +141,40 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
     transport_->broadcastAbort(notice(code, reason));
   }
   queueCv_.notify_all();
+}
+
+bool ProgressEngine::runInline(const std::shared_ptr<OperationState>& op) {
+  if (!op->algo || op->pointToPoint || listener_) return false;
+  const auto now = Clock::now();
+  // A notice from a failed peer is looked for at the start of operations
+  // (see drive()): when that look is due, the usual path takes it.
+  if (now - lastAbortPoll_ >= std::chrono::microseconds(50)) return false;
+  op->startedAt = now;
+  op->status.store(OperationState::kRunning);
+  op->ctx.workspace = &workspace_;
+  op->ctx.signature = &op->signature;
+  op->ctx.phases = &op->phases;
+  algorithms::SchedulePtr rest;
+  try {
+    transport_->announce(op->signature);
+    if (op->algo->runInline(op->call, op->ctx, kInlinePatience, &rest)) {
+      op->finish(nullptr);
+      return true;
+    }
+  } catch (...) {
+    active_ = op;
+    busy_.store(true);
+    failActive(std::current_exception());
+    return true;
+  }
+  if (!rest) return false;  // not an inline call after all: drive() starts it
+  // Peers are late: the engine carries on with the schedule as if it had
+  // started the operation itself.
+  op->schedule = std::move(rest);
+  active_ = op;
+  busy_.store(true);
+  lastProgress_ = lastHealthCheck_ = lastProbe_ = Clock::now();
+  return true;
 }
 
 void ProgressEngine::failQueued() {

@@ -84,6 +84,13 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
  private:
   void threadMain();
   bool drive();  // requires driveMu_
+  /// Runs `op` in the calling thread through its algorithm's inline path
+  /// (small calls on an idle engine); true when it finished or became the
+  /// active operation with the rest of its schedule. Requires driveMu_.
+  bool runInline(const std::shared_ptr<detail::OperationState>& op);
+  /// Polls of the peers an inline call makes before it hands its schedule
+  /// to the engine (a few microseconds).
+  static constexpr int kInlinePatience = 256;
   /// One step of whoever polls: drive if the lock is free, then back off
   /// unless something moved.
   void driveOrBackOff(Backoff& backoff);
