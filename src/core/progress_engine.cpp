@@ -144,7 +144,7 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
 }
 
 bool ProgressEngine::runInline(const std::shared_ptr<OperationState>& op) {
-  if (!op->algo || op->pointToPoint || listener_) return false;
+  if (!op->algo || op->pointToPoint) return false;
   const auto now = Clock::now();
   // A notice from a failed peer is looked for at the start of operations
   // (see drive()): when that look is due, the usual path takes it.
@@ -228,7 +228,6 @@ void ProgressEngine::failActive(std::exception_ptr e) {
   active_.reset();
   if (op) {
     op->schedule.reset();  // cancels outstanding transfers
-    if (listener_) listener_(*op, false);
     op->finish(e);
   }
   {
@@ -264,7 +263,6 @@ bool ProgressEngine::drive() {
       active_->ctx.workspace = &workspace_;
       active_->ctx.signature = &active_->signature;
       active_->ctx.phases = &active_->phases;
-      if (listener_) listener_(*active_, true);
       // A peer that failed earlier may have left messages that would let
       // this operation "complete" with stale data: look for its notice first
       // (at most every 50 us: back-to-back small calls need not pay for it).
@@ -292,7 +290,6 @@ bool ProgressEngine::drive() {
       throw;
     }
     if (active_->schedule->done() && check_.done()) {
-      if (active_->onComplete) active_->onComplete();
       auto op = std::move(active_);
       active_.reset();
       op->schedule.reset();
@@ -301,7 +298,6 @@ bool ProgressEngine::drive() {
         std::lock_guard<std::mutex> lock(queueMu_);
         if (queue_.empty()) busy_.store(false);
       }
-      if (listener_) listener_(*op, false);
       op->finish(nullptr);
       return true;
     }

@@ -77,9 +77,6 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   algorithms::Workspace& workspace() { return workspace_; }
   const transport::Transport& transport() const { return *transport_; }
 
-  using Listener = std::function<void(const detail::OperationState&, bool started)>;
-  /// Called on the driving thread when an operation starts and finishes.
-  void setListener(Listener l) { listener_ = std::move(l); }
 
  private:
   void threadMain();
@@ -103,7 +100,6 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::unique_ptr<transport::Transport> transport_;
   algorithms::Workspace workspace_;  // driving thread only
   EngineSettings settings_;
-  Listener listener_;
 
   mutable std::mutex queueMu_;
   std::condition_variable queueCv_;
