@@ -226,7 +226,7 @@ TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
     Selector bad("allreduce:rign", DefaultRule{});
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("valid: ring, rd, hd, tree, shm, native"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("valid: ring, rd, hd, tree, shm, hier, native"), std::string::npos) << e.what();
   }
   EXPECT_THROW(Selector("frobnicate", DefaultRule{}), ConfigError);
   EXPECT_THROW(Selector("allreduce:64K-1K:ring", DefaultRule{}), ConfigError);
@@ -236,6 +236,53 @@ TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
   Selector sel("auto", DefaultRule{});
   auto call = makeCall(Collective::kAllreduce, 10, false, ReduceOp::kSum, 0);
   EXPECT_THROW(sel.select(call, *t, "bogus"), InvalidArgument);
+}
+
+TEST(Selector, HierIsForcedOnlyAndSaysWhyItCannotRun) {
+  auto call = makeCall(Collective::kAllreduce, 1 << 20, false, ReduceOp::kSum, 0);
+  Selector sel("auto", DefaultRule{16 * 1024, 0});
+  auto pick = [&](transport::InProcWorld::Settings s, int size, const char* forced) {
+    auto world = transport::InProcWorld::create(size, s);
+    auto t = world->transport(0);
+    return sel.select(call, *t, forced);
+  };
+  transport::InProcWorld::Settings twoByTwo;
+  twoByTwo.hostSizes = {2, 2};
+  EXPECT_STREQ(pick(twoByTwo, 4, "hier").algorithm->name(), "hier");
+  EXPECT_STREQ(pick(twoByTwo, 4, "").algorithm->name(), "ring");  // never chosen by default
+  struct Case {
+    const char* what;
+    std::vector<int> hosts;
+    size_t shmChunk;
+    const char* reason;
+  };
+  for (const Case& c : {Case{"one host", {4}, 4096, "all ranks share one host"},
+                        Case{"one rank per host", {1, 1, 1}, 4096, "every host has one rank"},
+                        Case{"no shared memory", {2, 2}, 0, "no shared memory"},
+                        Case{"a chunk below 8 bytes per slice", {2, 3}, 16, "chunk is too small"}}) {
+    transport::InProcWorld::Settings s;
+    s.hostSizes = c.hosts;
+    s.shmChunkBytes = c.shmChunk;
+    int size = 0;
+    for (int n : c.hosts) size += n;
+    auto choice = pick(s, size, "hier");
+    EXPECT_STRNE(choice.algorithm->name(), "hier") << c.what;
+    EXPECT_NE(choice.note.find("cannot run this call"), std::string::npos) << c.what << ": " << choice.note;
+    EXPECT_NE(choice.note.find(c.reason), std::string::npos) << c.what << ": " << choice.note;
+  }
+}
+
+TEST(InProcWorld, HostSizesMustCoverTheWorld) {
+  transport::InProcWorld::Settings s;
+  s.hostSizes = {2, 2};
+  EXPECT_THROW(transport::InProcWorld::create(5, s), InvalidArgument);
+  s.hostSizes = {3, 0, 2};
+  EXPECT_THROW(transport::InProcWorld::create(5, s), InvalidArgument);
+  s.hostSizes = {1, 3};
+  auto world = transport::InProcWorld::create(4, s);
+  EXPECT_EQ(world->transport(2)->hostLocalRanks(), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(world->transport(0)->hostLayout(), (std::vector<std::vector<int>>{{0}, {1, 2, 3}}));
+  EXPECT_EQ(world->transport(0)->sharedMemory(), nullptr);  // alone on its host
 }
 
 TEST(Selector, NativeFallsBackLoudlyWithoutMpi) {
