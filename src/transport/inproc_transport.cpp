@@ -148,6 +148,14 @@ InProcWorld::InProcWorld(int size, Settings settings)
       unmatchedRecvs_(size),
       aborts_(size),
       shmMemory_(size) {
+  if (!settings.hostOfRank.empty()) {
+    hosts_ = groupHosts(std::vector<long long>(settings.hostOfRank.begin(), settings.hostOfRank.end()));
+    hostOf_.assign(static_cast<size_t>(size), 0);
+    for (size_t h = 0; h < hosts_.size(); ++h) {
+      for (int r : hosts_[h]) hostOf_[static_cast<size_t>(r)] = static_cast<int>(h);
+    }
+    return;
+  }
   std::vector<int> sizes = settings.hostSizes;
   if (sizes.empty()) {
     const int per = settings.ranksPerHost > 0 ? settings.ranksPerHost : size;
@@ -165,7 +173,11 @@ InProcWorld::InProcWorld(int size, Settings settings)
 
 std::shared_ptr<InProcWorld> InProcWorld::create(int size, Settings settings) {
   if (size < 1) throw InvalidArgument("an in-process world needs at least one rank, got " + std::to_string(size));
-  if (!settings.hostSizes.empty()) {
+  if (!settings.hostOfRank.empty() && settings.hostOfRank.size() != static_cast<size_t>(size)) {
+    throw InvalidArgument("the in-process placement names hosts for " + std::to_string(settings.hostOfRank.size()) +
+                          " ranks, not " + std::to_string(size));
+  }
+  if (settings.hostOfRank.empty() && !settings.hostSizes.empty()) {
     long long total = 0;
     for (int n : settings.hostSizes) {
       if (n < 1) throw InvalidArgument("an in-process host needs at least one rank, got " + std::to_string(n));

@@ -23,6 +23,9 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
     /// Explicit layout, consecutive ranks per host: {2, 3} puts ranks 0-1 on
     /// one host and 2-4 on another. Overrides ranksPerHost; must sum to size.
     std::vector<int> hostSizes;
+    /// Explicit placement, a host number per rank ({0, 1, 0, 1}: round
+    /// robin). Overrides hostSizes; one entry per rank.
+    std::vector<int> hostOfRank;
     bool chaos = false;     ///< random completion delays
     uint64_t seed = 1;      ///< seed of the chaos delays
     size_t shmChunkBytes = 4096;  ///< shared-memory buffer per rank and host peer; 0: none

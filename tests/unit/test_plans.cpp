@@ -283,6 +283,12 @@ TEST(InProcWorld, HostSizesMustCoverTheWorld) {
   EXPECT_EQ(world->transport(2)->hostLocalRanks(), (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(world->transport(0)->hostLayout(), (std::vector<std::vector<int>>{{0}, {1, 2, 3}}));
   EXPECT_EQ(world->transport(0)->sharedMemory(), nullptr);  // alone on its host
+  transport::InProcWorld::Settings roundRobin;
+  roundRobin.hostOfRank = {0, 1, 0};
+  EXPECT_THROW(transport::InProcWorld::create(4, roundRobin), InvalidArgument);
+  auto rr = transport::InProcWorld::create(3, roundRobin);
+  EXPECT_EQ(rr->transport(2)->hostLocalRanks(), (std::vector<int>{0, 2}));
+  EXPECT_EQ(rr->transport(1)->hostLayout(), (std::vector<std::vector<int>>{{0, 2}, {1}}));
 }
 
 TEST(Selector, NativeFallsBackLoudlyWithoutMpi) {
