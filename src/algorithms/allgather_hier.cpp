@@ -13,9 +13,8 @@
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::algorithms {
-namespace {
 
-Plan interHostPlan(const CollectiveCall& call, const hier::Layout& l) {
+Plan hier::allgatherInterHostPlan(const CollectiveCall& call, const hier::Layout& l) {
   PlanBuilder b;
   const size_t n = call.count, L = l.localSize();
   if (n == 0) return b.finish();
@@ -29,6 +28,8 @@ Plan interHostPlan(const CollectiveCall& call, const hier::Layout& l) {
   }
   return b.finish();
 }
+
+namespace {
 
 class HierAllgather final : public Algorithm {
  public:
@@ -49,7 +50,7 @@ class HierAllgather final : public Algorithm {
     hier::PhasedParts parts;
     parts.what = "hierarchical allgather";
     parts.planCall = call;
-    parts.plan = hier::cachedPlan(this, call, ctx, [&] { return interHostPlan(call, l); });
+    parts.plan = hier::cachedPlan(this, call, ctx, [&] { return hier::allgatherInterHostPlan(call, l); });
     const size_t mine = static_cast<size_t>(me) * n;
     if (g) {
       // The same items in the same order on every local rank: each rank's own

@@ -31,14 +31,11 @@
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::algorithms {
-namespace {
 
 using transport::ShmGroup;
 using transport::ShmRankBlock;
 
-/// Phase 2 as one plan: a ring allreduce over the hosts of every slice this
-/// rank owns, in place in the output.
-Plan interHostPlan(const CollectiveCall& call, const hier::Layout& l, const Tuning& tuning) {
+Plan hier::allreduceInterHostPlan(const CollectiveCall& call, const hier::Layout& l, const Tuning& tuning) {
   const auto& ring = static_cast<const PlannedAlgorithm&>(ringAllreduce());
   const patterns::Partition slices{call.count, l.slices};
   Plan all;
@@ -63,6 +60,8 @@ Plan interHostPlan(const CollectiveCall& call, const hier::Layout& l, const Tuni
   }
   return all;
 }
+
+namespace {
 
 class HierAllreduceSchedule final : public Schedule {
  public:
@@ -90,7 +89,7 @@ class HierAllreduceSchedule final : public Schedule {
       }
       gather_.start(*g_, std::move(items), out_, elem_, ctx_, "hierarchical allreduce");
     }
-    interHost_ = hier::cachedPlan(algorithm, call, ctx, [&] { return interHostPlan(call, layout_, ctx.tuning); });
+    interHost_ = hier::cachedPlan(algorithm, call, ctx, [&] { return hier::allreduceInterHostPlan(call, layout_, ctx.tuning); });
   }
 
   bool advance() override {

@@ -13,9 +13,9 @@
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::algorithms {
-namespace {
 
-Plan interHostPlan(const CollectiveCall& call, const hier::Layout& l, int rootHost, const Tuning& tuning) {
+Plan hier::broadcastInterHostPlan(const CollectiveCall& call, const hier::Layout& l, const Tuning& tuning) {
+  const int rootHost = l.hostOf(call.root);
   const auto& tree = static_cast<const PlannedAlgorithm&>(treeBroadcast());
   const patterns::Partition slices{call.count, l.slices};
   Plan all;
@@ -30,6 +30,8 @@ Plan interHostPlan(const CollectiveCall& call, const hier::Layout& l, int rootHo
   }
   return all;
 }
+
+namespace {
 
 class HierBroadcast final : public Algorithm {
  public:
@@ -54,7 +56,7 @@ class HierBroadcast final : public Algorithm {
     parts.planCall = call;
     parts.planCall.input = out;  // every slice's tree root holds it in its output
     parts.planCall.inPlace = true;
-    parts.plan = hier::cachedPlan(this, call, ctx, [&] { return interHostPlan(call, l, rootHost, ctx.tuning); });
+    parts.plan = hier::cachedPlan(this, call, ctx, [&] { return hier::broadcastInterHostPlan(call, l, ctx.tuning); });
     const patterns::Partition slices{call.count, l.slices};
     if (l.host == rootHost) {
       if (g) {

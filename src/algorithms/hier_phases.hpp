@@ -45,6 +45,14 @@ std::string layoutProblem(const transport::Transport& t, const Layout& l);
 /// Returns the index of the first appended step.
 uint32_t appendSlicePlan(Plan& all, const Plan& p, const Layout& l, size_t j, size_t offset);
 
+/// The plans between hosts of this rank (defined with each algorithm;
+/// unit-tested for races and message pairing like every planner).
+/// allreduce: a ring per owned slice; broadcast: a tree per owned slice;
+/// allgather: this rank's block to one rank of every other host.
+Plan allreduceInterHostPlan(const CollectiveCall& call, const Layout& l, const Tuning& tuning);
+Plan broadcastInterHostPlan(const CollectiveCall& call, const Layout& l, const Tuning& tuning);
+Plan allgatherInterHostPlan(const CollectiveCall& call, const Layout& l);
+
 /// The compiled plan for this call from the workspace cache, made by `make`
 /// on a miss. The layout is fixed per communicator, so the usual key fits.
 std::shared_ptr<const CompiledPlan> cachedPlan(const Algorithm* algorithm, const CollectiveCall& call,
