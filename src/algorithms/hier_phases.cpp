@@ -60,7 +60,7 @@ size_t powerOfTwoAtLeast(size_t n) {
 }
 }  // namespace
 
-uint32_t appendSlicePlan(Plan& all, const Plan& p, const Layout& l, size_t j, size_t offset) {
+uint32_t appendSlicePlan(Plan& all, const Plan& p, const Layout& l, size_t j, size_t offset, uint32_t lane) {
   const uint32_t stride = static_cast<uint32_t>(powerOfTwoAtLeast(l.slices));
   const uint32_t stepBase = static_cast<uint32_t>(all.steps.size());
   const uint32_t depBase = static_cast<uint32_t>(all.deps.size());
@@ -69,7 +69,7 @@ uint32_t appendSlicePlan(Plan& all, const Plan& p, const Layout& l, size_t j, si
   for (Step s : p.steps) {
     if (s.kind == StepKind::kSend || s.kind == StepKind::kRecv) {
       s.peer = l.owner(static_cast<size_t>(s.peer), j);
-      s.message = s.message * stride + static_cast<uint32_t>(j);
+      s.message = (s.message * kLanes + lane) * stride + static_cast<uint32_t>(j);
     }
     move(s.dst);
     move(s.a);

@@ -39,17 +39,24 @@ std::string layoutProblem(const transport::Transport& t, const Layout& l);
 /// Appends `p`, a plan a planner made with host indices as ranks, as the
 /// part for slice j: peers become slice j's owners, output and input spans
 /// move by `offset` elements, scratch spans behind what `all` already uses,
-/// and message m becomes m * stride + j with stride a power of two >= S, so
-/// message indices that a transport truncates to its tag bits still never
-/// collide between two slices whose rings link the same pair of ranks.
-/// Returns the index of the first appended step.
-uint32_t appendSlicePlan(Plan& all, const Plan& p, const Layout& l, size_t j, size_t offset);
+/// and message m becomes (m * kLanes + lane) * stride + j with stride a
+/// power of two >= S, so message indices that a transport truncates to its
+/// tag bits still never collide between two slices whose rings link the
+/// same pair of ranks, nor between the two lanes (plans that may be in
+/// flight at once, see allreduce_hier.cpp). Returns the first step's index.
+uint32_t appendSlicePlan(Plan& all, const Plan& p, const Layout& l, size_t j, size_t offset, uint32_t lane = 0);
+
+/// Plans of one operation that may run at the same time.
+constexpr uint32_t kLanes = 2;
 
 /// The plans between hosts of this rank (defined with each algorithm;
 /// unit-tested for races and message pairing like every planner).
 /// allreduce: a ring per owned slice; broadcast: a tree per owned slice;
 /// allgather: this rank's block to one rank of every other host.
-Plan allreduceInterHostPlan(const CollectiveCall& call, const Layout& l, const Tuning& tuning);
+/// allreduce's lane 1 puts its scratch behind `laneScratch` elements (lane
+/// 0's), so two waves can run at once.
+Plan allreduceInterHostPlan(const CollectiveCall& call, const Layout& l, const Tuning& tuning, uint32_t lane = 0,
+                            size_t laneScratch = 0);
 Plan broadcastInterHostPlan(const CollectiveCall& call, const Layout& l, const Tuning& tuning);
 Plan allgatherInterHostPlan(const CollectiveCall& call, const Layout& l);
 
