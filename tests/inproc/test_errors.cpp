@@ -519,3 +519,33 @@ TEST(Errors, HierForcedOnOneHostFallsBackAndStaysCorrect) {
     for (float v : out) ASSERT_EQ(v, 6.0f);
   });
 }
+
+// Whether a host has shared memory is only known on that host: a rank alone
+// on its host can run hier while the ranks of a host without shared memory
+// fall back. The call check then names the differing algorithm on every
+// rank instead of letting the two sides wait for each other.
+TEST(Errors, HierOnSomeRanksAndAFallbackOnOthersIsAMismatchEverywhere) {
+  transport::InProcWorld::Settings layout;
+  layout.hostSizes = {1, 2};
+  layout.shmChunkBytes = 0;
+  auto out = perRank(
+      3,
+      [](RankContext& ctx) {
+        std::vector<float> buf(1000, 1.0f);
+        CollectiveOptions o;
+        o.algorithm = "hier";
+        ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+        ctx.comm.barrier().wait();
+      },
+      quick(), layout);
+  bool named = false;
+  for (int r = 0; r < 3; ++r) {
+    const auto& w = out.what[static_cast<size_t>(r)];
+    const int code = out.code[static_cast<size_t>(r)];
+    EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
+        << "rank " << r << ": " << w;
+    EXPECT_LT(out.seconds[static_cast<size_t>(r)], 10.0) << "rank " << r;
+    named = named || (contains(w, "algorithm differs") && contains(w, "hier"));
+  }
+  EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1] << "\n" << out.what[2];
+}
