@@ -372,35 +372,6 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
   return Work(op);
 }
 
-Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature, size_t bytes,
-                                    const std::string& algorithm,
-                                    std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
-                                    std::function<void()> onComplete) {
-  if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");
-  engine_->throwIfFailed();
-  auto op = OperationState::create();
-  op->algorithm = algorithm;
-  op->bytes = bytes;
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    op->seq = nextSeq_++;
-  }
-  op->signature = transport::CallSignature::make(op->seq, Collective::kBarrier, DataType::kFloat32, ReduceOp::kSum,
-                                                 0, 0, algorithm, {}, signature);
-  op->fingerprint = op->signature.fingerprint();
-  transport::Tag tag;
-  tag.seq = op->seq;
-  tag.fingerprint = op->fingerprint;
-  CollectiveCall none;
-  none.collective = Collective::kBarrier;
-  op->ctx = runContext(none, tag);
-  op->custom = [make](const algorithms::RunContext& ctx) { return make(ctx); };
-  op->customWhat = what;
-  op->onComplete = std::move(onComplete);
-  engine_->submit(op);
-  return Work(op);
-}
-
 Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
                                           std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make) {
   if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");

@@ -5,6 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include "support/collective_check.hpp"
 #include "support/inproc.hpp"
@@ -457,6 +460,83 @@ TEST(Errors, MismatchedCallsNameTheFieldThatDiffers) {
     }
   }
 }
+
+namespace {
+
+/// A transport that reports a failed peer the way a real network may: the
+/// peer's abandoned transfer fails here before its abort notice arrives.
+/// Notices stay hidden until a transfer has failed; then the first pending
+/// one fails the transfer that is being tested.
+class NoticeAfterAbandon : public transport::Transport {
+ public:
+  explicit NoticeAfterAbandon(std::unique_ptr<transport::Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return "notice-after-abandon"; }
+  transport::RequestPtr isend(int peer, const void* data, size_t bytes, const transport::Tag& tag) override {
+    return std::make_unique<Req>(*this, inner_->isend(peer, data, bytes, tag));
+  }
+  transport::RequestPtr irecv(int peer, void* data, size_t bytes, const transport::Tag& tag) override {
+    return std::make_unique<Req>(*this, inner_->irecv(peer, data, bytes, tag));
+  }
+  bool probeMismatch(int peer, const transport::Tag& expected) override { return inner_->probeMismatch(peer, expected); }
+  void broadcastAbort(const std::string& reason) override { inner_->broadcastAbort(reason); }
+  std::optional<std::string> pollAbort() override {
+    if (!abandoned_) return std::nullopt;
+    if (held_) return std::exchange(held_, std::nullopt);
+    return inner_->pollAbort();
+  }
+
+ private:
+  struct Req : transport::Request {
+    Req(NoticeAfterAbandon& t, transport::RequestPtr inner) : t_(t), inner_(std::move(inner)) {}
+    bool test() override {
+      if (!t_.abandoned_ && !t_.held_) t_.held_ = t_.inner_->pollAbort();
+      if (t_.held_ && !t_.abandoned_) {
+        t_.abandoned_ = true;
+        throw TransportError("the other side abandoned the transfer");
+      }
+      return inner_->test();
+    }
+    NoticeAfterAbandon& t_;
+    transport::RequestPtr inner_;
+  };
+  std::unique_ptr<transport::Transport> inner_;
+  std::optional<std::string> held_;
+  bool abandoned_ = false;
+};
+
+}  // namespace
+
+// A peer that fails cancels its transfers before its notice goes out, so a
+// rank may see the abandoned transfer first: it must still report the
+// peer's reason (the cause), not the abandoned transfer (a symptom).
+TEST(Errors, APeersReasonWinsOverTheTransferItAbandoned) {
+  auto world = transport::InProcWorld::create(2);
+  std::string what[2];
+  int code[2] = {-1, -1};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<transport::Transport> t = world->transport(r);
+      if (r == 1) t = std::make_unique<NoticeAfterAbandon>(std::move(t));
+      auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), core::Config::resolve(quick()));
+      Communicator comm(impl);
+      std::vector<float> buf(1000, 1.0f);
+      CollectiveOptions o;
+      if (r == 0) o.compression = "fp17";  // rejected on rank 0, which tells rank 1
+      try {
+        comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+      } catch (const Error& e) {
+        what[r] = e.what();
+        code[r] = static_cast<int>(e.code());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(code[0], static_cast<int>(ErrorCode::kInvalidArgument)) << what[0];
+  EXPECT_EQ(code[1], static_cast<int>(ErrorCode::kRemote)) << what[1];
+  EXPECT_TRUE(contains(what[1], "CollectiveOptions::compression")) << what[1];
 
 // The hierarchical algorithms compare calls inside a host (shared-memory
 // fingerprints) and across hosts (the call check and message sizes): a rank
