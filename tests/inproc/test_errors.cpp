@@ -537,6 +537,7 @@ TEST(Errors, APeersReasonWinsOverTheTransferItAbandoned) {
   EXPECT_EQ(code[0], static_cast<int>(ErrorCode::kInvalidArgument)) << what[0];
   EXPECT_EQ(code[1], static_cast<int>(ErrorCode::kRemote)) << what[1];
   EXPECT_TRUE(contains(what[1], "CollectiveOptions::compression")) << what[1];
+}
 
 // The hierarchical algorithms compare calls inside a host (shared-memory
 // fingerprints) and across hosts (the call check and message sizes): a rank
