@@ -53,6 +53,7 @@ class MpiTransport : public Transport {
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   std::vector<int> hostLocalRanks() const override { return localRanks_; }
+  std::vector<std::vector<int>> hostLayout() const override { return hosts_; }
   std::string hostName() const override { return hostName_; }
 
   MPI_Comm dataComm() const { return data_; }
@@ -76,6 +77,7 @@ class MpiTransport : public Transport {
   };
   std::vector<std::unique_ptr<AbortSend>> abortSends_;
   std::vector<int> localRanks_;
+  std::vector<std::vector<int>> hosts_;
   std::string hostName_;
   std::shared_ptr<Graveyard> graveyard_;  // requests abandoned in flight (see mpi_transport.cpp)
   std::unique_ptr<NativeCollectives> native_;

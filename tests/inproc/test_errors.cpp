@@ -82,7 +82,7 @@ TEST(Errors, UnknownAlgorithmNameListsTheValidOnes) {
   });
   for (int r = 0; r < 2; ++r) {
     const auto& w = out.what[static_cast<size_t>(r)];
-    EXPECT_TRUE(contains(w, "unknown allreduce algorithm 'rign'; valid: ring, rd, hd, tree, shm, native") ||
+    EXPECT_TRUE(contains(w, "unknown allreduce algorithm 'rign'; valid: ring, rd, hd, tree, shm, hier, native") ||
                 contains(w, "rejected")) << w;
   }
 }
@@ -537,4 +537,96 @@ TEST(Errors, APeersReasonWinsOverTheTransferItAbandoned) {
   EXPECT_EQ(code[0], static_cast<int>(ErrorCode::kInvalidArgument)) << what[0];
   EXPECT_EQ(code[1], static_cast<int>(ErrorCode::kRemote)) << what[1];
   EXPECT_TRUE(contains(what[1], "CollectiveOptions::compression")) << what[1];
+}
+
+// The hierarchical algorithms compare calls inside a host (shared-memory
+// fingerprints) and across hosts (the call check and message sizes): a rank
+// with another count, on either host, is an error on every rank, not a hang
+// or wrong numbers.
+TEST(Errors, HierWithDifferentCountsFailsOnEveryRank) {
+  for (const char* coll : {"allreduce", "broadcast", "allgather"}) {
+    for (int odd : {1, 2}) {  // same host as rank 0, or the other host
+      transport::InProcWorld::Settings layout;
+      layout.hostSizes = {2, 2};
+      auto out = perRank(
+          4,
+          [&](RankContext& ctx) {
+            std::vector<float> buf(4 * 1001, 1.0f), in(1001, 2.0f);
+            const size_t n = ctx.rank == odd ? 1001 : 1000;
+            CollectiveOptions o;
+            o.algorithm = "hier";
+            Work w;
+            if (coll == std::string("allreduce")) {
+              w = ctx.comm.allreduce(buf.data(), buf.data(), n, DataType::kFloat32, ReduceOp::kSum, o);
+            } else if (coll == std::string("broadcast")) {
+              w = ctx.comm.broadcast(buf.data(), buf.data(), n, DataType::kFloat32, 0, o);
+            } else {
+              w = ctx.comm.allgather(in.data(), buf.data(), n, DataType::kFloat32, o);
+            }
+            w.wait();
+            ctx.comm.barrier().wait();
+          },
+          quick(), layout);
+      bool named = false;  // some rank says which count differs
+      for (int r = 0; r < 4; ++r) {
+        named = named || out.code[static_cast<size_t>(r)] == static_cast<int>(ErrorCode::kMismatch) ||
+                contains(out.what[static_cast<size_t>(r)], "size mismatch");
+      }
+      EXPECT_TRUE(named) << coll << ", odd rank " << odd << ": " << out.what[0] << "\n" << out.what[odd];
+      for (int r = 0; r < 4; ++r) {
+        const auto& w = out.what[static_cast<size_t>(r)];
+        const int code = out.code[static_cast<size_t>(r)];
+        SCOPED_TRACE(std::string(coll) + ", odd rank " + std::to_string(odd) + ", rank " + std::to_string(r));
+        EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote) ||
+                    code == static_cast<int>(ErrorCode::kTransport))
+            << w;
+        EXPECT_LT(out.seconds[static_cast<size_t>(r)], 10.0) << w;
+      }
+    }
+  }
+}
+
+// Forced where it cannot run (one host), hier falls back to the default and
+// still computes the right numbers, as every forced algorithm does.
+TEST(Errors, HierForcedOnOneHostFallsBackAndStaysCorrect) {
+  runRanks(3, [](RankContext& ctx) {
+    CollectiveCase c{Collective::kAllreduce, "", DataType::kFloat32, ReduceOp::kSum, 1000, 0, false, 7};
+    std::vector<float> in(1000, static_cast<float>(ctx.rank + 1)), out(1000, 0.0f);
+    CollectiveOptions o;
+    o.algorithm = "hier";
+    Work w = ctx.comm.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum, o);
+    w.wait();
+    EXPECT_EQ(w.algorithm(), "shm");
+    for (float v : out) ASSERT_EQ(v, 6.0f);
+  });
+}
+
+// Whether a host has shared memory is only known on that host: a rank alone
+// on its host can run hier while the ranks of a host without shared memory
+// fall back. The call check then names the differing algorithm on every
+// rank instead of letting the two sides wait for each other.
+TEST(Errors, HierOnSomeRanksAndAFallbackOnOthersIsAMismatchEverywhere) {
+  transport::InProcWorld::Settings layout;
+  layout.hostSizes = {1, 2};
+  layout.shmChunkBytes = 0;
+  auto out = perRank(
+      3,
+      [](RankContext& ctx) {
+        std::vector<float> buf(1000, 1.0f);
+        CollectiveOptions o;
+        o.algorithm = "hier";
+        ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+        ctx.comm.barrier().wait();
+      },
+      quick(), layout);
+  bool named = false;
+  for (int r = 0; r < 3; ++r) {
+    const auto& w = out.what[static_cast<size_t>(r)];
+    const int code = out.code[static_cast<size_t>(r)];
+    EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
+        << "rank " << r << ": " << w;
+    EXPECT_LT(out.seconds[static_cast<size_t>(r)], 10.0) << "rank " << r;
+    named = named || (contains(w, "algorithm differs") && contains(w, "hier"));
+  }
+  EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1] << "\n" << out.what[2];
 }

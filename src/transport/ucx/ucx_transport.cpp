@@ -96,6 +96,7 @@ struct UcxTransport::State {
   };
   std::vector<std::unique_ptr<ErrArg>> errArgs;
   std::vector<int> localRanks;
+  std::vector<std::vector<int>> hosts;
   std::string hostName;
   /// Process id of each peer on this host (same pid namespace), else 0.
   std::vector<pid_t> peerPid;
@@ -429,6 +430,11 @@ UcxTransport::UcxTransport(Bootstrap& boot, size_t shmChunkBytes, std::chrono::m
     if (r != rank && !ns.empty() && ns == pidNs) st->peerPid[static_cast<size_t>(r)] = std::atoi(pid.c_str());
   }
   st->localRanks = ranksWithKey(keys, rank);
+  {
+    std::vector<long long> hostOf(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) hostOf[static_cast<size_t>(r)] = ranksWithKey(keys, r).front();
+    st->hosts = groupHosts(hostOf);
+  }
   const std::string& mine = keys[static_cast<size_t>(rank)];
   st->hostName = mine.substr(0, mine.find('|')) + "/node-of-rank" + std::to_string(st->localRanks.front());
   for (int r = 0; r < size; ++r) {
@@ -475,6 +481,7 @@ int UcxTransport::rank() const { return state_->rank; }
 int UcxTransport::size() const { return state_->size; }
 ShmGroup* UcxTransport::sharedMemory() { return shm_.get(); }
 std::vector<int> UcxTransport::hostLocalRanks() const { return state_->localRanks; }
+std::vector<std::vector<int>> UcxTransport::hostLayout() const { return state_->hosts; }
 
 bool UcxTransport::abandonedTransfersPending() {
   State& st = *state_;

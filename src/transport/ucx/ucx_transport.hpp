@@ -68,6 +68,7 @@ class UcxTransport : public Transport {
   ShmGroup* sharedMemory() override;
   bool abandonedTransfersPending() override;
   std::vector<int> hostLocalRanks() const override;
+  std::vector<std::vector<int>> hostLayout() const override;
   std::string hostName() const override;
 
   struct State;
