@@ -407,8 +407,10 @@ int main(int argc, char** argv) {
   }
   if (a.killRank >= 0) {
     // A dead peer: the communicator cannot be torn down cleanly, and the
-    // survivors' results are already out.
+    // survivors' results are already out. Linger a moment first: a survivor
+    // that exits while a slower one still gossips would look dead to it.
     std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
     std::_Exit(rc);
   }
   comm.reset();
