@@ -98,6 +98,8 @@ struct Result {
   double consensus = -1;
   std::string error;
   GossipStats gossip;
+  double computeMs = 0;  // mean per step: gradient, padding and straggler sleep
+  double commMs = -1;    // allreduce mode: mean per step of the Reducer's allreduce
 };
 
 // One step's compute: the gradient, then the padding and the straggler's
@@ -138,15 +140,19 @@ Result run(Communicator& comm, const Args& a, const std::string& mode) {
   }
   comm.barrier().wait();
   Clock::duration training{};
+  double commSum = 0;
   auto segment = Clock::now();
   const float lr = static_cast<float>(a.lr);
   try {
     for (int s = 0; s < a.steps; ++s) {
       if (gRank == a.killRank && s == a.killStep) dieHere();
+      const auto computeStart = Clock::now();
       compute(problem, a, params.data(), static_cast<uint64_t>(s), grad.data());
+      r.computeMs += std::chrono::duration<double, std::milli>(Clock::now() - computeStart).count();
       if (reducer) {
         reducer->markReady(0);
         reducer->finalize();
+        commSum += reducer->lastStepStats().commMs;
         for (size_t i = 0; i < n; ++i) params[i] -= lr * grad[i];
       } else {
         for (size_t i = 0; i < n; ++i) params[i] -= lr * grad[i];
@@ -167,6 +173,10 @@ Result run(Communicator& comm, const Args& a, const std::string& mode) {
     r.error = e.what();
   }
   r.trainSeconds = std::chrono::duration<double>(training).count();
+  if (r.stepsDone > 0) {
+    r.computeMs /= r.stepsDone;
+    if (reducer) r.commMs = commSum / r.stepsDone;
+  }
   if (gossip) r.gossip = gossip->stats();
   if (!r.error.empty()) {
     r.finalLoss = problem.loss(params.data());
@@ -327,7 +337,7 @@ int main(int argc, char** argv) {
                                    std::to_string(a.killStep)).c_str()
                                 : "");
     std::printf("# %-9s %6s %10s %12s %11s %11s %10s %s\n", "mode", "steps", "train_s", "target_s", "final_loss",
-                "steps/s", "consensus", "notes");
+                "steps/s", "consensus", "compute_ms comm_ms notes");
     std::fflush(stdout);
   }
   std::ostringstream rows;
@@ -369,8 +379,9 @@ int main(int argc, char** argv) {
       notes += " (own model, not averaged)";
     }
     if (gRank == 0) {
-      std::printf("  %-9s %6d %10.3f %12.3f %11.5f %11.2f %10.2e %s\n", r.mode.c_str(), r.stepsDone, r.trainSeconds,
-                  timeToTarget, finalLoss, rate, r.consensus, notes.c_str());
+      std::printf("  %-9s %6d %10.3f %12.3f %11.5f %11.2f %10.2e %10.2f %7.2f %s\n", r.mode.c_str(), r.stepsDone,
+                  r.trainSeconds,
+                  timeToTarget, finalLoss, rate, r.consensus, r.computeMs, r.commMs, notes.c_str());
       if (r.mode == "gossip") {
         std::printf("  # gossip on rank 0: sent %zu, mixed %zu (late %zu), dropped %zu, failed %zu\n", r.gossip.sent,
                     r.gossip.received, r.gossip.late, r.gossip.dropped, r.gossip.failed);
@@ -382,6 +393,7 @@ int main(int argc, char** argv) {
            << ", \"steps_per_s\": " << rate << ", \"steps_per_s_min\": " << rateMin << ", \"steps_per_s_per_rank\": [";
       for (size_t i = 0; i < rates.size(); ++i) rows << (i ? ", " : "") << rates[i];
       rows << "], \"target_loss\": " << a.targetLoss << ", \"consensus_distance\": " << r.consensus
+           << ", \"compute_ms\": " << r.computeMs << ", \"comm_ms\": " << r.commMs
            << ", \"params\": " << probe.paramCount() << ", \"transport\": \"" << comm->transportName()
            << "\", \"killed\": " << (a.killRank >= 0 ? "\"" + std::to_string(a.killRank) + ":" + std::to_string(a.killStep) + "\"" : "null")
            << ", \"error\": " << (r.error.empty() ? std::string("null") : jsonString(r.error))

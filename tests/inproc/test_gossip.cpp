@@ -9,12 +9,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
+#include <unistd.h>
 #include <thread>
 
 #include "../../bench/gossip_problem.hpp"
 #include "gradcomm/gossip.hpp"
 #include "support/inproc.hpp"
+#include "support/json_check.hpp"
 
 using namespace gradcomm;
 using namespace gradcomm::testing;
@@ -167,6 +171,51 @@ TEST(Gossip, ASilentPeerIsRemovedTheOthersKeepGoingAndSynchronizeNamesIt) {
     }
     done.fetch_add(1);
   }, o);
+}
+
+TEST(Gossip, ConsensusDistanceShrinksAsRanksMixAndIsZeroAfterSynchronize) {
+  runRanks(4, [&](RankContext& ctx) {
+    auto a = startValues(ctx.rank, 40);
+    GossipOptions opts;
+    opts.consensusDistance = true;
+    GossipAverager g(ctx.comm, {{a.data(), a.size()}}, opts);
+    EXPECT_EQ(g.stats().consensusDistance, -1.0) << "nothing measured before the first step";
+    g.step();
+    const double first = g.stats().consensusDistance;
+    for (int s = 0; s < 30; ++s) g.step();  // the measuring allreduces keep the ranks in step
+    const double later = g.stats().consensusDistance;
+    EXPECT_GT(first, 1.0);
+    EXPECT_LT(later, first / 100) << "first " << first << ", later " << later;
+    g.synchronize();
+    g.step();
+    // After the exact average and one step every rank holds the same values.
+    EXPECT_LT(g.stats().consensusDistance, 1e-4);
+  });
+}
+
+TEST(Gossip, TimelineRecordsEveryStepAsValidJson) {
+  char dir[] = "/tmp/gradcomm-gossip-trace.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  runRanks(2, [&](RankContext& ctx) {
+    auto a = startValues(ctx.rank, 8);
+    GossipOptions opts;
+    opts.timelinePath = std::string(dir) + "/gossip.json";
+    GossipAverager g(ctx.comm, {{a.data(), a.size()}}, opts);
+    for (int s = 0; s < 5; ++s) g.step();
+  });
+  for (int r = 0; r < 2; ++r) {
+    const std::string path = std::string(dir) + "/gossip.rank" + std::to_string(r) + ".json";
+    std::ifstream f(path);
+    ASSERT_TRUE(f.good()) << path;
+    std::stringstream text;
+    text << f.rdbuf();
+    EXPECT_EQ(JsonChecker(text.str()).check(), "") << path;
+    for (const char* needle : {"gossip step 0", "gossip step 4", "\"mixed\": "}) {
+      EXPECT_NE(text.str().find(needle), std::string::npos) << needle << " missing from " << path;
+    }
+    std::remove(path.c_str());
+  }
+  rmdir(dir);
 }
 
 TEST(Gossip, DifferentParameterSizesFailOnEveryRank) {
