@@ -59,8 +59,8 @@ struct GossipStats {
 /// thread, so they overlap the caller's next computation, beside (never
 /// inside) its collective queue. A push is mixed at most
 /// GRADCOMM_GOSSIP_MAX_STALENESS steps after its own step, else dropped; a
-/// peer whose transfer fails or that owes a push for
-/// GRADCOMM_GOSSIP_PEER_TIMEOUT is removed from the graph (the survivors'
+/// peer whose transfer fails, or that is further behind and silent for
+/// GRADCOMM_GOSSIP_PEER_TIMEOUT, is removed from the graph (the survivors'
 /// graph stays strongly connected), and the others keep going.
 ///
 /// Construction is collective and checks that every rank passed the same

@@ -183,8 +183,8 @@ const std::vector<ParamDef>& registry() {
                          "Gossip: mix a push at most this many steps after its own step; later ones are dropped "
                          "(counted), and a rank that received nothing for this many steps is reported"));
     d.push_back(durationParam("GRADCOMM_GOSSIP_PEER_TIMEOUT", "10s", &Config::gossipPeerTimeout,
-                              "Gossip: a peer that owes a push for this long (or whose transfer failed) is removed "
-                              "from the gossip graph; the others keep going"));
+                              "Gossip: a peer more than MAX_STALENESS steps behind that sent no push for this long (or "
+                              "whose transfer failed) is removed from the gossip graph; the others keep going"));
     d.push_back(intParam("GRADCOMM_GOSSIP_PEERS", "1", &Config::gossipPeers, 1, 64,
                          "Gossip: peers each rank pushes to per step (distances 2^i of the exponential graph)"));
     d.push_back(ParamDef{
