@@ -309,7 +309,9 @@ void GossipAveragerImpl::mix(const Transfer& pull) {
 
 void GossipAveragerImpl::step() {
   // No throwIfFailed(): gossip runs beside the collective queue, and the
-  // survivors of a failed (aborted) communicator keep averaging.
+  // survivors of a failed (aborted) communicator keep averaging. A destroyed
+  // one has no progress thread and may have lost its peers.
+  if (impl_.destroyed()) throw InvalidUsage("GossipAverager::step: the communicator was destroyed");
   const auto started = Clock::now();
   gather();
   // This step's push: one buffer for every out-peer (each gets the same share).

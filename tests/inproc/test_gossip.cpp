@@ -218,6 +218,34 @@ TEST(Gossip, TimelineRecordsEveryStepAsValidJson) {
   rmdir(dir);
 }
 
+TEST(Gossip, ASingleRankKeepsItsValuesAndSynchronizes) {
+  runRanks(1, [&](RankContext& ctx) {
+    auto a = startValues(0, 10);
+    const auto before = a;
+    GossipAverager g(ctx.comm, {{a.data(), a.size()}});
+    for (int s = 0; s < 5; ++s) g.step();
+    g.synchronize();
+    EXPECT_EQ(a, before);
+    EXPECT_EQ(g.stats().sent, 0u);
+  });
+}
+
+TEST(Gossip, StepAfterTheCommunicatorWasDestroyedIsAnError) {
+  runRanks(2, [&](RankContext& ctx) {
+    auto a = startValues(ctx.rank, 10);
+    GossipAverager g(ctx.comm, {{a.data(), a.size()}});
+    g.step();
+    ctx.barrier->wait();
+    ctx.comm.destroy();
+    try {
+      g.step();
+      ADD_FAILURE() << "step() after destroy() succeeded";
+    } catch (const InvalidUsage& e) {
+      EXPECT_NE(std::string(e.what()).find("destroyed"), std::string::npos) << e.what();
+    }
+  });
+}
+
 TEST(Gossip, DifferentParameterSizesFailOnEveryRank) {
   std::atomic<int> failures{0};
   runRanks(3, [&](RankContext& ctx) {
