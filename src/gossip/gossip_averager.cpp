@@ -335,7 +335,7 @@ void GossipAveragerImpl::step() {
   }
   std::vector<Transfer> arrived;
   impl_.engine().withTransport([&](transport::Transport& t) {
-    transfers_->advance(t);
+    transfers_->advanceAll();
     for (int peer : out) transfers_->post(t, true, step_, peer, push);
     stats_.sent += out.size();
     for (auto& f : transfers_->takeFailedSends()) {
@@ -366,20 +366,26 @@ void GossipAveragerImpl::step() {
                   "gossip: push-sum weight rescaled (pushes keep being dropped as stale: a persistent straggler)");
   }
   impl_.engine().withTransport([&](transport::Transport& t) {
-    // Complete what already matched first: abandoning a matched receive
-    // would fail the sender's push (the in-process transport reports it).
-    transfers_->advance(t);
     // A receive S steps older than a push that already came from the same
     // sender is obsolete (the sender pushed by another graph then): give it
-    // up, so it cannot hold a slot of the window forever.
-    stats_.dropped += transfers_->abandonIf(false, [&](const Transfer& tr) {
+    // up, so it cannot hold a slot of the window forever. Complete what
+    // already matched first: abandoning a matched receive would fail the
+    // sender's push (the in-process transport reports it).
+    auto obsolete = [&](const Transfer& tr) {
       return tr.step + maxStaleness_ < newestFrom_[static_cast<size_t>(tr.peer)];
-    });
+    };
+    bool any = false;
+    for (const auto& tr : transfers_->receives()) any = any || obsolete(tr);
+    if (any) {
+      transfers_->advanceAll();
+      stats_.dropped += transfers_->abandonIf(false, obsolete);
+    }
     // A dead peer: one that is more than S steps behind this rank, with a
     // push due, and silent for the timeout (a live straggler keeps pushing;
     // a rank that finished its steps is ahead, not behind).
     for (const auto& tr : transfers_->receives()) {
       const size_t p = static_cast<size_t>(tr.peer);
+      if (tr.done) continue;  // arrived just now: harvested next step
       if (tr.step + maxStaleness_ < step_ && now - lastHeard_[p] > peerTimeout_ && !removed_[p]) {
         removePeer(tr.peer, "no push from it for longer than GRADCOMM_GOSSIP_PEER_TIMEOUT (" +
                                 std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(peerTimeout_).count()) +
@@ -457,7 +463,7 @@ void GossipAveragerImpl::synchronize() {
   discardBelow_ = step_;
   std::vector<Transfer> arrived;
   impl_.engine().withTransport([&](transport::Transport& t) {
-    transfers_->advance(t);
+    transfers_->advanceAll();
     arrived = transfers_->takeFinishedReceives();
     postReceives(t);
   });

@@ -1,18 +1,28 @@
 #include "gossip/gossip_transfers.hpp"
 
 #include <exception>
+#include <set>
 
 namespace gradcomm::gossip {
 
-bool GossipTransfers::advance(transport::Transport& /*transport*/) {
+bool GossipTransfers::advance(transport::Transport& /*transport*/) { return advanceTransfers(true); }
+
+bool GossipTransfers::advanceAll() { return advanceTransfers(false); }
+
+bool GossipTransfers::advanceTransfers(bool oldestReceiveOnly) {
   bool moved = false;
+  std::set<int> waiting;  // senders whose oldest pending receive is still incomplete
   for (auto* list : {&sends_, &receives_}) {
+    const bool receives = list == &receives_;
     for (auto& t : *list) {
       if (t.done) continue;
+      if (receives && oldestReceiveOnly && waiting.count(t.peer)) continue;
       try {
         if (t.request->test()) {
           t.done = true;
           moved = true;
+        } else if (receives) {
+          waiting.insert(t.peer);
         }
       } catch (const std::exception& e) {
         // A failed push or pull (a dead peer) is the averager's to handle:

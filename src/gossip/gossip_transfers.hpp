@@ -27,7 +27,13 @@ struct Transfer {
 /// drive lock only (advance(), or inside ProgressEngine::withTransport()).
 class GossipTransfers : public core::BackgroundTask {
  public:
+  /// The engine's pass: every send, but per sender only its oldest pending
+  /// receive (and the next ones once that completed). Pushes of one sender
+  /// arrive in its step order, and each test may cost a progress call of the
+  /// transport (with MPI's yield_when_idle, a sched_yield).
   bool advance(transport::Transport& transport) override;
+  /// Tests every transfer (the averager's own pass, once per step).
+  bool advanceAll();
   bool pending() const override { return inFlight_.load(std::memory_order_relaxed) > 0; }
 
   void post(transport::Transport& transport, bool isSend, uint64_t step, int peer,
@@ -50,6 +56,7 @@ class GossipTransfers : public core::BackgroundTask {
 
  private:
   void recount();
+  bool advanceTransfers(bool oldestReceiveOnly);
   std::vector<Transfer> sends_;
   std::vector<Transfer> receives_;
   std::vector<std::shared_ptr<std::vector<char>>> abandoned_;

@@ -139,6 +139,7 @@ TEST(Gossip, ASilentPeerIsRemovedTheOthersKeepGoingAndSynchronizeNamesIt) {
   Options o;
   o.set("GOSSIP_PEER_TIMEOUT", "200ms");
   std::atomic<int> done{0};
+  ThreadBarrier survivors(3);
   runRanks(4, [&](RankContext& ctx) {
     auto a = startValues(ctx.rank, 32);
     GossipAverager g(ctx.comm, {{a.data(), a.size()}});
@@ -162,6 +163,9 @@ TEST(Gossip, ASilentPeerIsRemovedTheOthersKeepGoingAndSynchronizeNamesIt) {
       g.step();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    // Every survivor is done stepping before any drops its averager (and
+    // with it the receives the others' pushes are bound for).
+    survivors.wait();
     EXPECT_EQ(g.stats().removedPeers, std::vector<int>{3});
     try {
       g.synchronize();
@@ -169,6 +173,7 @@ TEST(Gossip, ASilentPeerIsRemovedTheOthersKeepGoingAndSynchronizeNamesIt) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("rank 3"), std::string::npos) << e.what();
     }
+    survivors.wait();
     done.fetch_add(1);
   }, o);
 }
