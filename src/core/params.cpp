@@ -179,6 +179,14 @@ const std::vector<ParamDef>& registry() {
     d.push_back(choiceParam("GRADCOMM_TRANSPORT", "auto", &Config::transport, {"auto", "mpi", "ucx"},
                             "What moves the bytes: 'mpi' (needs a communicator made from MPI), 'ucx', or 'auto' "
                             "(MPI when the communicator came from MPI, else UCX)"));
+    d.push_back(intParam("GRADCOMM_GOSSIP_MAX_STALENESS", "4", &Config::gossipMaxStaleness, 1, 1000,
+                         "Gossip: mix a push at most this many steps after its own step; later ones are dropped "
+                         "(counted), and a rank that received nothing for this many steps is reported"));
+    d.push_back(durationParam("GRADCOMM_GOSSIP_PEER_TIMEOUT", "10s", &Config::gossipPeerTimeout,
+                              "Gossip: a peer more than MAX_STALENESS steps behind that sent no push for this long (or "
+                              "whose transfer failed) is removed from the gossip graph; the others keep going"));
+    d.push_back(intParam("GRADCOMM_GOSSIP_PEERS", "1", &Config::gossipPeers, 1, 64,
+                         "Gossip: peers each rank pushes to per step (distances 2^i of the exponential graph)"));
     d.push_back(ParamDef{
         "GRADCOMM_STATS", "0", "integer N (steps), or 1/0",
         "Reducer: print communication statistics to stderr every N steps (1: every step; 0: off), on rank 0 "

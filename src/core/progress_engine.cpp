@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/units.hpp"
@@ -245,12 +246,58 @@ void ProgressEngine::failActive(std::exception_ptr e) {
   failQueued();
 }
 
+void ProgressEngine::addBackground(std::shared_ptr<BackgroundTask> task) {
+  std::lock_guard<std::mutex> drive(driveMu_);
+  std::lock_guard<std::mutex> lock(backgroundMu_);
+  background_.push_back(std::move(task));
+  hasBackground_.store(true);
+}
+
+void ProgressEngine::removeBackground(const BackgroundTask* task) {
+  std::lock_guard<std::mutex> drive(driveMu_);
+  std::lock_guard<std::mutex> lock(backgroundMu_);
+  background_.erase(std::remove_if(background_.begin(), background_.end(),
+                                   [&](const std::shared_ptr<BackgroundTask>& t) { return t.get() == task; }),
+                    background_.end());
+  hasBackground_.store(!background_.empty());
+}
+
+void ProgressEngine::withTransport(const std::function<void(transport::Transport&)>& fn) {
+  {
+    std::lock_guard<std::mutex> drive(driveMu_);
+    fn(*transport_);
+  }
+  // A thread blocked on the condition variable would leave the new
+  // transfers untouched until the next operation: wake it.
+  if (blocked_.load()) {
+    { std::lock_guard<std::mutex> lock(queueMu_); }
+    queueCv_.notify_one();
+  }
+}
+
+bool ProgressEngine::backgroundPending() const {
+  if (!hasBackground_.load(std::memory_order_relaxed)) return false;
+  std::lock_guard<std::mutex> lock(backgroundMu_);
+  for (const auto& t : background_) {
+    if (t->pending()) return true;
+  }
+  return false;
+}
+
+bool ProgressEngine::driveBackground() {
+  if (!hasBackground_.load(std::memory_order_relaxed)) return false;
+  bool moved = false;
+  for (const auto& t : background_) moved = t->advance(*transport_) || moved;
+  return moved;
+}
+
 bool ProgressEngine::drive() {
+  const bool backgroundMoved = driveBackground();
   if (!active_) {
     std::lock_guard<std::mutex> lock(queueMu_);
     if (queue_.empty()) {
       busy_.store(false);
-      return false;
+      return backgroundMoved;
     }
     active_ = queue_.front();
     queue_.pop_front();
@@ -405,6 +452,13 @@ void ProgressEngine::threadMain() {
   auto idleSince = Clock::now();
   while (!stop_.load()) {
     if (!busy_.load()) {
+      // Background transfers in flight (gossip) need progress even with an
+      // empty queue; nobody else drives them while the caller computes.
+      if (backgroundPending()) {
+        driveOrBackOff(backoff);
+        idleSince = Clock::now();
+        continue;
+      }
       // Idle: keep polling (with back-off) for a while, so that the next
       // submission needs no wake-up; then block.
       if (Clock::now() - idleSince < settings_.linger) {
@@ -413,7 +467,8 @@ void ProgressEngine::threadMain() {
       }
       std::unique_lock<std::mutex> lock(queueMu_);
       blocked_.store(true);
-      queueCv_.wait(lock, [&] { return stop_.load() || busy_.load(); });
+      // withTransport() wakes the thread when it posts background transfers.
+      queueCv_.wait(lock, [&] { return stop_.load() || busy_.load() || backgroundPending(); });
       blocked_.store(false);
       backoff.reset();
       continue;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "algorithms/workspace.hpp"
 #include "core/call_check.hpp"
@@ -45,6 +46,20 @@ class Backoff {
   int idle_ = 0;
 };
 
+/// Transfers that run beside the operation FIFO (gossip pushes and their
+/// pre-posted receives): the engine advances every registered task on each
+/// drive pass, on the driving thread, so Transport calls stay serialised,
+/// while no operation in the queue waits for them and they wait for none.
+class BackgroundTask {
+ public:
+  virtual ~BackgroundTask() = default;
+  /// Tests the task's transfers; true when something completed. Must not
+  /// throw: a failed transfer is the task's business, never the engine's.
+  virtual bool advance(transport::Transport& transport) = 0;
+  /// True while transfers are in flight (the engine keeps polling).
+  virtual bool pending() const = 0;
+};
+
 /// Runs a communicator's operations one at a time, in submission order.
 /// Progress is driven by the communicator's background thread or, while a
 /// caller waits, by the waiting thread itself (whoever holds the drive
@@ -77,6 +92,14 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   algorithms::Workspace& workspace() { return workspace_; }
   const transport::Transport& transport() const { return *transport_; }
 
+  /// Registers a task the engine advances on every drive pass.
+  void addBackground(std::shared_ptr<BackgroundTask> task);
+  /// Unregisters `task`; when this returns, no thread is inside its advance().
+  void removeBackground(const BackgroundTask* task);
+  /// Runs `fn` with the transport while no thread drives (the background
+  /// task's own posting and cancelling of transfers), then wakes the thread
+  /// so posted transfers progress while the caller computes.
+  void withTransport(const std::function<void(transport::Transport&)>& fn);
 
  private:
   void threadMain();
@@ -88,6 +111,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// Polls of the peers an inline call makes before it hands its schedule
   /// to the engine (a few microseconds).
   static constexpr int kInlinePatience = 256;
+  bool driveBackground();  // requires driveMu_
+  bool backgroundPending() const;
   /// One step of whoever polls: drive if the lock is free, then back off
   /// unless something moved.
   void driveOrBackOff(Backoff& backoff);
@@ -124,6 +149,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   detail::Clock::time_point lastProbe_{};             // guarded by driveMu_
   detail::Clock::time_point lastAbortPoll_{};         // guarded by driveMu_
   CallCheck check_;                                   // the active operation's; guarded by driveMu_
+  std::vector<std::shared_ptr<BackgroundTask>> background_;  // guarded by driveMu_ and backgroundMu_
+  mutable std::mutex backgroundMu_;                   // lets the thread read background_ without driveMu_
+  std::atomic<bool> hasBackground_{false};
 
   std::thread thread_;
 };

@@ -80,7 +80,7 @@ class InProcTransport : public Transport {
     if (announcedMismatch(peer, expected)) return true;
     std::lock_guard<std::mutex> lock(world_->mu_);
     for (const auto& t : world_->unmatchedSends_[rank_]) {
-      if (t->src == peer && t->tag.seq == expected.seq && t->tag.message != Tag::kCallCheck &&
+      if (t->src == peer && t->tag.seq == expected.seq && t->tag.message != Tag::kCallCheck && t->tag.message != Tag::kGossip &&
           t->tag.fingerprint != expected.fingerprint) {
         return true;
       }
@@ -267,7 +267,8 @@ bool InProcWorld::test(const std::shared_ptr<Transfer>& t, bool /*isSend*/) {
 void InProcWorld::cancel(const std::shared_ptr<Transfer>& t, bool isSend) {
   std::lock_guard<std::mutex> lock(mu_);
   if (t->done) return;
-  if (isSend && t->matched && t->error.empty()) {
+  // A receive its owner abandoned first may already be freed: never copy into it.
+  if (isSend && t->matched && t->error.empty() && !t->cancelled) {
     // A matched send still delivers its data (as MPI's eager sends do): the
     // buffer is valid until this returns, and the receiver may need the
     // message to tell what went wrong.

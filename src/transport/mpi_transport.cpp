@@ -17,6 +17,16 @@ constexpr int kControlTag = 7;
 // Call checks (Tag::kCallCheck) travel on the control communicator too, where
 // no data message can match them; one per operation per pair, in order.
 constexpr int kCallCheckTag = 8;
+// Gossip pushes (Tag::kGossip) travel on the control communicator with the
+// step modulo kGossipSteps above this tag: never matched by data or control
+// messages, and the step window a receiver posts is far below the modulus.
+constexpr int kGossipTagBase = 16;
+constexpr uint64_t kGossipSteps = 16384;
+
+int controlTagOf(const Tag& tag) {
+  if (tag.message == Tag::kCallCheck) return kCallCheckTag;
+  return kGossipTagBase + static_cast<int>(tag.seq % kGossipSteps);
+}
 // MPI counts are int: messages above this are sent as several parts, which
 // MPI's non-overtaking rule keeps in order.
 constexpr size_t kMaxPartBytes = size_t{1} << 30;
@@ -567,8 +577,8 @@ void MpiTransport::postControlReceive() {
 
 RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
   auto req = std::make_unique<MpiRequest>(false, peer, rank_, *graveyard_);
-  const bool check = tag.message == Tag::kCallCheck;
-  const int mpiTag = check ? kCallCheckTag : layout_.encode(tag);
+  const bool check = tag.message == Tag::kCallCheck || tag.message == Tag::kGossip;
+  const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
   MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;
   do {
@@ -587,8 +597,8 @@ RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const T
 
 RequestPtr MpiTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
   auto req = std::make_unique<MpiRequest>(true, peer, rank_, *graveyard_);
-  const bool check = tag.message == Tag::kCallCheck;
-  const int mpiTag = check ? kCallCheckTag : layout_.encode(tag);
+  const bool check = tag.message == Tag::kCallCheck || tag.message == Tag::kGossip;
+  const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
   MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;
   do {

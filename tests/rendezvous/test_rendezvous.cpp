@@ -27,6 +27,7 @@
 #include "algorithms/catalog.hpp"
 #include "core/communicator_impl.hpp"
 #include "gradcomm/communicator.hpp"
+#include "gradcomm/gossip.hpp"
 #include "gradcomm/store.hpp"
 #include "support/collective_check.hpp"
 
@@ -245,6 +246,43 @@ int childKill() {
   }
 }
 
+/// Gossip over UCX while the rank named by GRADCOMM_TEST_KILL_RANK kills
+/// itself at step 5: the survivors must remove it, keep stepping, and have
+/// synchronize() fail naming it.
+int childGossipKill() {
+  const int victim = std::atoi(std::getenv("GRADCOMM_TEST_KILL_RANK"));
+  Options o;
+  o.set("GOSSIP_PEER_TIMEOUT", "2s");
+  Communicator comm = communicatorFromEnvironment(o);
+  std::vector<float> v(4096, static_cast<float>(comm.rank()));
+  GossipAverager g(comm, {{v.data(), v.size()}});
+  int steps = 0;
+  for (; steps < 5000 && g.stats().removedPeers.empty(); ++steps) {
+    if (comm.rank() == victim && steps == 5) raise(SIGKILL);
+    g.step();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const auto removed = g.stats().removedPeers;
+  if (removed != std::vector<int>{victim}) {
+    std::printf("FAIL removed %zu ranks after %d steps\n", removed.size(), steps);
+    return 1;
+  }
+  // The survivors keep gossiping among themselves.
+  for (int i = 0; i < 50; ++i) {
+    g.step();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::printf("REMOVED %d after %d steps, sent %zu\n", removed[0], steps + 50, g.stats().sent);
+  try {
+    g.synchronize();
+    std::printf("FAIL synchronize succeeded without rank %d\n", victim);
+    return 1;
+  } catch (const Error& e) {
+    std::printf("SYNC-ERROR %s: %s\n", toString(e.code()), e.what());
+  }
+  return 0;
+}
+
 /// Leaves PASS or FAIL for this rank where netns-test looks for it.
 int withMarker(int rc) {
   const char* dir = std::getenv("GRADCOMM_TEST_MARKER_DIR");
@@ -263,6 +301,7 @@ int runChild(const std::string& mode) {
     if (mode == "matrix") return withMarker(childMatrix());
     if (mode == "create") return childCreate();
     if (mode == "kill") return childKill();
+    if (mode == "gossip-kill") return childGossipKill();
   } catch (const std::exception& e) {
     std::printf("ERROR unexpected: %s\n", e.what());
     return 4;
@@ -370,6 +409,19 @@ TEST(Rendezvous, APeerKilledMidAllreduceIsAnErrorOnEverySurvivorWithinTheTimeout
       // The victim's exit is seen by the parent within ~20 ms of the kill.
       EXPECT_LE(at - c[2].endedAtMs, 6000) << algo << "\n" << report(c);
     }
+  }
+}
+
+TEST(Rendezvous, GossipSurvivorsRemoveAKilledPeerKeepGoingAndSynchronizeNamesIt) {
+  auto c = launch("gossip-kill", 4, {{"GRADCOMM_TIMEOUT", "10s"}, {"GRADCOMM_TEST_KILL_RANK", "2"}},
+                  std::chrono::seconds(60));
+  ASSERT_TRUE(c[2].killed()) << report(c);
+  for (int r : {0, 1, 3}) {
+    const Child& s = c[static_cast<size_t>(r)];
+    EXPECT_TRUE(s.passed()) << "rank " << r << "\n" << report(c);
+    EXPECT_TRUE(contains(s.out, "REMOVED 2")) << report(c);
+    EXPECT_TRUE(contains(s.out, "SYNC-ERROR")) << report(c);
+    EXPECT_TRUE(contains(s.out, "rank 2")) << report(c);
   }
 }
 

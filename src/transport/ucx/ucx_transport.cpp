@@ -36,6 +36,10 @@ uint64_t UcxTagLayout::data(int source, const Tag& tag) {
     // source and sequence alone (its fingerprint takes no part).
     return control(source, kCallCheck) | (tag.seq & mask(kSeqBits)) << kSeqShift;
   }
+  if (tag.message == Tag::kGossip) {
+    // Gossip pushes: control space too, matched on source and step alone.
+    return control(source, kGossip) | (tag.seq & mask(kSeqBits)) << kSeqShift;
+  }
   return (static_cast<uint64_t>(source) & mask(kRankBits)) << kRankShift |
          (tag.seq & mask(kSeqBits)) << kSeqShift |
          (static_cast<uint64_t>(tag.fingerprint) & mask(kFingerprintBits)) << kFingerprintShift |

@@ -1,0 +1,504 @@
+#include "gradcomm/gossip.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "core/communicator_impl.hpp"
+#include "core/log.hpp"
+#include "core/timeline.hpp"
+#include "gossip/gossip_transfers.hpp"
+#include "gossip/peer_graph.hpp"
+#include "gossip/push_sum.hpp"
+#include "gradcomm/error.hpp"
+
+namespace gradcomm {
+namespace detail {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using gossip::ExponentialGraph;
+using gossip::PushSum;
+using gossip::Transfer;
+
+// Every push starts with this header, then the sender's bitmap of removed
+// ranks (so removals spread along the gossip graph itself), then the floats.
+struct PushHeader {
+  uint64_t step;
+  double weight;
+  uint32_t sender;
+  uint32_t removedWords;
+};
+static_assert(sizeof(PushHeader) == 24, "the push header is part of the wire format");
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::ostringstream s;
+  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
+  return s.str();
+}
+
+std::string perRankPath(const std::string& base, int rank) {
+  const std::string tag = ".rank" + std::to_string(rank);
+  auto dot = base.rfind(".json");
+  if (dot != std::string::npos && dot + 5 == base.size()) return base.substr(0, dot) + tag + ".json";
+  return base + tag + ".json";
+}
+
+// Buffers a transport may still write into after their transfer was
+// abandoned (MPI cannot take back a matched receive): kept for the process.
+void keepForever(std::vector<std::shared_ptr<std::vector<char>>>&& buffers) {
+  static std::mutex mu;
+  static std::vector<std::shared_ptr<std::vector<char>>> graveyard;
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& b : buffers) graveyard.push_back(std::move(b));
+}
+
+}  // namespace
+
+class GossipAveragerImpl {
+ public:
+  GossipAveragerImpl(Communicator comm, std::vector<GossipBuffer> params, GossipOptions options);
+  ~GossipAveragerImpl();
+  void step();
+  void synchronize();
+  double weight() const { return weight_; }
+  GossipStats stats() const;
+
+ private:
+  size_t headerBytes() const { return sizeof(PushHeader) + removedWords_ * sizeof(uint64_t); }
+  size_t messageBytes() const { return headerBytes() + count_ * sizeof(float); }
+  void gather();   // z_ = the caller's buffers
+  void scatter();  // the caller's buffers = z_
+  /// Keeps `window_` receives posted for each in-neighbour's next pushes.
+  void postReceives(transport::Transport& t);
+  /// The ranks that push here at some step of the current graph.
+  void computeInNeighbours();
+  void removePeer(int peer, const std::string& why);
+  void rebuildGraph(transport::Transport& t);
+  void mix(const Transfer& pull);
+  void measureConsensus();
+
+  Communicator comm_;
+  CommunicatorImpl& impl_;
+  std::vector<GossipBuffer> params_;
+  size_t count_ = 0;
+  int rank_;
+  int size_;
+  size_t peersPerStep_;
+  uint64_t maxStaleness_;
+  size_t window_;  // receives kept posted per in-neighbour
+  Clock::duration peerTimeout_;
+  bool measureConsensus_;
+  std::unique_ptr<core::Timeline> timeline_;
+
+  std::vector<float> z_;  // the de-biased estimate, all buffers back to back
+  double weight_ = 1;
+  uint64_t step_ = 0;
+  uint64_t discardBelow_ = 0;  // pushes of earlier steps were overtaken by synchronize()
+  std::unique_ptr<ExponentialGraph> graph_;
+  std::vector<int> inNeighbours_;
+  std::vector<uint64_t> nextPost_;  // per sender: its first step not yet covered by a posted receive
+  std::vector<uint64_t> newestFrom_;  // per sender: 1 + the newest step that arrived from it (0: none)
+  size_t removedWords_;
+  std::vector<bool> removed_;
+  std::vector<std::string> removedWhy_;
+  std::vector<Clock::time_point> lastHeard_;  // per sender: its last push, or when it became an in-neighbour
+  uint64_t lastReceiveStep_ = 0;
+  bool isolatedReported_ = false;  // this episode was logged
+  bool isolatedWarned_ = false;    // an episode was logged at warn level
+  GossipStats stats_;
+  std::shared_ptr<gossip::GossipTransfers> transfers_;
+  bool graphChanged_ = false;
+};
+
+GossipAveragerImpl::GossipAveragerImpl(Communicator comm, std::vector<GossipBuffer> params, GossipOptions options)
+    : comm_(std::move(comm)),
+      impl_(*comm_.impl()),
+      params_(std::move(params)),
+      rank_(comm_.rank()),
+      size_(comm_.size()) {
+  const core::Config& cfg = impl_.config();
+  peersPerStep_ = options.peersPerStep ? options.peersPerStep : static_cast<size_t>(cfg.gossipPeers);
+  maxStaleness_ = static_cast<uint64_t>(options.maxStaleness > 0 ? options.maxStaleness : cfg.gossipMaxStaleness);
+  window_ = static_cast<size_t>(maxStaleness_) + 1;
+  peerTimeout_ = options.peerTimeout.count() > 0 ? Clock::duration(options.peerTimeout)
+                                                  : Clock::duration(cfg.gossipPeerTimeout);
+  measureConsensus_ = options.consensusDistance;
+  const std::string what = "rejected its GossipAverager";
+  if (options.maxStaleness < 0) {
+    impl_.abortAndThrow(InvalidUsage("GossipOptions::maxStaleness must be >= 0 (0: GRADCOMM_GOSSIP_MAX_STALENESS), got " +
+                                     std::to_string(options.maxStaleness)),
+                        what);
+  }
+  if (params_.empty()) impl_.abortAndThrow(InvalidUsage("GossipAverager needs at least one parameter buffer"), what);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].data && params_[i].count > 0) {
+      impl_.abortAndThrow(InvalidUsage("GossipAverager: parameter buffer " + std::to_string(i) + " is null with count " +
+                                       std::to_string(params_[i].count)),
+                          what);
+    }
+    count_ += params_[i].count;
+  }
+  // Every rank must average the same number of floats (a push is one message
+  // of a fixed size): compare min and max before anything moves.
+  int64_t mine[2] = {static_cast<int64_t>(count_), -static_cast<int64_t>(count_)};
+  int64_t agreed[2] = {0, 0};
+  comm_.allreduce(mine, agreed, 2, DataType::kInt64, ReduceOp::kMin).wait();
+  if (agreed[0] != -agreed[1]) {
+    throw MismatchError("GossipAverager: ranks passed different parameter sizes (between " + std::to_string(agreed[0]) +
+                        " and " + std::to_string(-agreed[1]) + " floats; this rank " + std::to_string(count_) +
+                        "): every rank must register the same parameters");
+  }
+  removedWords_ = (static_cast<size_t>(size_) + 63) / 64;
+  removed_.assign(static_cast<size_t>(size_), false);
+  removedWhy_.assign(static_cast<size_t>(size_), std::string());
+  lastHeard_.assign(static_cast<size_t>(size_), Clock::now());
+  nextPost_.assign(static_cast<size_t>(size_), 0);
+  newestFrom_.assign(static_cast<size_t>(size_), 0);
+  std::vector<int> all(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) all[static_cast<size_t>(r)] = r;
+  graph_ = std::make_unique<ExponentialGraph>(all, peersPerStep_);
+  computeInNeighbours();
+  z_.resize(count_);
+  if (!options.timelinePath.empty()) {
+    timeline_ = std::make_unique<core::Timeline>(perRankPath(options.timelinePath, rank_), rank_);
+  }
+  transfers_ = std::make_shared<gossip::GossipTransfers>();
+  impl_.engine().addBackground(transfers_);
+  impl_.engine().withTransport([&](transport::Transport& t) { postReceives(t); });
+}
+
+GossipAveragerImpl::~GossipAveragerImpl() {
+  auto& engine = impl_.engine();
+  engine.removeBackground(transfers_.get());
+  bool keep = false;
+  engine.withTransport([&](transport::Transport& t) {
+    transfers_->abandonAll();
+    keep = t.abandonedTransfersPending();
+  });
+  if (keep) keepForever(std::move(transfers_->abandoned()));
+  if (timeline_) timeline_->flush();
+}
+
+void GossipAveragerImpl::computeInNeighbours() {
+  std::set<int> in;
+  for (uint64_t s = 0; s < graph_->period(); ++s) {
+    for (int p : graph_->inPeers(rank_, s)) in.insert(p);
+  }
+  inNeighbours_.assign(in.begin(), in.end());
+}
+
+void GossipAveragerImpl::postReceives(transport::Transport& t) {
+  // Receives are posted per sender for *its* next pushes to this rank (the
+  // schedule is known: the sender's step is in the tag), whatever this
+  // rank's own step: every push finds a receive, however far apart the two
+  // ranks' steps are, and nothing piles up unmatched in the transport.
+  std::vector<size_t> outstanding(static_cast<size_t>(size_), 0);
+  for (const auto& tr : transfers_->receives()) ++outstanding[static_cast<size_t>(tr.peer)];
+  const uint64_t scan = graph_->period() * std::max<size_t>(graph_->peersPerStep(), 1) + 1;
+  for (int p : inNeighbours_) {
+    auto& next = nextPost_[static_cast<size_t>(p)];
+    while (outstanding[static_cast<size_t>(p)] < window_) {
+      uint64_t s = next;
+      bool found = false;
+      for (; s < next + scan; ++s) {
+        const auto out = graph_->outPeers(p, s);
+        if (std::find(out.begin(), out.end(), rank_) != out.end()) {
+          found = true;
+          break;
+        }
+      }
+      if (!found) break;  // cannot happen for an in-neighbour
+      transfers_->post(t, false, s, p, std::make_shared<std::vector<char>>(messageBytes()));
+      ++outstanding[static_cast<size_t>(p)];
+      next = s + 1;
+    }
+  }
+}
+
+void GossipAveragerImpl::gather() {
+  size_t off = 0;
+  for (const auto& p : params_) {
+    std::memcpy(z_.data() + off, p.data, p.count * sizeof(float));
+    off += p.count;
+  }
+}
+
+void GossipAveragerImpl::scatter() {
+  size_t off = 0;
+  for (const auto& p : params_) {
+    std::memcpy(p.data, z_.data() + off, p.count * sizeof(float));
+    off += p.count;
+  }
+}
+
+void GossipAveragerImpl::removePeer(int peer, const std::string& why) {
+  if (peer == rank_ || removed_[static_cast<size_t>(peer)]) return;
+  removed_[static_cast<size_t>(peer)] = true;
+  removedWhy_[static_cast<size_t>(peer)] = why;
+  graphChanged_ = true;
+  core::log(core::LogLevel::kWarn, rank_,
+            "gossip: removed rank " + std::to_string(peer) + " from the gossip graph at step " + std::to_string(step_) +
+                " (" + why + "); the others keep going, and synchronize() will fail");
+  if (timeline_) {
+    timeline_->instant("removed rank " + std::to_string(peer), "gossip", Clock::now(), core::Timeline::kComm);
+  }
+}
+
+void GossipAveragerImpl::rebuildGraph(transport::Transport& t) {
+  std::vector<int> members;
+  for (int r = 0; r < size_; ++r) {
+    if (!removed_[static_cast<size_t>(r)]) members.push_back(r);
+  }
+  const auto before = inNeighbours_;
+  graph_ = std::make_unique<ExponentialGraph>(members, peersPerStep_);
+  computeInNeighbours();
+  // Transfers with removed ranks go. Receives posted under the old graph
+  // stay: a sender that has not heard of the removal yet still pushes by it,
+  // and those that never match are given up once newer pushes overtake them.
+  transfers_->abandonIf(false, [&](const Transfer& tr) { return removed_[static_cast<size_t>(tr.peer)]; });
+  transfers_->abandonIf(true, [&](const Transfer& tr) { return removed_[static_cast<size_t>(tr.peer)]; });
+  const auto now = Clock::now();
+  for (int p : inNeighbours_) {
+    if (std::find(before.begin(), before.end(), p) == before.end()) {
+      // A new in-neighbour: its pushes to this rank start about now.
+      auto& next = nextPost_[static_cast<size_t>(p)];
+      next = std::max(next, step_ > maxStaleness_ ? step_ - maxStaleness_ : uint64_t{0});
+      lastHeard_[static_cast<size_t>(p)] = now;
+    }
+  }
+  postReceives(t);
+  graphChanged_ = false;
+}
+
+void GossipAveragerImpl::mix(const Transfer& pull) {
+  const char* p = pull.buffer->data();
+  PushHeader h;
+  std::memcpy(&h, p, sizeof h);
+  if (h.sender != static_cast<uint32_t>(pull.peer) || h.step != pull.step || h.removedWords != removedWords_ ||
+      !(h.weight >= 0) || !std::isfinite(h.weight)) {
+    // Cannot happen between ranks of one build; never mix garbage.
+    core::log(core::LogLevel::kWarn, rank_,
+              "gossip: dropped a malformed push from rank " + std::to_string(pull.peer) + " for step " +
+                  std::to_string(pull.step));
+    ++stats_.dropped;
+    return;
+  }
+  for (size_t w = 0; w < removedWords_; ++w) {
+    uint64_t bits;
+    std::memcpy(&bits, p + sizeof h + w * sizeof(uint64_t), sizeof bits);
+    for (int b = 0; b < 64 && bits; ++b, bits >>= 1) {
+      const int r = static_cast<int>(w * 64) + b;
+      if ((bits & 1) && r < size_) removePeer(r, "reported removed by rank " + std::to_string(pull.peer));
+    }
+  }
+  if (pull.step < discardBelow_ || pull.step + maxStaleness_ < step_) {
+    ++stats_.dropped;  // pushed before synchronize(), or later than the bound
+    return;
+  }
+  std::vector<float> y(count_);
+  std::memcpy(y.data(), p + headerBytes(), count_ * sizeof(float));
+  PushSum::mix(z_.data(), weight_, y.data(), h.weight, count_);
+  ++stats_.received;
+  if (pull.step < step_) ++stats_.late;
+}
+
+void GossipAveragerImpl::step() {
+  // No throwIfFailed(): gossip runs beside the collective queue, and the
+  // survivors of a failed (aborted) communicator keep averaging. A destroyed
+  // one has no progress thread and may have lost its peers.
+  if (impl_.destroyed()) throw InvalidUsage("GossipAverager::step: the communicator was destroyed");
+  const auto started = Clock::now();
+  gather();
+  // This step's push: one buffer for every out-peer (each gets the same share).
+  const auto out = graph_->outPeers(rank_, step_);
+  std::shared_ptr<std::vector<char>> push;
+  if (!out.empty()) {
+    push = std::make_shared<std::vector<char>>(messageBytes());
+    char* p = push->data();
+    PushHeader h{step_, PushSum::splitWeight(weight_, out.size()), static_cast<uint32_t>(rank_),
+                 static_cast<uint32_t>(removedWords_)};
+    std::memcpy(p, &h, sizeof h);
+    for (size_t w = 0; w < removedWords_; ++w) {
+      uint64_t bits = 0;
+      for (int b = 0; b < 64; ++b) {
+        const size_t r = w * 64 + static_cast<size_t>(b);
+        if (r < removed_.size() && removed_[r]) bits |= uint64_t{1} << b;
+      }
+      std::memcpy(p + sizeof h + w * sizeof(uint64_t), &bits, sizeof bits);
+    }
+    std::memcpy(p + headerBytes(), z_.data(), count_ * sizeof(float));
+  }
+  std::vector<Transfer> arrived;
+  impl_.engine().withTransport([&](transport::Transport& t) {
+    transfers_->advanceAll();
+    for (int peer : out) transfers_->post(t, true, step_, peer, push);
+    stats_.sent += out.size();
+    for (auto& f : transfers_->takeFailedSends()) {
+      ++stats_.failed;
+      removePeer(f.peer, "a push to it failed: " + f.error);
+    }
+    arrived = transfers_->takeFinishedReceives();
+  });
+  const auto now = Clock::now();
+  bool receivedAny = false;
+  // Oldest first, so that the newest push of a sender is mixed last.
+  std::sort(arrived.begin(), arrived.end(), [](const Transfer& a, const Transfer& b) { return a.step < b.step; });
+  for (const auto& tr : arrived) {
+    const size_t p = static_cast<size_t>(tr.peer);
+    if (!tr.error.empty()) {
+      ++stats_.failed;
+      removePeer(tr.peer, "a push from it failed: " + tr.error);
+      continue;
+    }
+    lastHeard_[p] = now;
+    newestFrom_[p] = std::max(newestFrom_[p], tr.step + 1);
+    const size_t before = stats_.received;
+    mix(tr);
+    receivedAny = receivedAny || stats_.received > before;
+  }
+  if (PushSum::renormalize(weight_)) {
+    core::logOnce(core::LogLevel::kInfo, rank_,
+                  "gossip: push-sum weight rescaled (pushes keep being dropped as stale: a persistent straggler)");
+  }
+  impl_.engine().withTransport([&](transport::Transport& t) {
+    // A receive S steps older than a push that already came from the same
+    // sender is obsolete (the sender pushed by another graph then): give it
+    // up, so it cannot hold a slot of the window forever. Complete what
+    // already matched first: abandoning a matched receive would fail the
+    // sender's push (the in-process transport reports it).
+    auto obsolete = [&](const Transfer& tr) {
+      return tr.step + maxStaleness_ < newestFrom_[static_cast<size_t>(tr.peer)];
+    };
+    bool any = false;
+    for (const auto& tr : transfers_->receives()) any = any || obsolete(tr);
+    if (any) {
+      transfers_->advanceAll();
+      stats_.dropped += transfers_->abandonIf(false, obsolete);
+    }
+    // A dead peer: one that is more than S steps behind this rank, with a
+    // push due, and silent for the timeout (a live straggler keeps pushing;
+    // a rank that finished its steps is ahead, not behind).
+    for (const auto& tr : transfers_->receives()) {
+      const size_t p = static_cast<size_t>(tr.peer);
+      if (tr.done) continue;  // arrived just now: harvested next step
+      if (tr.step + maxStaleness_ < step_ && now - lastHeard_[p] > peerTimeout_ && !removed_[p]) {
+        removePeer(tr.peer, "no push from it for longer than GRADCOMM_GOSSIP_PEER_TIMEOUT (" +
+                                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(peerTimeout_).count()) +
+                                " ms) while it owed one");
+      }
+    }
+    if (graphChanged_) rebuildGraph(t);
+    postReceives(t);
+  });
+  if (receivedAny) {
+    lastReceiveStep_ = step_;
+    isolatedReported_ = false;
+  } else if (step_ >= lastReceiveStep_ + maxStaleness_ && graph_->members().size() > 1) {
+    ++stats_.isolatedSteps;
+    if (!isolatedReported_) {
+      // Once per averager at warn level (the counter has the rest): with
+      // fast steps on a busy host this happens now and then by itself.
+      isolatedReported_ = true;
+      core::log(isolatedWarned_ ? core::LogLevel::kInfo : core::LogLevel::kWarn, rank_,
+                "gossip: rank " + std::to_string(rank_) + " has mixed no push for " +
+                    std::to_string(step_ - lastReceiveStep_) + " steps (GRADCOMM_GOSSIP_MAX_STALENESS=" +
+                    std::to_string(maxStaleness_) + "); its peers may be slow or dead");
+      isolatedWarned_ = true;
+    }
+  }
+  ++step_;
+  scatter();
+  stats_.steps = step_;
+  stats_.weight = weight_;
+  if (measureConsensus_) measureConsensus();
+  if (timeline_) {
+    timeline_->span("gossip step " + std::to_string(step_ - 1), "gossip", started, Clock::now(),
+                    core::Timeline::kCompute, "\"mixed\": " + std::to_string(arrived.size()));
+  }
+}
+
+void GossipAveragerImpl::measureConsensus() {
+  // Two blocking collectives over every rank: impossible once a rank is gone.
+  for (bool r : removed_) {
+    if (r) {
+      stats_.consensusDistance = -1;
+      return;
+    }
+  }
+  std::vector<float> mean(count_);
+  comm_.allreduce(z_.data(), mean.data(), count_, DataType::kFloat32, ReduceOp::kAvg).wait();
+  double sq = 0;
+  for (size_t i = 0; i < count_; ++i) {
+    const double d = static_cast<double>(z_[i]) - static_cast<double>(mean[i]);
+    sq += d * d;
+  }
+  double total = 0;
+  comm_.allreduce(&sq, &total, 1, DataType::kFloat64, ReduceOp::kAvg).wait();
+  stats_.consensusDistance = std::sqrt(total);
+}
+
+void GossipAveragerImpl::synchronize() {
+  std::vector<int> gone;
+  std::string why;
+  for (int r = 0; r < size_; ++r) {
+    if (!removed_[static_cast<size_t>(r)]) continue;
+    gone.push_back(r);
+    why += (why.empty() ? "" : "; ") + ("rank " + std::to_string(r) + ": " + removedWhy_[static_cast<size_t>(r)]);
+  }
+  if (!gone.empty()) {
+    impl_.abortAndThrow(TransportError("GossipAverager::synchronize: rank" + std::string(gone.size() > 1 ? "s " : " ") +
+                                       rankList(gone) + " left the gossip graph (" + why +
+                                       "), so there is no exact average over all ranks"),
+                        "could not synchronize its GossipAverager");
+  }
+  // Every rank is at step_ here, so every push still in flight belongs to an
+  // earlier step and would unbalance the exact average: those are dropped
+  // when they arrive (their receives stay posted, so nothing is left
+  // unmatched in the transport).
+  discardBelow_ = step_;
+  std::vector<Transfer> arrived;
+  impl_.engine().withTransport([&](transport::Transport& t) {
+    transfers_->advanceAll();
+    arrived = transfers_->takeFinishedReceives();
+    postReceives(t);
+  });
+  const auto now = Clock::now();
+  for (const auto& tr : arrived) {
+    if (!tr.error.empty()) continue;  // the next step() sees the failure again through its sends
+    lastHeard_[static_cast<size_t>(tr.peer)] = now;
+    ++stats_.dropped;
+  }
+  for (const auto& p : params_) {
+    comm_.allreduce(p.data, p.data, p.count, DataType::kFloat32, ReduceOp::kAvg).wait();
+  }
+  weight_ = 1;
+  stats_.weight = 1;
+  lastReceiveStep_ = step_;
+  std::fill(lastHeard_.begin(), lastHeard_.end(), Clock::now());
+}
+
+GossipStats GossipAveragerImpl::stats() const {
+  GossipStats s = stats_;
+  s.removedPeers.clear();
+  for (int r = 0; r < size_; ++r) {
+    if (removed_[static_cast<size_t>(r)]) s.removedPeers.push_back(r);
+  }
+  return s;
+}
+
+}  // namespace detail
+
+GossipAverager::GossipAverager(Communicator comm, std::vector<GossipBuffer> parameters, GossipOptions options)
+    : impl_(std::make_unique<detail::GossipAveragerImpl>(std::move(comm), std::move(parameters), std::move(options))) {}
+GossipAverager::~GossipAverager() = default;
+void GossipAverager::step() { impl_->step(); }
+void GossipAverager::synchronize() { impl_->synchronize(); }
+double GossipAverager::weight() const { return impl_->weight(); }
+GossipStats GossipAverager::stats() const { return impl_->stats(); }
+
+}  // namespace gradcomm
