@@ -12,6 +12,7 @@
 #include "core/communicator_impl.hpp"
 #include "core/timeline.hpp"
 #include "gradcomm/error.hpp"
+#include "p2p_channel.hpp"
 #include "store_adapter.hpp"
 
 namespace gradcomm::torch_backend {
@@ -245,6 +246,12 @@ DataType ProcessGroupGradcomm::reductionType(const std::string& what, const at::
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::enqueue(Pending p) {
   auto work = p.work;
   work->telemetry = telemetry_;
+  if (p.what != "send" && p.what != "recv" && p2p_) {
+    // Sends and receives issued after this collective run after it, in a
+    // new channel (their messages carry the next collective's number).
+    p2p_->close();
+    p2p_.reset();
+  }
   if (telemetry_->timeline) {
     telemetry_->timeline->instant(p.what + " issued", "issue", Clock::now(), core::Timeline::kCompute,
                                   "\"bytes\": " + std::to_string(p.bytes));
@@ -780,16 +787,67 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::alltoall(std::vector<at::Te
                   std::string(kGlooHint));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::send(std::vector<at::Tensor>&, int, int) {
-  unsupported("send (point-to-point)", std::string("gradcomm runs collectives only; ") + kGlooHint);
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  return pointToPoint(true, tensors, dstRank, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::recv(std::vector<at::Tensor>&, int, int) {
-  unsupported("recv (point-to-point)", std::string("gradcomm runs collectives only; ") + kGlooHint);
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  return pointToPoint(false, tensors, srcRank, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::recvAnysource(std::vector<at::Tensor>&, int) {
-  unsupported("recv from any source (point-to-point)", std::string("gradcomm runs collectives only; ") + kGlooHint);
+  // Matching a receive to whichever sender comes first would need every
+  // rank's messages probed; gradcomm's transfers are matched by sender.
+  unsupported("recv from any source (dist.recv/irecv without src)",
+              "pass src= to name the sender, or " + std::string(kGlooHint));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, std::vector<at::Tensor>& tensors,
+                                                                  int peer, int tag) {
+  const std::string what = isSend ? "send" : "recv";
+  if (tensors.size() != 1) unsupported(what + " of " + std::to_string(tensors.size()) + " tensors", "pass one tensor");
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor t = tensors[0];
+  checkTensor(what, t);
+  const std::string role = isSend ? "destination" : "source";
+  if (peer < 0 || peer >= size_) {
+    reject(what, role + " rank " + std::to_string(peer) + " is not in [0, " + std::to_string(size_) + ")");
+  }
+  if (peer == rank_) {
+    reject(what, role + " rank " + std::to_string(peer) + " is this rank itself; copy the tensor instead");
+  }
+  if (tag < 0 || tag > P2pChannel::kMaxTag) {
+    reject(what, "tag " + std::to_string(tag) + " is not in [0, " + std::to_string(P2pChannel::kMaxTag) +
+                     "] (gradcomm matches sends to receives per sender and tag, with room for 3 bits of tag)");
+  }
+  at::Tensor buf = contiguousBuffer(t);
+  P2pTransfer transfer;
+  transfer.send = isSend;
+  transfer.peer = peer;
+  transfer.data = buf.data_ptr();
+  transfer.bytes = buf.nbytes();
+  transfer.scalarType = static_cast<int64_t>(t.scalar_type());
+  transfer.dtypeName = c10::toString(t.scalar_type());
+  transfer.tag = tag;
+  auto& counters = isSend ? sendCount_ : recvCount_;
+  if (counters.empty()) counters.assign(static_cast<size_t>(size_) * (P2pChannel::kMaxTag + 1), 0);
+  transfer.sequence = counters[static_cast<size_t>(peer) * (P2pChannel::kMaxTag + 1) + static_cast<size_t>(tag)]++;
+  if (!p2p_ || !p2p_->add(transfer)) {
+    p2p_ = std::make_shared<P2pChannel>();
+    p2p_->add(transfer);
+    auto channel = p2p_;
+    p2pWork_ = comm_.impl()->submitPointToPoint(
+        "send/recv", transfer.bytes, [channel](const algorithms::RunContext& ctx) { return channel->makeSchedule(ctx); });
+  }
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV,
+                                             std::vector<at::Tensor>{t});
+  p.bytes = t.nbytes();
+  p.ops.push_back(p2pWork_);
+  if (!isSend && !buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
+  p.keep = {t, buf};
+  return enqueue(std::move(p));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::barrier(const c10d::BarrierOptions&) {

@@ -25,6 +25,7 @@ class Timeline;
 namespace gradcomm::torch_backend {
 
 struct Telemetry;
+class P2pChannel;
 
 /// One c10d call: completes once every gradcomm operation behind it has,
 /// then its future holds the output tensors (or the error).
@@ -147,6 +148,9 @@ class ProcessGroupGradcomm : public c10d::ProcessGroup {
   /// Rejects (as reject()) a root outside [0, size) or a root tensor other than 0.
   void checkRoot(const std::string& what, int64_t rootRank, int64_t rootTensor = 0);
   DataType reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op, ReduceOp* gcOp);
+  /// send (isSend) or recv of one tensor, through the open point-to-point
+  /// channel or a new one.
+  c10::intrusive_ptr<c10d::Work> pointToPoint(bool isSend, std::vector<at::Tensor>& tensors, int peer, int tag);
   /// Queues a finished issue for the completion thread; returns its Work.
   c10::intrusive_ptr<c10d::Work> enqueue(Pending p);
   void completionLoop();
@@ -154,6 +158,12 @@ class ProcessGroupGradcomm : public c10d::ProcessGroup {
   std::chrono::milliseconds timeout_;
   Communicator comm_;
   std::mutex issueMu_;  // one call issues at a time: every rank issues in the same order
+  // Point-to-point state, guarded by issueMu_: the channel that still takes
+  // transfers (null after a collective), the operation running it, and the
+  // transfers so far per (peer, tag), sent and received.
+  std::shared_ptr<P2pChannel> p2p_;
+  Work p2pWork_;
+  std::vector<uint32_t> sendCount_, recvCount_;
 
   std::mutex queueMu_;
   std::condition_variable queueCv_;
