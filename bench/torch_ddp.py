@@ -16,7 +16,8 @@ of the model alone (no communication, same rank) / step_ms.
 --batch auto picks the batch whose compute takes --compute-ratio (2) times
 the time a ring allreduce of all gradients needs on a link of --link-bps
 (default: GRADCOMM_NETNS_RATE_BPS, set by scripts/netns-cluster): rank 0
-times a few steps of the model alone and scales the batch linearly. On 2
+times a few steps of the model alone at batches 16 and 64 and fits a fixed
+plus a per-sample cost. On 2
 emulated hosts at 1 Gbit/s (the issue's goals 2 and 3; scripts/torch-ddp-hosts
 runs every mode in one job):
 
@@ -81,9 +82,18 @@ def pick_batch(args, world, gloo):
     model = make_model(args.width, args.depth)
     params = sum(p.numel() for p in model.parameters())
     target_ms = args.compute_ratio * allreduce_seconds(params, world, link_bps) * 1e3
-    probe = 32
-    ms, _ = run(model, 3, 1, probe, dist.get_rank())
-    batch = torch.tensor([max(1, round(probe * target_ms / ms))])
+    # A step costs a part that grows with the batch and one that does not
+    # (weight gradients' accumulation, the optimizer): two probes fit both.
+    small, large = 16, 64
+    ms_small, _ = run(model, 3, 1, small, dist.get_rank())
+    ms_large, _ = run(model, 3, 1, large, dist.get_rank())
+    per_sample = max(1e-6, (ms_large - ms_small) / (large - small))
+    fixed = max(0.0, ms_small - per_sample * small)
+    batch = torch.tensor([max(1, round((target_ms - fixed) / per_sample))])
+    if dist.get_rank() == 0:
+        print(f"--batch auto: allreduce of {params} gradients at {link_bps / 1e9:g} Gbit/s "
+              f"~{target_ms / args.compute_ratio:.0f} ms; compute {fixed:.0f} ms + {per_sample:.2f} ms/sample "
+              f"-> batch {int(batch.item())} for {target_ms:.0f} ms", flush=True)
     dist.broadcast(batch, 0, group=gloo)
     return int(batch.item())
 

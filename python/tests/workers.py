@@ -592,6 +592,12 @@ def scenario_p2p(rank, world, init_method, outdir):
         close("future of irecv", fut[0], torch.full((3,), float(src + step)))
         close("irecv after allreduce", t_recv, torch.full((3,), float(src + step)))
         checked += 1
+    # batch_isend_irecv (torch calls isend/irecv for a backend other than NCCL).
+    t_send, t_recv = torch.full((6,), float(rank)), torch.zeros(6)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, t_send, dst), dist.P2POp(dist.irecv, t_recv, src)]):
+        w.wait()
+    close("batch_isend_irecv", t_recv, torch.full((6,), float(src)))
+    checked += 1
     # Rank 0 to every other rank and back (a star, not a ring).
     if rank == 0:
         for peer in range(1, world):
