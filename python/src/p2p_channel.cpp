@@ -156,6 +156,8 @@ class P2pChannelSchedule : public algorithms::Schedule {
     if (t.send || s.stage == 2) {
       s.done = true;
       --remaining_;
+      if (t.ticket) t.ticket->done.store(true);
+      if (t.signal) t.signal->notify();
       return true;
     }
     transport::Transport& tr = *ctx_.transport;

@@ -7,6 +7,8 @@
 // open join it and are posted at once. It closes when every transfer in it
 // completed, or when a collective is issued (collectives and point-to-point
 // keep their issue order, as with NCCL).
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -17,6 +19,28 @@
 #include "algorithms/algorithm.hpp"
 
 namespace gradcomm::torch_backend {
+
+/// Wakes the thread that completes point-to-point Works: the schedule
+/// pokes it as each transfer completes. Its mutex also guards the list of
+/// calls that thread watches (the process group's).
+struct P2pSignal {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t generation = 0;  ///< guarded by mu; bumped by notify()
+  void notify() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++generation;
+    }
+    cv.notify_all();
+  }
+};
+
+/// Set once one transfer completed (so its Work need not wait for the
+/// others in its channel).
+struct P2pTicket {
+  std::atomic<bool> done{false};
+};
 
 /// One send or receive of a c10d point-to-point call.
 struct P2pTransfer {
@@ -30,6 +54,8 @@ struct P2pTransfer {
   /// with one c10d tag, so the k-th send matches the peer's k-th receive.
   uint32_t sequence = 0;
   int tag = 0;  ///< the c10d tag, in [0, kMaxTag]
+  std::shared_ptr<P2pTicket> ticket;  ///< set done when this transfer completed
+  std::shared_ptr<P2pSignal> signal;  ///< notified then
 };
 
 /// Transfers issued together, run as one operation of the progress engine.

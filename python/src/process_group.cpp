@@ -162,12 +162,20 @@ ProcessGroupGradcomm::~ProcessGroupGradcomm() {
     stopping_ = true;
   }
   queueCv_.notify_all();
-  if (completer_.joinable()) {
-    // The completion thread runs future callbacks, which may be Python
+  if (p2pSignal_) {
+    {
+      std::lock_guard<std::mutex> lock(p2pSignal_->mu);
+      p2pStopping_ = true;
+    }
+    p2pSignal_->cv.notify_all();
+  }
+  if (completer_.joinable() || p2pCompleter_.joinable()) {
+    // The completion threads run future callbacks, which may be Python
     // (DDP comm hooks) and take the GIL: never hold it while joining.
     PyThreadState* saved = nullptr;
     if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
-    completer_.join();
+    if (completer_.joinable()) completer_.join();
+    if (p2pCompleter_.joinable()) p2pCompleter_.join();
     if (saved) PyEval_RestoreThread(saved);
   }
   if (printStats_) {
@@ -246,7 +254,7 @@ DataType ProcessGroupGradcomm::reductionType(const std::string& what, const at::
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::enqueue(Pending p) {
   auto work = p.work;
   work->telemetry = telemetry_;
-  if (p.what != "send" && p.what != "recv" && p2p_) {
+  if (p2p_) {
     // Sends and receives issued after this collective run after it, in a
     // new channel (their messages carry the next collective's number).
     p2p_->close();
@@ -293,20 +301,73 @@ void ProcessGroupGradcomm::completionLoop() {
                                        std::to_string(op.bytes()));
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(statsMu_);
-      auto& s = stats_[p.what];
-      ++s.calls;
-      s.bytes += p.bytes;
-      s.commMs += commMs;
-    }
-    // Release tensors before anyone sees the completion.
-    p.keep.clear();
-    p.finish = nullptr;
-    p.work->complete(error);
+    finishCall(p, error, commMs);
     if (telemetry_->timeline && Clock::now() - lastFlush_ > std::chrono::seconds(1)) {
       telemetry_->timeline->flush();
       lastFlush_ = Clock::now();
+    }
+  }
+}
+
+void ProcessGroupGradcomm::finishCall(Pending& p, std::exception_ptr error, double commMs) {
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    auto& s = stats_[p.what];
+    ++s.calls;
+    s.bytes += p.bytes;
+    s.commMs += commMs;
+  }
+  // Release tensors before anyone sees the completion.
+  p.keep.clear();
+  p.finish = nullptr;
+  p.work->complete(error);
+}
+
+void ProcessGroupGradcomm::p2pCompletionLoop() {
+  std::vector<Pending> waiting;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(p2pSignal_->mu);
+      const uint64_t seen = p2pSignal_->generation;
+      if (waiting.empty()) {
+        p2pSignal_->cv.wait(lock, [this] { return p2pStopping_ || !p2pIncoming_.empty(); });
+        if (p2pIncoming_.empty()) return;  // stopping, and every call finished
+      } else {
+        // A failure shows only in the channel's operation: look every 10 ms.
+        p2pSignal_->cv.wait_for(lock, std::chrono::milliseconds(10), [&] {
+          return !p2pIncoming_.empty() || p2pSignal_->generation != seen;
+        });
+      }
+      for (auto& p : p2pIncoming_) waiting.push_back(std::move(p));
+      p2pIncoming_.clear();
+    }
+    // Outside the lock: testing the operation may drive the engine, whose
+    // schedule notifies under that lock.
+    for (size_t i = 0; i < waiting.size();) {
+      Pending& p = waiting[i];
+      std::exception_ptr error;
+      bool finished = p.ticket->done.load();
+      try {
+        if (!finished) finished = p.ops[0].test();  // rethrows the channel's failure
+        if (finished && p.finish) p.finish();
+      } catch (const std::exception& e) {
+        error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
+        finished = true;
+      } catch (...) {
+        error = std::current_exception();
+        finished = true;
+      }
+      if (!finished) {
+        ++i;
+        continue;
+      }
+      const auto now = Clock::now();
+      if (telemetry_->timeline && !error) {
+        telemetry_->timeline->span(p.what, "p2p", p.issued, now, core::Timeline::kComm,
+                                   "\"bytes\": " + std::to_string(p.bytes));
+      }
+      finishCall(p, error, std::chrono::duration<double, std::milli>(now - p.issued).count());
+      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
 }
@@ -832,6 +893,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, s
   auto& counters = isSend ? sendCount_ : recvCount_;
   if (counters.empty()) counters.assign(static_cast<size_t>(size_) * (P2pChannel::kMaxTag + 1), 0);
   transfer.sequence = counters[static_cast<size_t>(peer) * (P2pChannel::kMaxTag + 1) + static_cast<size_t>(tag)]++;
+  if (!p2pSignal_) {
+    p2pSignal_ = std::make_shared<P2pSignal>();
+    p2pCompleter_ = std::thread([this] { p2pCompletionLoop(); });
+  }
+  transfer.ticket = std::make_shared<P2pTicket>();
+  transfer.signal = p2pSignal_;
+  auto ticket = transfer.ticket;
   if (!p2p_ || !p2p_->add(transfer)) {
     p2p_ = std::make_shared<P2pChannel>();
     p2p_->add(transfer);
@@ -847,7 +915,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, s
   p.ops.push_back(p2pWork_);
   if (!isSend && !buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
   p.keep = {t, buf};
-  return enqueue(std::move(p));
+  p.ticket = ticket;
+  p.issued = Clock::now();
+  auto work = p.work;
+  work->telemetry = telemetry_;
+  if (telemetry_->timeline) {
+    telemetry_->timeline->instant(what + " issued", "issue", p.issued, core::Timeline::kCompute,
+                                  "\"bytes\": " + std::to_string(p.bytes));
+  }
+  {
+    std::lock_guard<std::mutex> lock(p2pSignal_->mu);
+    p2pIncoming_.push_back(std::move(p));
+  }
+  p2pSignal_->cv.notify_all();
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::barrier(const c10d::BarrierOptions&) {

@@ -75,8 +75,8 @@ def test_unsupported_ops_name_what_to_use(tmp_path):
 def test_send_recv_give_gloos_results_for_every_dtype_layout_and_tag(tmp_path, world):
     results = assert_all_ok(run_job("p2p", world, tmp_path, timeout=150))
     checked = {r.result["checked"] for r in results}
-    # 11 dtypes x 2 modes x 4 layouts, 4 tagged, 1 large, 3 around collectives, 1 batch, 1 star
-    assert checked == {11 * 2 * 4 + 4 + 1 + 3 + 1 + 1}, results
+    # 11 dtypes x 2 modes x 4 layouts, 4 tagged, 1 large, 3 around collectives, 1 batch, 1 reply, 1 star
+    assert checked == {11 * 2 * 4 + 4 + 1 + 3 + 1 + 1 + 1}, results
 
 
 @pytest.mark.parametrize("kind", ["count", "count-larger", "dtype", "peer", "self", "tag"])

@@ -598,6 +598,23 @@ def scenario_p2p(rank, world, init_method, outdir):
         w.wait()
     close("batch_isend_irecv", t_recv, torch.full((6,), float(src)))
     checked += 1
+    # A send completes on its own: rank 0's receive, issued first, needs
+    # rank 1 to have both of rank 0's sends, the second issued only after
+    # the first returned.
+    if rank == 0:
+        z = torch.zeros(3)
+        r = dist.irecv(z, 1)
+        dist.send(torch.full((3,), 1.0), 1)
+        assert not r.is_completed(), "the reply came before it was sent"
+        dist.send(torch.full((3,), 2.0), 1)
+        r.wait()
+        close("reply to two sends", z, torch.full((3,), 3.0))
+    elif rank == 1:
+        a, b = torch.zeros(3), torch.zeros(3)
+        dist.recv(a, 0)
+        dist.recv(b, 0)
+        dist.send(a + b, 0)
+    checked += 1
     # Rank 0 to every other rank and back (a star, not a ring).
     if rank == 0:
         for peer in range(1, world):
