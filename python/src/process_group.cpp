@@ -348,7 +348,12 @@ void ProcessGroupGradcomm::p2pCompletionLoop() {
       std::exception_ptr error;
       bool finished = p.ticket->done.load();
       try {
-        if (!finished) finished = p.ops[0].test();  // rethrows the channel's failure
+        if (!finished && p.ops[0].test()) {  // test() rethrows the channel's failure
+          if (!p.ticket->done.load()) {
+            throw InternalError("its channel completed without running it");
+          }
+          finished = true;
+        }
         if (finished && p.finish) p.finish();
       } catch (const std::exception& e) {
         error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
@@ -901,11 +906,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, s
   transfer.signal = p2pSignal_;
   auto ticket = transfer.ticket;
   if (!p2p_ || !p2p_->add(transfer)) {
-    p2p_ = std::make_shared<P2pChannel>();
-    p2p_->add(transfer);
-    auto channel = p2p_;
+    auto channel = std::make_shared<P2pChannel>();
+    channel->add(transfer);
+    // Kept only once submitted (a failed communicator throws here), so no
+    // later transfer joins a channel nobody runs.
     p2pWork_ = comm_.impl()->submitPointToPoint(
         "send/recv", transfer.bytes, [channel](const algorithms::RunContext& ctx) { return channel->makeSchedule(ctx); });
+    p2p_ = channel;
   }
   Pending p;
   p.what = what;
