@@ -12,6 +12,7 @@
 #include "core/communicator_impl.hpp"
 #include "core/timeline.hpp"
 #include "gradcomm/error.hpp"
+#include "p2p_channel.hpp"
 #include "store_adapter.hpp"
 
 namespace gradcomm::torch_backend {
@@ -161,12 +162,20 @@ ProcessGroupGradcomm::~ProcessGroupGradcomm() {
     stopping_ = true;
   }
   queueCv_.notify_all();
-  if (completer_.joinable()) {
-    // The completion thread runs future callbacks, which may be Python
+  if (p2pSignal_) {
+    {
+      std::lock_guard<std::mutex> lock(p2pSignal_->mu);
+      p2pStopping_ = true;
+    }
+    p2pSignal_->cv.notify_all();
+  }
+  if (completer_.joinable() || p2pCompleter_.joinable()) {
+    // The completion threads run future callbacks, which may be Python
     // (DDP comm hooks) and take the GIL: never hold it while joining.
     PyThreadState* saved = nullptr;
     if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
-    completer_.join();
+    if (completer_.joinable()) completer_.join();
+    if (p2pCompleter_.joinable()) p2pCompleter_.join();
     if (saved) PyEval_RestoreThread(saved);
   }
   if (printStats_) {
@@ -245,6 +254,12 @@ DataType ProcessGroupGradcomm::reductionType(const std::string& what, const at::
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::enqueue(Pending p) {
   auto work = p.work;
   work->telemetry = telemetry_;
+  if (p2p_) {
+    // Sends and receives issued after this collective run after it, in a
+    // new channel (their messages carry the next collective's number).
+    p2p_->close();
+    p2p_.reset();
+  }
   if (telemetry_->timeline) {
     telemetry_->timeline->instant(p.what + " issued", "issue", Clock::now(), core::Timeline::kCompute,
                                   "\"bytes\": " + std::to_string(p.bytes));
@@ -286,20 +301,78 @@ void ProcessGroupGradcomm::completionLoop() {
                                        std::to_string(op.bytes()));
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(statsMu_);
-      auto& s = stats_[p.what];
-      ++s.calls;
-      s.bytes += p.bytes;
-      s.commMs += commMs;
-    }
-    // Release tensors before anyone sees the completion.
-    p.keep.clear();
-    p.finish = nullptr;
-    p.work->complete(error);
+    finishCall(p, error, commMs);
     if (telemetry_->timeline && Clock::now() - lastFlush_ > std::chrono::seconds(1)) {
       telemetry_->timeline->flush();
       lastFlush_ = Clock::now();
+    }
+  }
+}
+
+void ProcessGroupGradcomm::finishCall(Pending& p, std::exception_ptr error, double commMs) {
+  {
+    std::lock_guard<std::mutex> lock(statsMu_);
+    auto& s = stats_[p.what];
+    ++s.calls;
+    s.bytes += p.bytes;
+    s.commMs += commMs;
+  }
+  // Release tensors before anyone sees the completion.
+  p.keep.clear();
+  p.finish = nullptr;
+  p.work->complete(error);
+}
+
+void ProcessGroupGradcomm::p2pCompletionLoop() {
+  std::vector<Pending> waiting;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(p2pSignal_->mu);
+      const uint64_t seen = p2pSignal_->generation;
+      if (waiting.empty()) {
+        p2pSignal_->cv.wait(lock, [this] { return p2pStopping_ || !p2pIncoming_.empty(); });
+        if (p2pIncoming_.empty()) return;  // stopping, and every call finished
+      } else {
+        // A failure shows only in the channel's operation: look every 10 ms.
+        p2pSignal_->cv.wait_for(lock, std::chrono::milliseconds(10), [&] {
+          return !p2pIncoming_.empty() || p2pSignal_->generation != seen;
+        });
+      }
+      for (auto& p : p2pIncoming_) waiting.push_back(std::move(p));
+      p2pIncoming_.clear();
+    }
+    // Outside the lock: testing the operation may drive the engine, whose
+    // schedule notifies under that lock.
+    for (size_t i = 0; i < waiting.size();) {
+      Pending& p = waiting[i];
+      std::exception_ptr error;
+      bool finished = p.ticket->done.load();
+      try {
+        if (!finished && p.ops[0].test()) {  // test() rethrows the channel's failure
+          if (!p.ticket->done.load()) {
+            throw InternalError("its channel completed without running it");
+          }
+          finished = true;
+        }
+        if (finished && p.finish) p.finish();
+      } catch (const std::exception& e) {
+        error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
+        finished = true;
+      } catch (...) {
+        error = std::current_exception();
+        finished = true;
+      }
+      if (!finished) {
+        ++i;
+        continue;
+      }
+      const auto now = Clock::now();
+      if (telemetry_->timeline && !error) {
+        telemetry_->timeline->span(p.what, "p2p", p.issued, now, core::Timeline::kComm,
+                                   "\"bytes\": " + std::to_string(p.bytes));
+      }
+      finishCall(p, error, std::chrono::duration<double, std::milli>(now - p.issued).count());
+      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
 }
@@ -780,16 +853,89 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::alltoall(std::vector<at::Te
                   std::string(kGlooHint));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::send(std::vector<at::Tensor>&, int, int) {
-  unsupported("send (point-to-point)", std::string("gradcomm runs collectives only; ") + kGlooHint);
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {
+  return pointToPoint(true, tensors, dstRank, tag);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::recv(std::vector<at::Tensor>&, int, int) {
-  unsupported("recv (point-to-point)", std::string("gradcomm runs collectives only; ") + kGlooHint);
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) {
+  return pointToPoint(false, tensors, srcRank, tag);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::recvAnysource(std::vector<at::Tensor>&, int) {
-  unsupported("recv from any source (point-to-point)", std::string("gradcomm runs collectives only; ") + kGlooHint);
+  // Matching a receive to whichever sender comes first would need every
+  // rank's messages probed; gradcomm's transfers are matched by sender.
+  unsupported("recv from any source (dist.recv/irecv without src)",
+              "pass src= to name the sender, or " + std::string(kGlooHint));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, std::vector<at::Tensor>& tensors,
+                                                                  int peer, int tag) {
+  const std::string what = isSend ? "send" : "recv";
+  if (tensors.size() != 1) unsupported(what + " of " + std::to_string(tensors.size()) + " tensors", "pass one tensor");
+  std::lock_guard<std::mutex> lock(issueMu_);
+  at::Tensor t = tensors[0];
+  checkTensor(what, t);
+  const std::string role = isSend ? "destination" : "source";
+  if (peer < 0 || peer >= size_) {
+    reject(what, role + " rank " + std::to_string(peer) + " is not in [0, " + std::to_string(size_) + ")");
+  }
+  if (peer == rank_) {
+    reject(what, role + " rank " + std::to_string(peer) + " is this rank itself; copy the tensor instead");
+  }
+  if (tag < 0 || tag > P2pChannel::kMaxTag) {
+    reject(what, "tag " + std::to_string(tag) + " is not in [0, " + std::to_string(P2pChannel::kMaxTag) +
+                     "] (gradcomm matches sends to receives per sender and tag, with room for 3 bits of tag)");
+  }
+  at::Tensor buf = contiguousBuffer(t);
+  P2pTransfer transfer;
+  transfer.send = isSend;
+  transfer.peer = peer;
+  transfer.data = buf.data_ptr();
+  transfer.bytes = buf.nbytes();
+  transfer.scalarType = static_cast<int64_t>(t.scalar_type());
+  transfer.dtypeName = c10::toString(t.scalar_type());
+  transfer.tag = tag;
+  auto& counters = isSend ? sendCount_ : recvCount_;
+  if (counters.empty()) counters.assign(static_cast<size_t>(size_) * (P2pChannel::kMaxTag + 1), 0);
+  transfer.sequence = counters[static_cast<size_t>(peer) * (P2pChannel::kMaxTag + 1) + static_cast<size_t>(tag)]++;
+  if (!p2pSignal_) {
+    p2pSignal_ = std::make_shared<P2pSignal>();
+    p2pCompleter_ = std::thread([this] { p2pCompletionLoop(); });
+  }
+  transfer.ticket = std::make_shared<P2pTicket>();
+  transfer.signal = p2pSignal_;
+  auto ticket = transfer.ticket;
+  if (!p2p_ || !p2p_->add(transfer)) {
+    auto channel = std::make_shared<P2pChannel>();
+    channel->add(transfer);
+    // Kept only once submitted (a failed communicator throws here), so no
+    // later transfer joins a channel nobody runs.
+    p2pWork_ = comm_.impl()->submitPointToPoint(
+        "send/recv", transfer.bytes, [channel](const algorithms::RunContext& ctx) { return channel->makeSchedule(ctx); });
+    p2p_ = channel;
+  }
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV,
+                                             std::vector<at::Tensor>{t});
+  p.bytes = t.nbytes();
+  p.ops.push_back(p2pWork_);
+  if (!isSend && !buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
+  p.keep = {t, buf};
+  p.ticket = ticket;
+  p.issued = Clock::now();
+  auto work = p.work;
+  work->telemetry = telemetry_;
+  if (telemetry_->timeline) {
+    telemetry_->timeline->instant(what + " issued", "issue", p.issued, core::Timeline::kCompute,
+                                  "\"bytes\": " + std::to_string(p.bytes));
+  }
+  {
+    std::lock_guard<std::mutex> lock(p2pSignal_->mu);
+    p2pIncoming_.push_back(std::move(p));
+  }
+  p2pSignal_->cv.notify_all();
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::barrier(const c10d::BarrierOptions&) {

@@ -25,6 +25,9 @@ class Timeline;
 namespace gradcomm::torch_backend {
 
 struct Telemetry;
+class P2pChannel;
+struct P2pSignal;
+struct P2pTicket;
 
 /// One c10d call: completes once every gradcomm operation behind it has,
 /// then its future holds the output tensors (or the error).
@@ -135,6 +138,10 @@ class ProcessGroupGradcomm : public c10d::ProcessGroup {
     std::vector<at::Tensor> keep;     ///< inputs and temporaries in use
     std::shared_ptr<void> keepOther;  ///< error feedback in use
     size_t bytes = 0;
+    /// Point-to-point: set when this call's own transfer completed (ops
+    /// then holds its channel's operation, which reports failures).
+    std::shared_ptr<P2pTicket> ticket;
+    std::chrono::steady_clock::time_point issued;
   };
 
   /// Fails the call on this rank and aborts the communicator, so every
@@ -147,13 +154,32 @@ class ProcessGroupGradcomm : public c10d::ProcessGroup {
   /// Rejects (as reject()) a root outside [0, size) or a root tensor other than 0.
   void checkRoot(const std::string& what, int64_t rootRank, int64_t rootTensor = 0);
   DataType reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op, ReduceOp* gcOp);
+  /// send (isSend) or recv of one tensor, through the open point-to-point
+  /// channel or a new one.
+  c10::intrusive_ptr<c10d::Work> pointToPoint(bool isSend, std::vector<at::Tensor>& tensors, int peer, int tag);
   /// Queues a finished issue for the completion thread; returns its Work.
   c10::intrusive_ptr<c10d::Work> enqueue(Pending p);
   void completionLoop();
+  /// Completes point-to-point Works as their own transfers complete (in any
+  /// order: a send must not wait for a receive issued before it).
+  void p2pCompletionLoop();
+  /// Records statistics, releases the tensors and completes the Work.
+  void finishCall(Pending& p, std::exception_ptr error, double commMs);
 
   std::chrono::milliseconds timeout_;
   Communicator comm_;
   std::mutex issueMu_;  // one call issues at a time: every rank issues in the same order
+  // Point-to-point state, guarded by issueMu_: the channel that still takes
+  // transfers (null after a collective), the operation running it, and the
+  // transfers so far per (peer, tag), sent and received.
+  std::shared_ptr<P2pChannel> p2p_;
+  Work p2pWork_;
+  std::vector<uint32_t> sendCount_, recvCount_;
+  // Point-to-point calls for p2pCompleter_, guarded by p2pSignal_->mu.
+  std::shared_ptr<P2pSignal> p2pSignal_;
+  std::deque<Pending> p2pIncoming_;
+  bool p2pStopping_ = false;
+  std::thread p2pCompleter_;  // started by the first point-to-point call
 
   std::mutex queueMu_;
   std::condition_variable queueCv_;

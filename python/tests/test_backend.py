@@ -62,12 +62,40 @@ def test_non_cpu_tensors_are_a_clear_error(tmp_path):
         assert "meta" in r.result["meta"] and "CPU tensors only" in r.result["meta"], r.result
 
 
-def test_point_to_point_and_unsupported_ops_name_what_to_use(tmp_path):
+def test_unsupported_ops_name_what_to_use(tmp_path):
     results = assert_all_ok(run_job("unsupported", 2, tmp_path, timeout=60))
     for r in results:
-        for op in ("send", "recv", "all_to_all"):
+        for op in ("recv_anysource", "all_to_all"):
             assert "not supported" in r.result[op] and "gloo" in r.result[op], r.result[op]
+        assert "src=" in r.result["recv_anysource"], r.result["recv_anysource"]
         assert "BXOR" in r.result["BXOR"], r.result["BXOR"]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_send_recv_give_gloos_results_for_every_dtype_layout_and_tag(tmp_path, world):
+    results = assert_all_ok(run_job("p2p", world, tmp_path, timeout=150))
+    checked = {r.result["checked"] for r in results}
+    # 11 dtypes x 2 modes x 4 layouts, 4 tagged, 1 large, 3 around collectives, 1 batch, 1 reply, 1 star
+    assert checked == {11 * 2 * 4 + 4 + 1 + 3 + 1 + 1 + 1}, results
+
+
+@pytest.mark.parametrize("kind", ["count", "count-larger", "dtype", "peer", "self", "tag"])
+def test_send_recv_mismatch_or_bad_peer_fails_on_both_ranks(tmp_path, kind):
+    results = assert_all_ok(run_job("p2p_bad", 2, tmp_path, timeout=60, args=[kind]))
+    for r in results:
+        msg = r.result["error"]
+        assert r.result["seconds"] < 15, r.result  # at once, not after the 30 s timeout
+        if kind.startswith("count") or kind == "dtype":
+            assert "same dtype and number of elements" in msg, msg
+            assert "rank 0 sent 8 elements of Float" in msg or kind == "dtype", msg
+        elif r.rank == 0:
+            want = {"peer": "destination rank 5 is not in [0, 2)", "self": "this rank itself",
+                    "tag": "tag 100 is not in [0, 7]"}[kind]
+            assert want in msg, msg
+        else:
+            assert "rank 0" in msg, msg  # the receiver is told who failed
+        if r.rank == 1 and r.result["recv"] is not None:
+            assert not any(r.result["recv"]), r.result  # no data landed
 
 
 def test_a_rank_that_dies_makes_the_others_raise_within_the_timeout(tmp_path):
@@ -148,10 +176,10 @@ def test_benchmark_scripts_write_their_json_rows(tmp_path, script, args):
     rows = json.loads(out.read_text())["results"]
     assert {r["backend"] for r in rows} == {"gloo", "gradcomm"}, rows
     if script == "torch_ddp.py":
-        assert {r["mode"] for r in rows} == {"ddp", "ddp+fp16", "reducer"}, rows
+        assert {r["mode"] for r in rows} == {"ddp", "ddp+fp16", "ddp+topk", "reducer"}, rows
         assert all(r["step_ms"] > 0 and 0 < r["utilization"] <= 1 for r in rows), rows
         # same model, data and start: the exact modes end with the same loss
-        exact = {r["final_loss"] for r in rows if r["mode"] != "ddp+fp16"}
+        exact = {r["final_loss"] for r in rows if r["mode"] in ("ddp", "reducer")}
         assert len(exact) == 1, rows
     else:
         assert all(r["bytes"] > 0 and r["time_us"] > 0 for r in rows), rows

@@ -445,8 +445,7 @@ def scenario_unsupported(rank, world, init_method, outdir):
     init(rank, world, init_method, timeout_s=30)
     msgs = {}
     for name, call in [
-        ("send", lambda: dist.send(torch.ones(2), dst=(rank + 1) % world)),
-        ("recv", lambda: dist.recv(torch.ones(2), src=(rank + 1) % world)),
+        ("recv_anysource", lambda: dist.recv(torch.ones(2))),
         ("all_to_all", lambda: dist.all_to_all([torch.ones(1)] * world, [torch.ones(1)] * world)),
     ]:
         try:
@@ -517,6 +516,157 @@ def scenario_telemetry(rank, world, init_method, outdir):
     assert stats["broadcast"]["calls"] == 1, stats
     result({"stats": stats})
     dist.destroy_process_group()  # flushes the trace, prints the statistics
+
+
+P2P_DTYPES = DTYPES + [torch.complex64, torch.int16]  # bytes move whatever the dtype
+
+
+def _p2p_pair(pg, rank, world, t_send, t_recv, mode, tag=0):
+    """rank sends t_send to rank+1 and receives t_recv from rank-1 through pg."""
+    dst, src = (rank + 1) % world, (rank - 1) % world
+    if mode == "async":  # both posted before either waits: needs them to run together
+        works = [dist.isend(t_send, dst, group=pg, tag=tag), dist.irecv(t_recv, src, group=pg, tag=tag)]
+        for w in works:
+            w.wait()
+    elif rank % 2 == 0:  # blocking, even ranks send first
+        dist.send(t_send, dst, group=pg, tag=tag)
+        dist.recv(t_recv, src, group=pg, tag=tag)
+    else:
+        dist.recv(t_recv, src, group=pg, tag=tag)
+        dist.send(t_send, dst, group=pg, tag=tag)
+
+
+def scenario_p2p(rank, world, init_method, outdir):
+    """send/recv/isend/irecv: every dtype, both layouts, tags, large messages
+    and collectives in between give what Gloo gives."""
+    init(rank, world, init_method, timeout_s=30)
+    gloo = dist.new_group(backend="gloo")
+    pg = dist.group.WORLD
+    src = (rank - 1) % world
+    checked = 0
+    n = 7
+    for dtype in P2P_DTYPES:
+        for mode in ("async", "blocking"):
+            x = values(torch.float64 if dtype.is_complex else dtype, rank, n, 3).to(dtype)
+            want = values(torch.float64 if dtype.is_complex else dtype, src, n, 3).to(dtype)
+            ref = torch.zeros_like(x)
+            _p2p_pair(gloo, rank, world, x.clone(), ref, mode)
+            close(f"gloo {dtype}", ref, want)  # the reference itself is right
+            for layout, t_send in layouts(x):
+                for _, t_recv in layouts(torch.zeros_like(x)):
+                    _p2p_pair(pg, rank, world, t_send, t_recv, mode)
+                    close(f"{mode} send/recv {dtype} {layout} -> {t_recv.is_contiguous()}", t_recv, ref)
+                    assert torch.equal(t_send, x), "send changed its tensor"
+                    checked += 1
+    # Tags: two messages to the same peer, received in the other order.
+    dst = (rank + 1) % world
+    for group, name in ((gloo, "gloo"), (pg, "gradcomm")):
+        a, b = torch.full((5,), 10.0 * rank + 1), torch.full((5,), 10.0 * rank + 2)
+        ra, rb = torch.zeros(5), torch.zeros(5)
+        works = [dist.isend(a, dst, group=group, tag=2), dist.isend(b, dst, group=group, tag=1),
+                 dist.irecv(rb, src, group=group, tag=1), dist.irecv(ra, src, group=group, tag=2)]
+        for w in works:
+            w.wait()
+        close(f"{name} tag 2", ra, torch.full((5,), 10.0 * src + 1))
+        close(f"{name} tag 1", rb, torch.full((5,), 10.0 * src + 2))
+        checked += 2
+    # Large messages both ways at once (a transport's rendezvous protocol,
+    # where a send waits for its receive to be posted).
+    big = torch.arange(1 << 20, dtype=torch.float32) + rank
+    got = torch.zeros_like(big)
+    _p2p_pair(pg, rank, world, big, got, "async")
+    close("4 MiB isend/irecv", got, torch.arange(1 << 20, dtype=torch.float32) + src)
+    checked += 1
+    # Collectives between point-to-point calls keep their order; the
+    # futures hold the tensors.
+    for step in range(3):
+        t_send = torch.full((3,), float(rank + step))
+        t_recv = torch.zeros(3)
+        ws = dist.isend(t_send, dst)
+        wr = dist.irecv(t_recv, src)
+        s = torch.ones(2)
+        dist.all_reduce(s)
+        assert torch.equal(s, torch.full((2,), float(world))), s
+        fut = wr.get_future().wait()
+        ws.wait()
+        close("future of irecv", fut[0], torch.full((3,), float(src + step)))
+        close("irecv after allreduce", t_recv, torch.full((3,), float(src + step)))
+        checked += 1
+    # batch_isend_irecv (torch calls isend/irecv for a backend other than NCCL).
+    t_send, t_recv = torch.full((6,), float(rank)), torch.zeros(6)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, t_send, dst), dist.P2POp(dist.irecv, t_recv, src)]):
+        w.wait()
+    close("batch_isend_irecv", t_recv, torch.full((6,), float(src)))
+    checked += 1
+    # A send completes on its own: rank 0's receive, issued first, needs
+    # rank 1 to have both of rank 0's sends, the second issued only after
+    # the first returned.
+    if rank == 0:
+        z = torch.zeros(3)
+        r = dist.irecv(z, 1)
+        dist.send(torch.full((3,), 1.0), 1)
+        assert not r.is_completed(), "the reply came before it was sent"
+        dist.send(torch.full((3,), 2.0), 1)
+        r.wait()
+        close("reply to two sends", z, torch.full((3,), 3.0))
+    elif rank == 1:
+        a, b = torch.zeros(3), torch.zeros(3)
+        dist.recv(a, 0)
+        dist.recv(b, 0)
+        dist.send(a + b, 0)
+    checked += 1
+    # Rank 0 to every other rank and back (a star, not a ring).
+    if rank == 0:
+        for peer in range(1, world):
+            dist.send(torch.full((4,), float(peer)), peer)
+        back = [torch.zeros(4) for _ in range(1, world)]
+        for peer, t in zip(range(1, world), back):
+            dist.recv(t, peer)
+            close(f"reply of rank {peer}", t, torch.full((4,), 2.0 * peer))
+    else:
+        t = torch.zeros(4)
+        dist.recv(t, 0)
+        dist.send(t * 2, 0)
+    checked += 1
+    stats = gradcomm.torch.stats()
+    assert stats["send"]["calls"] > 0 and stats["recv"]["calls"] > 0, stats
+    result({"checked": checked})
+    dist.barrier()
+
+
+def scenario_p2p_bad(rank, world, init_method, outdir, kind):
+    """A send and its recv that disagree, or a bad peer or tag: a clear error
+    on both ranks, quickly (never a hang or wrong data)."""
+    init(rank, world, init_method, timeout_s=30)
+    start = time.monotonic()
+    peer = 1 - rank
+    try:
+        if kind == "count":  # the receiver's tensor is smaller
+            t = torch.ones(8) if rank == 0 else torch.zeros(4)
+        elif kind == "count-larger":  # the receiver's tensor is larger
+            t = torch.ones(8) if rank == 0 else torch.zeros(16)
+        elif kind == "dtype":  # same bytes, different dtype
+            t = torch.ones(4) if rank == 0 else torch.zeros(4, dtype=torch.int32)
+        elif kind in ("peer", "self", "tag"):
+            t = torch.ones(4) if rank == 0 else torch.zeros(4)
+            if rank == 0:
+                if kind == "peer":
+                    dist.send(t, 5)
+                elif kind == "self":
+                    dist.send(t, 0)
+                else:
+                    dist.send(t, 1, tag=100)
+                raise AssertionError(f"send with a bad {kind} returned")
+        else:
+            raise ValueError(kind)
+        if rank == 0:
+            dist.send(t, peer)
+        else:
+            dist.recv(t, peer)
+    except RuntimeError as e:
+        result({"error": str(e), "seconds": time.monotonic() - start, "recv": t.tolist() if rank else None})
+        os._exit(0)
+    raise AssertionError(f"rank {rank}: {kind} mismatch returned {t}")
 
 
 SCENARIOS = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
