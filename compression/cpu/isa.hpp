@@ -1,22 +1,27 @@
 #pragma once
-// Instruction-set levels of the compression kernels, chosen at run time.
+// Instruction-set levels of the compression kernels: the library's one CPU
+// detection (kernels/simd.hpp) under the names the compression code uses.
 #include <string>
 #include <vector>
 
+#include "kernels/simd.hpp"
+
 namespace gradcomm::compression {
 
-/// kAvx2 includes F16C and FMA; kAvx512 is F/BW/VL/DQ; kAvx512Bf16 adds the
-/// AVX-512 BF16 conversions (vcvtne2ps2bf16).
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
-inline constexpr int kNumIsas = 4;
+/// A CPU instruction-set level (kernels::SimdLevel); kAvx512Bf16 enables the
+/// AVX-512 BF16 casts.
+using Isa = kernels::SimdLevel;
+/// Number of Isa values.
+inline constexpr int kNumIsas = kernels::kNumSimdLevels;
 
-const char* toString(Isa isa);
-/// Best level this CPU and OS support.
-Isa detectIsa();
+/// "scalar", "avx2", "avx512", "avx512bf16" (one function, so both names resolve to it).
+using kernels::toString;
+/// Best level this CPU and OS support (kernels::detectSimd()).
+inline Isa detectIsa() { return kernels::detectSimd(); }
 /// Every level this CPU can run, lowest first (always includes kScalar).
-std::vector<Isa> supportedIsas();
-/// Parses "auto|scalar|avx2|avx512|avx512bf16"; levels above the CPU's best
-/// are clamped to detectIsa(). Throws ConfigError when malformed.
-Isa resolveIsa(const std::string& request);
+inline std::vector<Isa> supportedIsas() { return kernels::supportedSimdLevels(); }
+/// kernels::resolveSimd: "auto|scalar|avx2|avx512|avx512bf16", clamped to
+/// detectIsa(); throws ConfigError when malformed.
+inline Isa resolveIsa(const std::string& request) { return kernels::resolveSimd(request); }
 
 }  // namespace gradcomm::compression

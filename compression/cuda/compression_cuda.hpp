@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "compression/compressor.hpp"
 #include "gradcomm/types.hpp"
 
 namespace gradcomm::compression::cuda {
@@ -45,5 +46,11 @@ void topk(const float* in, float* residual, size_t n, size_t k, bool approximate
 /// skipped and counted into *badDevice when it is not null.
 void scatterAdd(float* dense, size_t denseCount, const void* indices, bool wideIndices, const float* values,
                 size_t nnz, unsigned long long* badDevice, void* stream);
+
+/// The device Compressor of `spec` (fp16, bf16 or topk) running on
+/// `stream`; does not probe for a GPU (compression::makeCompressor does).
+/// Top-k's decompressAdd() reads the payload's count back to the host, so
+/// it waits for the stream.
+CompressorPtr makeCompressor(const Spec& spec, void* stream);
 
 }  // namespace gradcomm::compression::cuda

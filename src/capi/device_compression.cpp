@@ -7,6 +7,7 @@
 #include "capi/comm.hpp"
 #include "capi/errors.hpp"
 #include "capi/forward.hpp"
+#include "compression/compressor.hpp"
 #include "compression/cuda/compression_cuda.hpp"
 #include "core/log.hpp"
 #include "core/params.hpp"
@@ -60,14 +61,14 @@ ncclResult_t compressedDeviceAllReduce(const void* sendbuff, void* recvbuff, siz
   }
   ncclResult_t result = ncclSuccess;
   try {
-    compression::cuda::castToHalf(static_cast<const float*>(sendbuff), static_cast<uint16_t*>(scratch), count, half,
-                                  1.0f, stream);
+    compression::Spec spec;
+    spec.kind = half == DataType::kFloat16 ? compression::Kind::kFp16 : compression::Kind::kBf16;
+    // The caller's buffers are on a GPU, so no probe: the device compressor directly.
+    const auto compressor = compression::cuda::makeCompressor(spec, stream);
+    compressor->compress(static_cast<const float*>(sendbuff), nullptr, count, scratch, compression::CompressArgs{});
     result = fromReal(fn, allReduce(scratch, scratch, count, half == DataType::kFloat16 ? ncclFloat16 : ncclBfloat16,
                                     op, comm->real, stream));
-    if (result == ncclSuccess) {
-      compression::cuda::decodeHalf(static_cast<const uint16_t*>(scratch), static_cast<float*>(recvbuff), count, half,
-                                    stream);
-    }
+    if (result == ncclSuccess) compressor->decompress(scratch, static_cast<float*>(recvbuff), count);
   } catch (const Error& e) {
     result = fail(ncclUnhandledCudaError, std::string(fn) + ": " + e.what());
   }

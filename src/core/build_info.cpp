@@ -26,7 +26,8 @@ std::vector<std::pair<std::string, std::string>> buildInfo() {
   std::vector<std::pair<std::string, std::string>> info;
   info.emplace_back("gradcomm", GRADCOMM_VERSION_STRING);
   info.emplace_back("compiler", __VERSION__);
-  info.emplace_back("cpu kernels", std::string("scalar, avx2, avx512 (this CPU: ") +
+  // avx512bf16 adds only the bf16 compression casts (kernels/simd.hpp).
+  info.emplace_back("cpu kernels", std::string("scalar, avx2, avx512, avx512bf16 (this CPU: ") +
                                        kernels::toString(kernels::detectSimd()) + ")");
   char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int len = 0;

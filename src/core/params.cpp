@@ -153,8 +153,8 @@ const std::vector<ParamDef>& registry() {
           }
           return std::string("warn");
         }});
-    d.push_back(choiceParam("GRADCOMM_SIMD", "auto", &Config::simd, {"auto", "avx512", "avx2", "scalar"},
-                            "Highest SIMD level the CPU kernels may use (auto: the best this CPU has)"));
+    d.push_back(choiceParam("GRADCOMM_SIMD", "auto", &Config::simd, {"auto", "avx512bf16", "avx512", "avx2", "scalar"},
+                            "Highest SIMD level the CPU reduction and compression kernels may use (auto: the best this CPU has)"));
     d.push_back(boolParam("GRADCOMM_SHM", "1", &Config::shm,
                           "Allow the shared-memory algorithm between ranks on the same host"));
     d.push_back(bytesParam("GRADCOMM_SHM_CHUNK", "128K", &Config::shmChunkBytes, 4096,

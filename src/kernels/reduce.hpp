@@ -2,19 +2,9 @@
 #include <cstddef>
 
 #include "gradcomm/types.hpp"
+#include "kernels/simd.hpp"
 
 namespace gradcomm::kernels {
-
-/// Instruction-set levels of the CPU kernels. kScalar is portable C++ for the
-/// x86-64 baseline; the others are chosen at run time from CPUID.
-enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
-
-const char* toString(SimdLevel level);
-/// Best level this CPU and OS support (AVX state enabled in XCR0).
-SimdLevel detectSimd();
-/// Parses "auto|avx512|avx2|scalar"; "auto" and any level above the CPU's
-/// best are clamped to detectSimd().
-SimdLevel resolveSimd(const std::string& request);
 
 /// dst[i] = a[i] OP b[i] for i < n. dst may be the same pointer as a or b.
 /// float16/bfloat16 compute in float32 and round once per call.
@@ -27,8 +17,9 @@ struct ReduceTable {
   DivideFn divide[kNumDataTypes];     // null for integer types
 };
 
-/// Kernel table of one level; entries fall back to lower levels where a
-/// level has no specialised code.
+/// Kernel table of one level (see kernels/simd.hpp); entries fall back to
+/// lower levels where a level has no specialised code, and kAvx512Bf16 uses
+/// the kAvx512 table.
 const ReduceTable& reduceTable(SimdLevel level);
 
 /// Kernel for (type, op). kAvg maps to the sum kernel (the division is a

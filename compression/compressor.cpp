@@ -1,0 +1,46 @@
+#include "compression/compressor.hpp"
+
+#include <string>
+
+#include "gradcomm/error.hpp"
+
+#if GRADCOMM_HAVE_CUDA
+#include "compression/cuda/compression_cuda.hpp"
+#include "kernels/reduce_cuda.hpp"
+#endif
+
+namespace gradcomm::compression {
+
+const char* toString(MemoryKind memory) {
+  switch (memory) {
+    case MemoryKind::kHost: return "host";
+    case MemoryKind::kDevice: return "device";
+  }
+  return "?";
+}
+
+CompressorPtr makeCompressor(const Spec& spec, MemoryKind memory, Isa isa, void* stream) {
+  if (spec.kind == Kind::kNone) {
+    throw InvalidArgument("compression '" + spec.toString() + "' has no compressor: ask for fp16, bf16 or topk");
+  }
+  switch (memory) {
+    case MemoryKind::kHost: return makeCpuCompressor(spec, isa);
+    case MemoryKind::kDevice: {
+#if GRADCOMM_HAVE_CUDA
+      std::string why;
+      if (kernels::cuda::deviceCount(&why) == 0) {
+        throw UnsupportedError("a " + spec.toString() + " compressor for device memory needs a usable GPU, and " +
+                               "there is none (" + why + "); compress host buffers instead");
+      }
+      return cuda::makeCompressor(spec, stream);
+#else
+      (void)stream;
+      throw UnsupportedError("a " + spec.toString() + " compressor for device memory needs CUDA, and this " +
+                             "gradcomm was built without it (configure with -DGRADCOMM_WITH_CUDA=ON)");
+#endif
+    }
+  }
+  throw InvalidArgument("invalid MemoryKind value " + std::to_string(static_cast<int>(memory)));
+}
+
+}  // namespace gradcomm::compression

@@ -1,0 +1,164 @@
+// The device compressors: the CUDA cast and top-k kernels behind the
+// Compressor interface, stream-ordered on the stream they were made for.
+// Host code only; it lives here so that it is compiled only with CUDA.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "compression/compressor.hpp"
+#include "compression/cuda/compression_cuda.hpp"
+#include "compression/cuda/cuda_check.cuh"
+#include "compression/sparse_tensor.hpp"
+#include "gradcomm/error.hpp"
+#include "kernels/reduce_cuda.hpp"
+
+namespace gradcomm::compression::cuda {
+namespace {
+
+size_t alignUp8(size_t bytes) { return (bytes + 7) / 8 * 8; }
+
+/// Stream-ordered device scratch, freed on the stream when it goes out of
+/// scope (so it lives exactly as long as the queued work needs it).
+class StreamScratch {
+ public:
+  StreamScratch(size_t bytes, cudaStream_t stream, const char* what) : stream_(stream) {
+    if (bytes) detail::check(cudaMallocAsync(&ptr_, bytes, stream), what);
+  }
+  ~StreamScratch() {
+    if (ptr_) cudaFreeAsync(ptr_, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  cudaStream_t stream_;
+};
+
+class CudaCastCompressor final : public Compressor {
+ public:
+  CudaCastCompressor(Kind kind, void* stream)
+      : kind_(kind), half_(kind == Kind::kFp16 ? DataType::kFloat16 : DataType::kBFloat16), stream_(stream) {}
+
+  Kind kind() const override { return kind_; }
+  MemoryKind memory() const override { return MemoryKind::kDevice; }
+  bool summable() const override { return true; }
+  DataType payloadType() const override { return half_; }
+  size_t payloadBytes(size_t n) const override { return n * sizeof(uint16_t); }
+
+  void compress(const float* in, float* residual, size_t n, void* payload, const CompressArgs& args) override {
+    auto* out = static_cast<uint16_t*>(payload);
+    if (residual) {
+      castWithResidual(in, residual, out, n, half_, args.scale, stream_);
+    } else {
+      castToHalf(in, out, n, half_, args.scale, stream_);
+    }
+  }
+
+  void decompress(const void* payload, float* out, size_t n) override {
+    decodeHalf(static_cast<const uint16_t*>(payload), out, n, half_, stream_);
+  }
+
+  void decompressAdd(const void* payload, float* out, size_t n) override {
+    if (n == 0) return;
+    StreamScratch decoded(n * sizeof(float), static_cast<cudaStream_t>(stream_), "cuda cast decompressAdd: scratch");
+    auto* tmp = static_cast<float*>(decoded.get());
+    decodeHalf(static_cast<const uint16_t*>(payload), tmp, n, half_, stream_);
+    kernels::cuda::reduce(out, out, tmp, n, DataType::kFloat32, ReduceOp::kSum, stream_);
+  }
+
+ private:
+  Kind kind_;
+  DataType half_;
+  void* stream_;
+};
+
+/// Payload (device memory): uint64 count, then topkCapacity indices (uint32,
+/// or uint64 from 2^32 elements), then as many float values, each part
+/// 8-byte aligned.
+class CudaTopKCompressor final : public Compressor {
+ public:
+  CudaTopKCompressor(const Spec& spec, void* stream) : spec_(spec), stream_(stream) {}
+
+  Kind kind() const override { return Kind::kTopK; }
+  MemoryKind memory() const override { return MemoryKind::kDevice; }
+  bool summable() const override { return false; }
+  DataType payloadType() const override { return DataType::kUInt8; }
+  size_t payloadBytes(size_t n) const override { return valuesOffset(n) + alignUp8(capacity(n) * sizeof(float)); }
+
+  void compress(const float* in, float* residual, size_t n, void* payload, const CompressArgs& args) override {
+    if (args.scale != 1.0f) {
+      throw InvalidArgument("top-k compression takes no pre-scaling (scale " + std::to_string(args.scale) +
+                            "): its payloads are not summed in reduced precision");
+    }
+    auto* base = static_cast<char*>(payload);
+    auto* count = reinterpret_cast<uint64_t*>(base);
+    const size_t k = n ? spec_.topkCount(n) : 0;
+    const size_t bytes = topkWorkspaceBytes(n);
+    StreamScratch work(n ? bytes : 0, static_cast<cudaStream_t>(stream_), "cuda top-k compress: workspace");
+    topk(in, residual, n, k, spec_.approximate, base + kHeader, needsWideIndices(n),
+         reinterpret_cast<float*>(base + valuesOffset(n)), capacity(n), count, work.get(), bytes, stream_);
+  }
+
+  void decompress(const void* payload, float* out, size_t n) override {
+    if (n) {
+      detail::check(cudaMemsetAsync(out, 0, n * sizeof(float), static_cast<cudaStream_t>(stream_)),
+                    "cuda top-k decompress: clearing the output");
+    }
+    decompressAdd(payload, out, n);
+  }
+
+  // The count lives on the device: reading it waits for the stream.
+  void decompressAdd(const void* payload, float* out, size_t n) override {
+    const auto s = static_cast<cudaStream_t>(stream_);
+    const auto* base = static_cast<const char*>(payload);
+    uint64_t nnz = 0;
+    detail::check(cudaMemcpyAsync(&nnz, base, sizeof(nnz), cudaMemcpyDeviceToHost, s),
+                  "cuda top-k decompress: reading the count");
+    detail::check(cudaStreamSynchronize(s), "cuda top-k decompress: waiting for the count");
+    if (nnz > capacity(n)) {
+      throw TransportError("top-k payload claims " + std::to_string(nnz) + " entries, more than its slot of " +
+                           std::to_string(capacity(n)));
+    }
+    if (nnz == 0) return;
+    StreamScratch bad(sizeof(unsigned long long), s, "cuda top-k decompress: scratch");
+    auto* badDevice = static_cast<unsigned long long*>(bad.get());
+    detail::check(cudaMemsetAsync(badDevice, 0, sizeof(unsigned long long), s), "cuda top-k decompress: memset");
+    scatterAdd(out, n, base + kHeader, needsWideIndices(n), reinterpret_cast<const float*>(base + valuesOffset(n)),
+               static_cast<size_t>(nnz), badDevice, stream_);
+    unsigned long long badCount = 0;
+    detail::check(cudaMemcpyAsync(&badCount, badDevice, sizeof(badCount), cudaMemcpyDeviceToHost, s),
+                  "cuda top-k decompress: reading the bad-index count");
+    detail::check(cudaStreamSynchronize(s), "cuda top-k decompress: waiting for the scatter");
+    if (badCount) {
+      throw TransportError("top-k payload holds " + std::to_string(badCount) + " indices past the tensor's " +
+                           std::to_string(n) + " elements (they were skipped)");
+    }
+  }
+
+ private:
+  static constexpr size_t kHeader = 8;
+
+  size_t capacity(size_t n) const { return n ? topkCapacity(n, spec_.topkCount(n), spec_.approximate) : 0; }
+  size_t valuesOffset(size_t n) const {
+    return kHeader + alignUp8(capacity(n) * (needsWideIndices(n) ? sizeof(uint64_t) : sizeof(uint32_t)));
+  }
+
+  Spec spec_;
+  void* stream_;
+};
+
+}  // namespace
+
+CompressorPtr makeCompressor(const Spec& spec, void* stream) {
+  switch (spec.kind) {
+    case Kind::kFp16:
+    case Kind::kBf16: return std::make_unique<CudaCastCompressor>(spec.kind, stream);
+    case Kind::kTopK: return std::make_unique<CudaTopKCompressor>(spec, stream);
+    case Kind::kNone: break;
+  }
+  throw InvalidArgument("compression '" + spec.toString() + "' has no compressor: ask for fp16, bf16 or topk");
+}
+
+}  // namespace gradcomm::compression::cuda

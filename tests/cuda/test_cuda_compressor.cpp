@@ -1,0 +1,160 @@
+// The device Compressors (compression/cuda/compressors.cu) against the CPU
+// Compressors through the interface: cast payloads, decodes and residuals
+// bit for bit, exact top-k the same dense result, decompress-accumulate, and
+// a malformed payload count rejected. Each test reports itself skipped when
+// no usable GPU exists.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "compression/compressor.hpp"
+#include "compression/cuda/compression_cuda.hpp"
+#include "gradcomm/error.hpp"
+#include "require_gpu.hpp"
+#include "support/compression_reference.hpp"
+
+using namespace gradcomm;
+namespace cc = gradcomm::compression;
+
+namespace {
+
+void cudaOk(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(rc));
+}
+
+/// Device bytes, freed on scope exit.
+class DeviceBytes {
+ public:
+  explicit DeviceBytes(size_t bytes) : bytes_(bytes) {
+    if (bytes) cudaOk(cudaMalloc(&ptr_, bytes), "cudaMalloc");
+  }
+  template <typename T>
+  explicit DeviceBytes(const std::vector<T>& host) : DeviceBytes(host.size() * sizeof(T)) {
+    if (bytes_) cudaOk(cudaMemcpy(ptr_, host.data(), bytes_, cudaMemcpyHostToDevice), "upload");
+  }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  ~DeviceBytes() { cudaFree(ptr_); }
+
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+  template <typename T>
+  std::vector<T> download(size_t n) const {
+    cudaOk(cudaDeviceSynchronize(), "kernel");
+    std::vector<T> host(n);
+    if (n) cudaOk(cudaMemcpy(host.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return host;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// Finite values only, where sums must agree bit for bit (NaN payloads of a
+/// sum are not specified alike on both sides).
+std::vector<float> finiteFloats(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(rng);
+  return v;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST(CudaCompressor, CastPayloadsDecodesAndResidualsMatchTheCpuCompressorBitForBit) {
+  REQUIRE_GPU();
+  const uint64_t seed = gradcomm::testing::compressionSeed("CudaCompressor.Cast");
+  const size_t n = 100003;
+  const std::vector<float> in = gradcomm::testing::mixedFloats(n, seed);
+  const std::vector<float> r0 = gradcomm::testing::mixedFloats(n, seed + 1);
+  for (const char* text : {"fp16", "bf16"}) {
+    for (bool withResidual : {false, true}) {
+      SCOPED_TRACE(std::string(text) + (withResidual ? " with residual" : ""));
+      const cc::Spec spec = cc::Spec::parse(text);
+      const auto cpu = cc::makeCompressor(spec, cc::MemoryKind::kHost);
+      const auto gpu = cc::makeCompressor(spec, cc::MemoryKind::kDevice);
+      ASSERT_EQ(gpu->memory(), cc::MemoryKind::kDevice);
+      ASSERT_TRUE(gpu->summable());
+      ASSERT_EQ(gpu->payloadBytes(n), cpu->payloadBytes(n));
+
+      std::vector<float> residual = r0;
+      std::vector<uint16_t> want(n);
+      cpu->compress(in.data(), withResidual ? residual.data() : nullptr, n, want.data(), {0.25f, 0});
+      DeviceBytes dIn(in), dResidual(r0), dPayload(gpu->payloadBytes(n));
+      gpu->compress(dIn.get<float>(), withResidual ? dResidual.get<float>() : nullptr, n, dPayload.get(), {0.25f, 0});
+      ASSERT_EQ(dPayload.download<uint16_t>(n), want);
+      if (withResidual) {
+        ASSERT_TRUE(sameBits(dResidual.download<float>(n), residual));
+      }
+
+      std::vector<float> decoded(n);
+      cpu->decompress(want.data(), decoded.data(), n);
+      DeviceBytes dOut(n * sizeof(float));
+      gpu->decompress(dPayload.get(), dOut.get<float>(), n);
+      ASSERT_TRUE(sameBits(dOut.download<float>(n), decoded));
+
+      const std::vector<float> base = finiteFloats(n, seed + 2);
+      std::vector<float> acc = base;
+      cpu->decompressAdd(want.data(), acc.data(), n);
+      DeviceBytes dAcc(base);
+      gpu->decompressAdd(dPayload.get(), dAcc.get<float>(), n);
+      ASSERT_TRUE(sameBits(dAcc.download<float>(n), acc));
+    }
+  }
+}
+
+TEST(CudaCompressor, ExactTopKDecompressesToTheCpuCompressorsResult) {
+  REQUIRE_GPU();
+  const uint64_t seed = gradcomm::testing::compressionSeed("CudaCompressor.TopK");
+  const size_t n = 200000;
+  const std::vector<float> in = finiteFloats(n, seed);
+  const std::vector<float> r0 = finiteFloats(n, seed + 1);
+  const cc::Spec spec = cc::Spec::parse("topk:0.01:exact");
+  const auto cpu = cc::makeCompressor(spec, cc::MemoryKind::kHost);
+  const auto gpu = cc::makeCompressor(spec, cc::MemoryKind::kDevice);
+  ASSERT_FALSE(gpu->summable());
+
+  std::vector<float> residual = r0;
+  std::vector<char> payload(cpu->payloadBytes(n));
+  cpu->compress(in.data(), residual.data(), n, payload.data(), {1.0f, 0});
+  std::vector<float> want(n);
+  cpu->decompress(payload.data(), want.data(), n);
+
+  DeviceBytes dIn(in), dResidual(r0), dPayload(gpu->payloadBytes(n)), dOut(n * sizeof(float));
+  gpu->compress(dIn.get<float>(), dResidual.get<float>(), n, dPayload.get(), {1.0f, 0});
+  gpu->decompress(dPayload.get(), dOut.get<float>(), n);
+  EXPECT_TRUE(sameBits(dOut.download<float>(n), want));
+  EXPECT_TRUE(sameBits(dResidual.download<float>(n), residual));
+
+  // Accumulating the same payload again doubles every sent value exactly.
+  gpu->decompressAdd(dPayload.get(), dOut.get<float>(), n);
+  std::vector<float> twice = want;
+  for (float& x : twice) x += x;
+  EXPECT_TRUE(sameBits(dOut.download<float>(n), twice));
+}
+
+TEST(CudaCompressor, TopKRejectsAPayloadCountBeyondItsSlotAndPreScaling) {
+  REQUIRE_GPU();
+  const size_t n = 10000;
+  const auto gpu = cc::makeCompressor(cc::Spec::parse("topk:100:exact"), cc::MemoryKind::kDevice);
+  const std::vector<float> in = finiteFloats(n, 5);
+  DeviceBytes dIn(in), dPayload(gpu->payloadBytes(n)), dOut(n * sizeof(float));
+  EXPECT_THROW(gpu->compress(dIn.get<float>(), nullptr, n, dPayload.get(), {0.5f, 0}), InvalidArgument);
+  gpu->compress(dIn.get<float>(), nullptr, n, dPayload.get(), {1.0f, 0});
+  const uint64_t lie = 101;  // the slot holds exactly 100 entries (exact mode)
+  cudaOk(cudaMemcpy(dPayload.get(), &lie, sizeof(lie), cudaMemcpyHostToDevice), "upload");
+  EXPECT_THROW(gpu->decompressAdd(dPayload.get(), dOut.get<float>(), n), TransportError);
+}
