@@ -22,7 +22,9 @@ GRADCOMM_API Communicator communicatorFromMpi(MPI_Comm comm, const Options& opti
 /// MPI where (loopback for ranks on its host, else its addresses in turn);
 /// every rank connects within `timeout` or all throw TransportError. For
 /// code that forms communicators through a store (communicatorFromStore) in
-/// a job that MPI launched.
+/// a job that MPI launched. Rank 0's store is the server: keep it until the
+/// other ranks are done with theirs (communicators formed through it keep
+/// it alive themselves).
 GRADCOMM_API std::shared_ptr<Store> storeFromMpi(MPI_Comm comm,
                                                  std::chrono::milliseconds timeout = std::chrono::seconds(60));
 

@@ -409,4 +409,7 @@ TEST(Mpi, AStoreOverMpiFormsAUcxCommunicatorThatMatchesTheReference) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   EXPECT_EQ(store->add("arrived", 0), worldSize());
+  // Rank 0 serves the store: it must not take it down (by leaving the test)
+  // while another rank still reads it.
+  MPI_Barrier(MPI_COMM_WORLD);
 }
