@@ -11,6 +11,7 @@
 #include "core/params.hpp"
 #include "core/progress_engine.hpp"
 #include "gradcomm/communicator.hpp"
+#include "topology/topology_view.hpp"
 
 namespace gradcomm::detail {
 
@@ -25,6 +26,10 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   const core::Config& config() const { return config_; }
   kernels::SimdLevel simd() const { return simd_; }
   core::ProgressEngine& engine() { return *engine_; }
+  /// Which ranks share a host (identical on every rank).
+  const topology::TopologyView& topology() const { return view_; }
+  /// The selector, with its cost model once creation finished.
+  const algorithms::Selector& selector() const { return selector_; }
   std::shared_ptr<core::ProgressEngine> enginePtr() { return engine_; }
 
   /// Validates, selects an algorithm, and queues the call. Invalid
@@ -62,6 +67,9 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// throws when the options ask for one that cannot apply.
   compression::Spec compressionFor(const algorithms::CollectiveCall& call, const CollectiveOptions& options) const;
   [[noreturn]] void reject(const Error& e, const algorithms::CollectiveCall& call);
+  /// Part of creation (collective): rank 0's calibration or calibration
+  /// file and tuning file reach every rank, and the selector gets its cost model.
+  void setUpSelection();
   /// GRADCOMM_LOG_LEVEL=info: version, build, transport and topology, as
   /// users of NCCL_DEBUG=INFO expect them at start-up.
   void logStartup() const;
@@ -75,6 +83,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   int rank_;
   int size_;
   kernels::SimdLevel simd_;
+  topology::TopologyView view_;
   algorithms::Selector selector_;
   std::shared_ptr<core::ProgressEngine> engine_;
   Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,

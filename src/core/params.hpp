@@ -37,6 +37,10 @@ struct Config {
   int statsEvery = 0;                     // GRADCOMM_STATS: print every N steps (0: off)
   bool statsAllRanks = false;             // GRADCOMM_STATS_ALL_RANKS
   std::string transport;                  // GRADCOMM_TRANSPORT: auto, mpi or ucx
+  std::string select;                     // GRADCOMM_SELECT: model or rule
+  std::string calibrate;                  // GRADCOMM_CALIBRATE: 0, 1 or a path
+  std::chrono::nanoseconds calibrateBudget{};  // GRADCOMM_CALIBRATE_BUDGET
+  std::string tuningFile;                 // GRADCOMM_TUNING_FILE
 
   std::map<std::string, ParamOrigin> origins;
 

@@ -131,6 +131,13 @@ class InProcTransport : public Transport {
     while (ranks[static_cast<size_t>(local)] != rank_) ++local;
     shm_ = std::make_unique<ShmGroup>(ranks, local, bufferBytes, memory.get(), memory);
   }
+  std::vector<int> hostLeaders() const override {
+    int per = world_->settings_.ranksPerHost;
+    if (per <= 0) per = world_->size();
+    std::vector<int> out;
+    for (int r = 0; r < world_->size(); ++r) out.push_back((r / per) * per);
+    return out;
+  }
   std::string hostName() const override {
     int per = world_->settings_.ranksPerHost;
     if (per <= 0) per = world_->size();

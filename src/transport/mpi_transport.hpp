@@ -54,6 +54,7 @@ class MpiTransport : public Transport {
   ShmGroup* sharedMemory() override { return shm_.get(); }
   std::vector<int> hostLocalRanks() const override { return localRanks_; }
   std::string hostName() const override { return hostName_; }
+  std::vector<int> hostLeaders() const override { return hostLeaders_; }
 
   MPI_Comm dataComm() const { return data_; }
   const MpiTagLayout& tagLayout() const { return layout_; }
@@ -76,6 +77,7 @@ class MpiTransport : public Transport {
   };
   std::vector<std::unique_ptr<AbortSend>> abortSends_;
   std::vector<int> localRanks_;
+  std::vector<int> hostLeaders_;
   std::string hostName_;
   std::shared_ptr<Graveyard> graveyard_;  // requests abandoned in flight (see mpi_transport.cpp)
   std::unique_ptr<NativeCollectives> native_;

@@ -107,6 +107,14 @@ class Transport {
   /// included, ascending), and a label for the host.
   virtual std::vector<int> hostLocalRanks() const { return {rank()}; }
   virtual std::string hostName() const { return "localhost"; }
+  /// For every rank, the lowest rank on its host: the raw fact topology
+  /// detection (topology/) builds its TopologyView from. Default: every
+  /// rank on a host of its own.
+  virtual std::vector<int> hostLeaders() const {
+    std::vector<int> v(static_cast<size_t>(size()));
+    for (int r = 0; r < size(); ++r) v[static_cast<size_t>(r)] = r;
+    return v;
+  }
 };
 
 }  // namespace gradcomm::transport

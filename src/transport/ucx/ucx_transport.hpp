@@ -69,6 +69,7 @@ class UcxTransport : public Transport {
   bool abandonedTransfersPending() override;
   std::vector<int> hostLocalRanks() const override;
   std::string hostName() const override;
+  std::vector<int> hostLeaders() const override;
 
   struct State;
 
