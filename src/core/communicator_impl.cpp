@@ -166,10 +166,16 @@ void CommunicatorImpl::setUpSelection() {
     result->error = in.tuning.error;
   } else {
     const topology::TopologyView view = view_;
-    Work setup = submitCustom("calibration", 0x7ca11b8u, 0, "calibrate",
-                              [view, in, result](const algorithms::RunContext& ctx) {
-                                return topology::setupSchedule(*ctx.transport, ctx.tag, view, in, result);
-                              });
+    // A point-to-point operation: it takes no sequence number (users see
+    // their first collective as number 0) and no call check. Its messages
+    // precede, per sender, every message of the first collective, so they
+    // cannot be confused with them.
+    Work setup = submitPointToPoint(
+        "calibration", 0,
+        [view, in, result](const algorithms::RunContext& ctx) {
+          return topology::setupSchedule(*ctx.transport, ctx.tag, view, in, result);
+        },
+        kCalibrationFingerprint, "calibrate");
     setup.wait();
   }
   if (!result->error.empty()) throw ConfigError(result->error);
@@ -529,12 +535,13 @@ Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature,
 }
 
 Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
-                                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make) {
+                                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
+                                          uint32_t fingerprint, const std::string& algorithm) {
   if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");
   engine_->throwIfFailed();
   auto op = OperationState::create();
-  op->algorithm = "p2p";
-  op->fingerprint = kPointToPointFingerprint;
+  op->algorithm = algorithm;
+  op->fingerprint = fingerprint;
   op->bytes = bytes;
   op->pointToPoint = true;
   {
@@ -543,7 +550,7 @@ Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
   }
   transport::Tag tag;
   tag.seq = op->seq;
-  tag.fingerprint = kPointToPointFingerprint;
+  tag.fingerprint = fingerprint;
   CollectiveCall none;
   none.collective = Collective::kBarrier;
   op->ctx = runContext(none, tag);

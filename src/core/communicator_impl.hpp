@@ -15,6 +15,12 @@
 
 namespace gradcomm::detail {
 
+/// Fingerprint of point-to-point messages (no collective hashes to it in practice).
+inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
+/// Fingerprint of the creation-time calibration exchange (a point-to-point
+/// operation of every rank; see setUpSelection).
+inline constexpr uint32_t kCalibrationFingerprint = 0x3c1b6d27u;
+
 /// The state behind every Communicator handle.
 class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
  public:
@@ -44,7 +50,8 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// number: its messages carry the number of the next collective and
   /// kPointToPointFingerprint, and the schedule numbers them per peer.
   Work submitPointToPoint(const std::string& what, size_t bytes,
-                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make);
+                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
+                          uint32_t fingerprint = kPointToPointFingerprint, const std::string& algorithm = "p2p");
   std::string algorithmFor(const algorithms::CollectiveCall& call) const;
   algorithms::RunContext runContext(const algorithms::CollectiveCall& call, const transport::Tag& tag) const;
 
@@ -127,8 +134,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
 transport::CallSignature callSignature(const algorithms::CollectiveCall& call, const std::string& algorithm,
                                        const std::string& compression);
 
-/// Fingerprint of point-to-point messages (no collective hashes to it in practice).
-inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
 
 /// 32-bit FNV-1a of a call signature: equal on every rank iff the calls match.
 uint32_t callFingerprint(const algorithms::CollectiveCall& call, const std::string& algorithm);
