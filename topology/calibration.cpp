@@ -292,25 +292,30 @@ CalibrationMode CalibrationMode::parse(const std::string& value) {
 }
 
 MachineCosts measureLocalCosts() {
-  MachineCosts c = MachineCosts::defaults();
-  constexpr size_t kFloats = 64 * 1024;  // 256 KiB: in cache, as a pipeline segment is
-  std::vector<float> a(kFloats, 1.0f), b(kFloats, 2.0f), d(kFloats, 0.0f);
-  const auto reduce = kernels::reduceFunction(DataType::kFloat32, ReduceOp::kSum,
-                                              kernels::resolveSimd("auto"));
-  double bestCopy = 1e30, bestReduce = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    auto t0 = Clock::now();
-    std::memcpy(d.data(), a.data(), kFloats * sizeof(float));
-    bestCopy = std::min(bestCopy, secondsSince(t0));
-    t0 = Clock::now();
-    reduce(d.data(), a.data(), b.data(), kFloats);
-    bestReduce = std::min(bestReduce, secondsSince(t0));
-  }
-  const double bytes = kFloats * sizeof(float);
-  // A clock too coarse to see the pass keeps the default.
-  if (bestCopy > 0) c.copySecondsPerByte = bestCopy / bytes;
-  if (bestReduce > 0) c.reduceSecondsPerByte = bestReduce / bytes;
-  return c;
+  // Once per process: the core does not change, and communicators are
+  // created often (tests create hundreds).
+  static const MachineCosts measured = [] {
+    MachineCosts c = MachineCosts::defaults();
+    // 8 MiB, beyond the caches, as the large calls whose choice depends on it.
+    constexpr size_t kFloats = 2 * 1024 * 1024;
+    std::vector<float> a(kFloats, 1.0f), b(kFloats, 2.0f), d(kFloats, 0.0f);
+    const auto reduce = kernels::reduceFunction(DataType::kFloat32, ReduceOp::kSum, kernels::resolveSimd("auto"));
+    double bestCopy = 1e30, bestReduce = 1e30;
+    for (int i = 0; i < 3; ++i) {
+      auto t0 = Clock::now();
+      std::memcpy(d.data(), a.data(), kFloats * sizeof(float));
+      bestCopy = std::min(bestCopy, secondsSince(t0));
+      t0 = Clock::now();
+      reduce(d.data(), a.data(), b.data(), kFloats);
+      bestReduce = std::min(bestReduce, secondsSince(t0));
+    }
+    const double bytes = kFloats * sizeof(float);
+    // A clock too coarse to see the pass keeps the default.
+    if (bestCopy > 0) c.copySecondsPerByte = bestCopy / bytes;
+    if (bestReduce > 0) c.reduceSecondsPerByte = bestReduce / bytes;
+    return c;
+  }();
+  return measured;
 }
 
 std::string formatCalibration(const MachineCosts& c, const std::string& layout) {

@@ -21,9 +21,9 @@ struct CalibrationMode {
   static CalibrationMode parse(const std::string& value);
 };
 
-/// Copy and reduction cost per byte of this core, measured in about a
-/// millisecond (memcpy and the float32 sum kernel over 256 KiB, best of a
-/// few passes). Other fields are the defaults.
+/// Copy and reduction cost per byte of this core: memcpy and the float32
+/// sum kernel over 8 MiB (beyond the caches), best of three passes, a few
+/// milliseconds once per process. Other fields are the defaults.
 MachineCosts measureLocalCosts();
 
 /// The text of a calibration file for `layout` ("HxL").
