@@ -6,6 +6,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "algorithms/catalog.hpp"
 #include "algorithms/compressed.hpp"
@@ -81,14 +82,9 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
   settings.pollSpins = config_.pollSpins;
   settings.pollMaxSleep = config_.pollMaxSleep;
   settings.linger = config_.pollLinger;
+  setUpSelection(*transport);
   engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), settings);
   engine_->start();
-  try {
-    setUpSelection();
-  } catch (const Error& e) {
-    engine_->shutdown(std::string("communicator creation failed: ") + e.what());
-    throw;
-  }
   logStartup();
 }
 
@@ -109,7 +105,56 @@ std::string layoutOf(const topology::TopologyView& v) {
 
 }  // namespace
 
-void CommunicatorImpl::setUpSelection() {
+namespace {
+
+transport::Tag setupTag() {
+  transport::Tag tag;
+  tag.seq = 0;
+  tag.fingerprint = kCalibrationFingerprint;
+  return tag;
+}
+
+/// Drives the creation-time exchange on this thread, before the progress
+/// engine exists. Abort notices are left for the engine (a faster peer's
+/// notice is about a later operation, and this rank's last message may
+/// already have arrived) unless nothing moved for a second: then a peer
+/// may have failed during creation, and its reason is the error here.
+void runSetup(transport::Transport& t, algorithms::SchedulePtr schedule, std::chrono::nanoseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  auto lastProgress = Clock::now();
+  while (!schedule->done()) {
+    bool moved = false;
+    try {
+      moved = schedule->advance();
+    } catch (const Error& e) {
+      t.broadcastAbort("communicator creation failed: " + std::string(e.what()));
+      throw;
+    }
+    if (moved) {
+      lastProgress = Clock::now();
+      continue;
+    }
+    if (schedule->done()) break;
+    const auto idle = Clock::now() - lastProgress;
+    if (idle > std::chrono::seconds(1)) {
+      if (auto notice = t.pollAbort()) {
+        throw RemoteError("communicator creation failed because " + *notice);
+      }
+    }
+    if (timeout.count() > 0 && idle > timeout) {
+      const std::string why = "communicator creation: the calibration exchange made no progress for " +
+                              core::formatDuration(timeout) + " (GRADCOMM_TIMEOUT); waiting for " +
+                              schedule->waitingFor();
+      t.broadcastAbort("[timeout] " + why);
+      throw TimeoutError(why);
+    }
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+void CommunicatorImpl::setUpSelection(transport::Transport& t) {
   if (config_.select == "rule") return;  // the size rule needs nothing measured
   using topology::CalibrationMode;
   const CalibrationMode mode = CalibrationMode::parse(config_.calibrate);
@@ -146,6 +191,8 @@ void CommunicatorImpl::setUpSelection() {
     if (measure) {
       in.costs = topology::measureLocalCosts();
       in.runPingPong = size_ > 1;
+      // Alone, there are no links to probe: the local costs are all there is.
+      if (size_ == 1) in.costs.source = "calibrated";
     }
     if (!config_.tuningFile.empty()) {
       if (auto text = readFile(config_.tuningFile)) {
@@ -165,18 +212,7 @@ void CommunicatorImpl::setUpSelection() {
     result->tuningText = in.tuning.tuningText;
     result->error = in.tuning.error;
   } else {
-    const topology::TopologyView view = view_;
-    // A point-to-point operation: it takes no sequence number (users see
-    // their first collective as number 0) and no call check. Its messages
-    // precede, per sender, every message of the first collective, so they
-    // cannot be confused with them.
-    Work setup = submitPointToPoint(
-        "calibration", 0,
-        [view, in, result](const algorithms::RunContext& ctx) {
-          return topology::setupSchedule(*ctx.transport, ctx.tag, view, in, result);
-        },
-        kCalibrationFingerprint, "calibrate");
-    setup.wait();
+    runSetup(t, topology::setupSchedule(t, setupTag(), view_, in, result), config_.timeout);
   }
   if (!result->error.empty()) throw ConfigError(result->error);
   if (result->costs.source == "file") result->costs.source = "file " + mode.path;
@@ -535,13 +571,12 @@ Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature,
 }
 
 Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
-                                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
-                                          uint32_t fingerprint, const std::string& algorithm) {
+                                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make) {
   if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");
   engine_->throwIfFailed();
   auto op = OperationState::create();
-  op->algorithm = algorithm;
-  op->fingerprint = fingerprint;
+  op->algorithm = "p2p";
+  op->fingerprint = kPointToPointFingerprint;
   op->bytes = bytes;
   op->pointToPoint = true;
   {
@@ -550,7 +585,7 @@ Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
   }
   transport::Tag tag;
   tag.seq = op->seq;
-  tag.fingerprint = fingerprint;
+  tag.fingerprint = kPointToPointFingerprint;
   CollectiveCall none;
   none.collective = Collective::kBarrier;
   op->ctx = runContext(none, tag);

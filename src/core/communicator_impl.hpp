@@ -17,8 +17,7 @@ namespace gradcomm::detail {
 
 /// Fingerprint of point-to-point messages (no collective hashes to it in practice).
 inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
-/// Fingerprint of the creation-time calibration exchange (a point-to-point
-/// operation of every rank; see setUpSelection).
+/// Fingerprint of the creation-time calibration exchange (see setUpSelection).
 inline constexpr uint32_t kCalibrationFingerprint = 0x3c1b6d27u;
 
 /// The state behind every Communicator handle.
@@ -50,8 +49,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// number: its messages carry the number of the next collective and
   /// kPointToPointFingerprint, and the schedule numbers them per peer.
   Work submitPointToPoint(const std::string& what, size_t bytes,
-                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
-                          uint32_t fingerprint = kPointToPointFingerprint, const std::string& algorithm = "p2p");
+                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make);
   std::string algorithmFor(const algorithms::CollectiveCall& call) const;
   algorithms::RunContext runContext(const algorithms::CollectiveCall& call, const transport::Tag& tag) const;
 
@@ -74,9 +72,10 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// throws when the options ask for one that cannot apply.
   compression::Spec compressionFor(const algorithms::CollectiveCall& call, const CollectiveOptions& options) const;
   [[noreturn]] void reject(const Error& e, const algorithms::CollectiveCall& call);
-  /// Part of creation (collective): rank 0's calibration or calibration
-  /// file and tuning file reach every rank, and the selector gets its cost model.
-  void setUpSelection();
+  /// Part of creation (collective, before the progress engine starts):
+  /// rank 0's calibration or calibration file and its tuning file reach
+  /// every rank over `t`, and the selector gets its cost model.
+  void setUpSelection(transport::Transport& t);
   /// GRADCOMM_LOG_LEVEL=info: version, build, transport and topology, as
   /// users of NCCL_DEBUG=INFO expect them at start-up.
   void logStartup() const;

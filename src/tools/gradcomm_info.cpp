@@ -17,7 +17,8 @@ int usage(FILE* out, int code) {
                "usage: gradcomm-info [--tuning [--collective C] [-b MIN] [-e MAX] [-f FACTOR] [-d TYPE]]\n\n"
                "Prints gradcomm's build configuration and every GRADCOMM_* parameter:\n"
                "its effective value, its origin (default or environment), its default, units and meaning.\n\n"
-               "--tuning forms a communicator (MPI_COMM_WORLD: run it under mpirun with the job's layout)\n"
+               "--tuning forms a communicator (MPI_COMM_WORLD: run it under mpirun with the job's layout;\n"
+               "from the environment when GRADCOMM_RANK or RANK is set without mpirun)\n"
                "and prints, on rank 0, the topology, the cost model's inputs and, per size, the time the\n"
                "model predicts for every algorithm that can run the call, the choice and why.\n"
                "  --collective C   allreduce (default), broadcast, reduce, allgather, reducescatter, barrier, all\n"
@@ -44,7 +45,10 @@ size_t parseSize(const char* text) {
 int printTuning(const std::vector<gradcomm::Collective>& collectives, size_t minBytes, size_t maxBytes,
                 double factor, gradcomm::DataType type) {
   using namespace gradcomm;
-  Communicator comm;
+  // Started without mpirun (scripts/netns-cluster --no-mpi, torchrun): form
+  // the communicator from the environment as the job would.
+  const bool noMpi = (std::getenv("GRADCOMM_RANK") || std::getenv("RANK")) && !std::getenv("OMPI_COMM_WORLD_SIZE");
+  Communicator comm = noMpi ? communicatorFromEnvironment() : Communicator();
   if (comm.rank() != 0) return 0;
   std::printf("%d rank(s), layout %s\n%s\n", comm.size(), comm.layout().c_str(), comm.describeTopology().c_str());
   const size_t elem = dataTypeSize(type);

@@ -100,7 +100,8 @@ class InProcTransport : public Transport {
     q.pop_front();
     return first;
   }
-  std::vector<int> hostLocalRanks() const override {
+  /// Ranks sharing this rank's host (itself included, ascending).
+  std::vector<int> hostLocalRanks() const {
     int per = world_->settings_.ranksPerHost;
     if (per <= 0) per = world_->size();
     std::vector<int> out;

@@ -52,7 +52,8 @@ class MpiTransport : public Transport {
   bool abandonedTransfersPending() override;
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
-  std::vector<int> hostLocalRanks() const override { return localRanks_; }
+  /// Ranks sharing this rank's host (itself included, ascending).
+  std::vector<int> hostLocalRanks() const { return localRanks_; }
   std::string hostName() const override { return hostName_; }
   std::vector<int> hostLeaders() const override { return hostLeaders_; }
 

@@ -103,13 +103,13 @@ class Transport {
 
  public:
 
-  /// Ranks of this communicator that share this rank's host (itself
-  /// included, ascending), and a label for the host.
-  virtual std::vector<int> hostLocalRanks() const { return {rank()}; }
+  // Host facts, for topology detection only (topology/calibration.cpp):
+  // everything above the transports asks the communicator's TopologyView.
+
+  /// A label for this rank's host.
   virtual std::string hostName() const { return "localhost"; }
-  /// For every rank, the lowest rank on its host: the raw fact topology
-  /// detection (topology/) builds its TopologyView from. Default: every
-  /// rank on a host of its own.
+  /// For every rank, the lowest rank on its host: the raw fact the
+  /// TopologyView is built from. Default: every rank on a host of its own.
   virtual std::vector<int> hostLeaders() const {
     std::vector<int> v(static_cast<size_t>(size()));
     for (int r = 0; r < size(); ++r) v[static_cast<size_t>(r)] = r;

@@ -67,7 +67,8 @@ class UcxTransport : public Transport {
   std::optional<std::string> pollAbort() override;
   ShmGroup* sharedMemory() override;
   bool abandonedTransfersPending() override;
-  std::vector<int> hostLocalRanks() const override;
+  /// Ranks sharing this rank's host (itself included, ascending).
+  std::vector<int> hostLocalRanks() const;
   std::string hostName() const override;
   std::vector<int> hostLeaders() const override;
 
