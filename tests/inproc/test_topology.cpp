@@ -142,6 +142,47 @@ TEST(TuningFile, RankZerosFileDecidesOnEveryRank) {
   std::remove(path.c_str());
 }
 
+namespace {
+
+/// Each of 3 ranks' creation outcome: "created" or the ConfigError's text.
+std::vector<std::string> createThree(const Options& o) {
+  auto world = transport::InProcWorld::create(3);
+  std::vector<std::string> outcome(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        gradcomm::testing::makeInProcCommunicator(world, r, o);
+        outcome[static_cast<size_t>(r)] = "created";
+      } catch (const ConfigError& e) {
+        outcome[static_cast<size_t>(r)] = e.what();
+      } catch (const std::exception& e) {
+        outcome[static_cast<size_t>(r)] = std::string("wrong error type: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcome;
+}
+
+}  // namespace
+
+TEST(Calibration, MalformedFileIsAConfigErrorOnEveryRankNamingTheLine) {
+  const std::string path = tempPath("bad_calibration");
+  {
+    std::ofstream out(path);
+    out << "layout 1x3\nsame_host 1e-6\n";
+  }
+  Options o;
+  o.set("CALIBRATE", path);
+  const auto outcome = createThree(o);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(outcome[static_cast<size_t>(r)].find("line 2: 'same_host' takes 2 value(s), got 1"), std::string::npos)
+        << "rank " << r << ": " << outcome[static_cast<size_t>(r)];
+  }
+  std::remove(path.c_str());
+}
+
 TEST(TuningFile, UnreadableOrMalformedFileIsAConfigErrorOnEveryRank) {
   const std::string bad = tempPath("bad_tuning");
   {
@@ -150,24 +191,9 @@ TEST(TuningFile, UnreadableOrMalformedFileIsAConfigErrorOnEveryRank) {
   }
   for (const auto& [path, needle] : {std::pair<std::string, std::string>{tempPath("missing"), "cannot read"},
                                      std::pair<std::string, std::string>{bad, "line 2: size range '1K'"}}) {
-    auto world = transport::InProcWorld::create(3);
-    std::vector<std::string> errors(3);
-    std::vector<std::thread> threads;
     Options o;
     o.set("TUNING_FILE", path);
-    for (int r = 0; r < 3; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          gradcomm::testing::makeInProcCommunicator(world, r, o);
-          errors[static_cast<size_t>(r)] = "created";
-        } catch (const ConfigError& e) {
-          errors[static_cast<size_t>(r)] = e.what();
-        } catch (const std::exception& e) {
-          errors[static_cast<size_t>(r)] = std::string("wrong error type: ") + e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    const auto errors = createThree(o);
     for (int r = 0; r < 3; ++r) {
       EXPECT_NE(errors[static_cast<size_t>(r)].find(needle), std::string::npos)
           << "rank " << r << ": " << errors[static_cast<size_t>(r)];
