@@ -29,6 +29,7 @@ struct Wire {
   double values[7] = {};
   uint32_t source = 0;  // 0 defaults, 1 calibrated, 2 file
   uint32_t pad = 0;
+  int32_t probes[2] = {-1, -1};  // the peer rank 0 probes per link class, or -1
 };
 
 void pack(const MachineCosts& c, Wire* w) {
@@ -57,7 +58,7 @@ constexpr int kMediumReps = 3;
 constexpr size_t kLargeBytes = 1024 * 1024;
 // Message indices: 0 header, 1 tuning text, 2 final costs; each probed
 // link class its own block after that.
-constexpr uint32_t kHeaderMessage = 0, kTextMessage = 1, kFinalMessage = 2;
+constexpr uint32_t kHeaderMessage = 0, kTextMessage = 1, kFinalMessage = 2, kLeadersMessage = 3;
 constexpr uint32_t kClassBase[2] = {16, 64};
 
 /// A list of sends, receives and callbacks run strictly in order; callbacks
@@ -67,8 +68,13 @@ class SetupSchedule : public algorithms::Schedule {
   SetupSchedule(transport::Transport& t, const transport::Tag& tag, const TopologyView& view, const SetupInput& in,
                 std::shared_ptr<SetupResult> result)
       : t_(t), tag_(tag), view_(view), in_(in), result_(std::move(result)) {
+    // Rank 0 decides whom it probes (and tells them in the header).
     probes_[0] = view.hostLocalRanks(0).size() > 1 ? view.hostLocalRanks(0)[1] : -1;
     probes_[1] = view.numHosts() > 1 ? view.ranksOnHost(1).front() : -1;
+    leaders_.resize(static_cast<size_t>(t_.size()));
+    for (int r = 0; r < t_.size(); ++r) {
+      leaders_[static_cast<size_t>(r)] = view.ranksOnHost(view.hostOf(r)).front();
+    }
     if (t_.rank() == 0) startRoot(); else startOther();
   }
 
@@ -135,7 +141,10 @@ class SetupSchedule : public algorithms::Schedule {
     text_ = in_.tuning.error.empty() ? in_.tuning.tuningText : in_.tuning.error;
     header_.textBytes = text_.size();
     pack(in_.costs, &header_);
+    header_.probes[0] = probes_[0];
+    header_.probes[1] = probes_[1];
     for (int r = 1; r < t_.size(); ++r) send(r, &header_, sizeof header_, kHeaderMessage);
+    for (int r = 1; r < t_.size(); ++r) send(r, leaders_.data(), leaders_.size() * sizeof(int32_t), kLeadersMessage);
     if (!text_.empty()) {
       for (int r = 1; r < t_.size(); ++r) send(r, text_.data(), text_.size(), kTextMessage);
     }
@@ -160,6 +169,9 @@ class SetupSchedule : public algorithms::Schedule {
         throw InternalError("calibration: rank 0 sent a malformed header (another gradcomm build?)");
       }
       costs_ = unpack(header_);
+      probes_[0] = header_.probes[0];
+      probes_[1] = header_.probes[1];
+      recv(0, leaders_.data(), leaders_.size() * sizeof(int32_t), kLeadersMessage);
       if (header_.textBytes) {
         text_.resize(header_.textBytes);
         recv(0, text_.data(), text_.size(), kTextMessage);
@@ -176,6 +188,7 @@ class SetupSchedule : public algorithms::Schedule {
 
   void finish(uint32_t flags) {
     result_->costs = costs_;
+    result_->hostLeaders.assign(leaders_.begin(), leaders_.end());
     result_->tuningPresent = (flags & Wire::kTuning) != 0;
     if (flags & Wire::kTuningError) result_->error = text_;
     else result_->tuningText = text_;
@@ -271,6 +284,7 @@ class SetupSchedule : public algorithms::Schedule {
   std::string text_;
   MachineCosts costs_;
   std::vector<char> small_, medium_, big_;
+  std::vector<int32_t> leaders_;  ///< rank 0's view of the hosts (sent, or received)
   Clock::time_point start_, t0_;
   std::array<double, 3> rtt_[2] = {};
   bool large_[2] = {false, false};
@@ -398,7 +412,15 @@ algorithms::SchedulePtr setupSchedule(transport::Transport& t, const transport::
 }
 
 TopologyView detect(const transport::Transport& t) {
-  TopologyView view(t.hostLeaders());
+  // Every rank's lowest host-mate, from the transport's host layout (equal
+  // on every rank). A transport that does not know the other hosts gets a
+  // host per rank: the same answer on every rank, which is what matters.
+  std::vector<int> leaders(static_cast<size_t>(t.size()));
+  for (int r = 0; r < t.size(); ++r) leaders[static_cast<size_t>(r)] = r;
+  for (const auto& host : t.hostLayout()) {
+    for (int r : host) leaders[static_cast<size_t>(r)] = host.front();
+  }
+  TopologyView view(leaders);
   view.setHardware(detectHardware());
   view.setHostLabel(t.hostName());
   return view;

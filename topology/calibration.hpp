@@ -2,6 +2,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "algorithms/schedule.hpp"
 #include "topology/cost_model.hpp"
@@ -35,6 +36,10 @@ MachineCosts parseCalibration(const std::string& text, const std::string& origin
 /// What rank 0 decides and every rank learns at creation.
 struct SetupResult {
   MachineCosts costs;
+  /// Rank 0's view of the hosts (every rank's lowest host-mate): every rank
+  /// adopts it, so a transport that answered differently on some rank
+  /// cannot make the ranks choose differently.
+  std::vector<int> hostLeaders;
   bool tuningPresent = false;
   std::string tuningText;   ///< GRADCOMM_TUNING_FILE's text as rank 0 read it
   /// What rank 0 could not read (the tuning file, a calibration file):

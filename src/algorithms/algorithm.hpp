@@ -79,6 +79,18 @@ class Algorithm {
   virtual bool canRun(const CollectiveCall& call, const transport::Transport& t) const {
     return unsupportedReason(call, t).empty();
   }
+  /// The small-call fast path: runs `call` in the calling thread, without
+  /// an operation in the engine's queue, for as long as `patience` polls
+  /// of the peers allow. True when it completed; false when it did not
+  /// start (`*rest` stays empty: schedule it as usual) or when peers were
+  /// late (`*rest` holds a schedule that carries on from where it stopped).
+  virtual bool runInline(const CollectiveCall& call, const RunContext& ctx, int patience, SchedulePtr* rest) const {
+    (void)call;
+    (void)ctx;
+    (void)patience;
+    (void)rest;
+    return false;
+  }
 };
 
 /// Algorithms written in the plan vocabulary: a pure planner plus the

@@ -14,6 +14,7 @@
 // with one synchronisation instead of two: every rank stages its whole
 // input and reduces the whole vector itself, in rank order, so every rank
 // still computes identical bits.
+#include <immintrin.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -57,6 +58,9 @@ class ShmAllreduceSchedule final : public Schedule {
   }
 
   bool done() const override { return gatherNext_ == rounds_; }
+  /// One round of at most kDirectMaxBytes: the path runInline() may take.
+  bool direct() const { return direct_; }
+  static constexpr size_t kDirectMaxBytes = 16 * 1024;
 
   std::string waitingFor() const override {
     std::string what = "shared-memory round " + std::to_string(gatherNext_ + 1) + " of " + std::to_string(rounds_) + ": ";
@@ -193,8 +197,6 @@ class ShmAllreduceSchedule final : public Schedule {
     return moved;
   }
 
-  static constexpr size_t kDirectMaxBytes = 16 * 1024;
-
   // Small messages: stage everything, then reduce everything. Up to
   // Mailbox::kInlineBytes travel inside the mailbox cache line itself.
   bool advanceDirect() {
@@ -298,6 +300,20 @@ class ShmAllreduce final : public Algorithm {
     ShmGroup* g = ctx.transport->sharedMemory();
     if (!g) throw UnsupportedError("shared-memory allreduce without shared memory");
     return makeSchedule<ShmAllreduceSchedule>(ctx.workspace, call, ctx, *g);
+  }
+  // The whole call is one staged mailbox per rank and a reduction: no
+  // operation object, queue or heap schedule is needed unless a peer is late.
+  bool runInline(const CollectiveCall& call, const RunContext& ctx, int patience, SchedulePtr* rest) const override {
+    ShmGroup* g = ctx.transport->sharedMemory();
+    if (!g || call.count * dataTypeSize(call.type) > ShmAllreduceSchedule::kDirectMaxBytes) return false;
+    ShmAllreduceSchedule s(call, ctx, *g);  // takes this call's round: no way back from here
+    for (int i = 0; i < patience && s.direct(); ++i) {
+      s.advance();
+      if (s.done()) return true;
+      _mm_pause();
+    }
+    *rest = makeSchedule<ShmAllreduceSchedule>(ctx.workspace, std::move(s));
+    return false;
   }
 };
 

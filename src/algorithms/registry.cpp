@@ -5,8 +5,8 @@ namespace gradcomm::algorithms {
 const std::vector<const Algorithm*>& allAlgorithms() {
   static const std::vector<const Algorithm*> all = [] {
     std::vector<const Algorithm*> v = {
-        &ringAllreduce(),   &recursiveDoublingAllreduce(), &halvingDoublingAllreduce(), &treeAllreduce(), &shmAllreduce(),
-        &treeBroadcast(),   &treeReduce(),                 &ringAllgather(),            &ringReduceScatter(),
+        &ringAllreduce(),   &recursiveDoublingAllreduce(), &halvingDoublingAllreduce(), &treeAllreduce(), &shmAllreduce(), &hierAllreduce(),
+        &treeBroadcast(),   &hierBroadcast(), &treeReduce(), &ringAllgather(), &hierAllgather(),            &ringReduceScatter(),
         &disseminationBarrier(),
     };
     for (int c = 0; c < kNumCollectives; ++c) v.push_back(&nativeAlgorithm(static_cast<Collective>(c)));

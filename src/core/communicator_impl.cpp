@@ -213,6 +213,19 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
     result->error = in.tuning.error;
   } else {
     runSetup(t, topology::setupSchedule(t, setupTag(), view_, in, result), config_.timeout);
+    // Every rank takes rank 0's host layout, so the ranks cannot choose
+    // differently even if a transport answered differently on some rank.
+    if (!result->hostLeaders.empty()) {
+      topology::TopologyView agreed(result->hostLeaders);
+      if (agreed.describe() != view_.describe() || agreed.hostOf(rank_) != view_.hostOf(rank_)) {
+        core::log(core::LogLevel::kWarn, rank_,
+                  "topology: this rank's transport reported " + view_.describe() + ", rank 0's " +
+                      agreed.describe() + "; using rank 0's");
+      }
+      agreed.setHardware(view_.hardware());
+      agreed.setHostLabel(view_.hostLabel());
+      view_ = std::move(agreed);
+    }
   }
   if (!result->error.empty()) throw ConfigError(result->error);
   if (result->costs.source == "file") result->costs.source = "file " + mode.path;
@@ -537,35 +550,6 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
     return algorithms::compressedAllreduce(call, ctx, spec, residual, *algo);
   };
   op->customWhat = "allreduce[" + spec.toString() + "]";
-  engine_->submit(op);
-  return Work(op);
-}
-
-Work CommunicatorImpl::submitCustom(const std::string& what, uint32_t signature, size_t bytes,
-                                    const std::string& algorithm,
-                                    std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
-                                    std::function<void()> onComplete) {
-  if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");
-  engine_->throwIfFailed();
-  auto op = OperationState::create();
-  op->algorithm = algorithm;
-  op->bytes = bytes;
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    op->seq = nextSeq_++;
-  }
-  op->signature = transport::CallSignature::make(op->seq, Collective::kBarrier, DataType::kFloat32, ReduceOp::kSum,
-                                                 0, 0, algorithm, {}, signature);
-  op->fingerprint = op->signature.fingerprint();
-  transport::Tag tag;
-  tag.seq = op->seq;
-  tag.fingerprint = op->fingerprint;
-  CollectiveCall none;
-  none.collective = Collective::kBarrier;
-  op->ctx = runContext(none, tag);
-  op->custom = [make](const algorithms::RunContext& ctx) { return make(ctx); };
-  op->customWhat = what;
-  op->onComplete = std::move(onComplete);
   engine_->submit(op);
   return Work(op);
 }

@@ -40,10 +40,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// Validates, selects an algorithm, and queues the call. Invalid
   /// arguments throw here and abort the communicator on every rank.
   Work submit(const algorithms::CollectiveCall& call, const CollectiveOptions& options);
-  /// Queues a custom schedule (used by frontends such as compression).
-  Work submitCustom(const std::string& what, uint32_t signature, size_t bytes, const std::string& algorithm,
-                    std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make,
-                    std::function<void()> onComplete = {});
   /// Queues point-to-point transfers (the NCCL frontend's send/recv). Only
   /// the ranks that exchange messages call it, so it consumes no sequence
   /// number: its messages carry the number of the next collective and

@@ -42,9 +42,6 @@ struct OperationState {
   /// probed for mismatched collectives.
   bool pointToPoint = false;
   algorithms::SchedulePtr schedule;
-  /// Runs on the driving thread after the schedule completes (for example
-  /// decompression); may throw.
-  std::function<void()> onComplete;
 
   std::atomic<int> status{kQueued};
   std::exception_ptr error;  ///< set before status becomes kFailed

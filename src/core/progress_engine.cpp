@@ -84,9 +84,11 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op, bool eage
       // A concurrent submission from another thread may still queue behind
       // this one: calls from several threads at once have no order anyway.
       if (!failedFlag_.load() && !stop_.load() && !busy_.load() && !active_) {
-        active_ = op;
-        busy_.store(true);
-        this->drive();
+        if (!runInline(op)) {
+          active_ = op;
+          busy_.store(true);
+          this->drive();
+        }
         drive.unlock();
         callerDroveAt_.store(op->queuedAt.time_since_epoch().count(), std::memory_order_relaxed);
         // Not done in one step: a blocked thread must carry on if the caller
@@ -141,6 +143,40 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
   queueCv_.notify_all();
 }
 
+bool ProgressEngine::runInline(const std::shared_ptr<OperationState>& op) {
+  if (!op->algo || op->pointToPoint) return false;
+  const auto now = Clock::now();
+  // A notice from a failed peer is looked for at the start of operations
+  // (see drive()): when that look is due, the usual path takes it.
+  if (now - lastAbortPoll_ >= std::chrono::microseconds(50)) return false;
+  op->startedAt = now;
+  op->status.store(OperationState::kRunning);
+  op->ctx.workspace = &workspace_;
+  op->ctx.signature = &op->signature;
+  op->ctx.phases = &op->phases;
+  algorithms::SchedulePtr rest;
+  try {
+    transport_->announce(op->signature);
+    if (op->algo->runInline(op->call, op->ctx, kInlinePatience, &rest)) {
+      op->finish(nullptr);
+      return true;
+    }
+  } catch (...) {
+    active_ = op;
+    busy_.store(true);
+    failActive(std::current_exception());
+    return true;
+  }
+  if (!rest) return false;  // not an inline call after all: drive() starts it
+  // Peers are late: the engine carries on with the schedule as if it had
+  // started the operation itself.
+  op->schedule = std::move(rest);
+  active_ = op;
+  busy_.store(true);
+  lastProgress_ = lastHealthCheck_ = lastProbe_ = Clock::now();
+  return true;
+}
+
 void ProgressEngine::failQueued() {
   std::deque<std::shared_ptr<OperationState>> pending;
   std::string reason;
@@ -170,12 +206,28 @@ void ProgressEngine::failActive(std::exception_ptr e) {
     reason = err.what();
     e = std::make_exception_ptr(InternalError(reason));
   }
+  if (code == ErrorCode::kTransport && active_) {
+    // A peer that fails cancels its transfers before its notice goes out,
+    // so the abandoned transfer may fail here first: wait briefly for the
+    // notice, whose reason is the cause. Bounded: this is the failure path,
+    // and a peer that died sends none.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(50);
+    do {
+      if (auto notice = transport_->pollAbort()) {
+        reason = active_->describe() + " failed because " + *notice;
+        code = ErrorCode::kRemote;
+        remote = true;
+        e = std::make_exception_ptr(RemoteError(reason));
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } while (Clock::now() < deadline);
+  }
   check_.reset();
   auto op = std::move(active_);
   active_.reset();
   if (op) {
     op->schedule.reset();  // cancels outstanding transfers
-    if (listener_) listener_(*op, false);
     op->finish(e);
   }
   {
@@ -211,7 +263,6 @@ bool ProgressEngine::drive() {
       active_->ctx.workspace = &workspace_;
       active_->ctx.signature = &active_->signature;
       active_->ctx.phases = &active_->phases;
-      if (listener_) listener_(*active_, true);
       // A peer that failed earlier may have left messages that would let
       // this operation "complete" with stale data: look for its notice first
       // (at most every 50 us: back-to-back small calls need not pay for it).
@@ -239,7 +290,6 @@ bool ProgressEngine::drive() {
       throw;
     }
     if (active_->schedule->done() && check_.done()) {
-      if (active_->onComplete) active_->onComplete();
       auto op = std::move(active_);
       active_.reset();
       op->schedule.reset();
@@ -248,7 +298,6 @@ bool ProgressEngine::drive() {
         std::lock_guard<std::mutex> lock(queueMu_);
         if (queue_.empty()) busy_.store(false);
       }
-      if (listener_) listener_(*op, false);
       op->finish(nullptr);
       return true;
     }

@@ -77,13 +77,17 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   algorithms::Workspace& workspace() { return workspace_; }
   const transport::Transport& transport() const { return *transport_; }
 
-  using Listener = std::function<void(const detail::OperationState&, bool started)>;
-  /// Called on the driving thread when an operation starts and finishes.
-  void setListener(Listener l) { listener_ = std::move(l); }
 
  private:
   void threadMain();
   bool drive();  // requires driveMu_
+  /// Runs `op` in the calling thread through its algorithm's inline path
+  /// (small calls on an idle engine); true when it finished or became the
+  /// active operation with the rest of its schedule. Requires driveMu_.
+  bool runInline(const std::shared_ptr<detail::OperationState>& op);
+  /// Polls of the peers an inline call makes before it hands its schedule
+  /// to the engine (a few microseconds).
+  static constexpr int kInlinePatience = 256;
   /// One step of whoever polls: drive if the lock is free, then back off
   /// unless something moved.
   void driveOrBackOff(Backoff& backoff);
@@ -96,7 +100,6 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::unique_ptr<transport::Transport> transport_;
   algorithms::Workspace workspace_;  // driving thread only
   EngineSettings settings_;
-  Listener listener_;
 
   mutable std::mutex queueMu_;
   std::condition_variable queueCv_;

@@ -1,5 +1,6 @@
 #include "transport/inproc_transport.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -100,15 +101,8 @@ class InProcTransport : public Transport {
     q.pop_front();
     return first;
   }
-  /// Ranks sharing this rank's host (itself included, ascending).
-  std::vector<int> hostLocalRanks() const {
-    int per = world_->settings_.ranksPerHost;
-    if (per <= 0) per = world_->size();
-    std::vector<int> out;
-    int first = (rank_ / per) * per;
-    for (int r = first; r < first + per && r < world_->size(); ++r) out.push_back(r);
-    return out;
-  }
+  std::vector<int> hostLocalRanks() const override { return world_->hosts()[static_cast<size_t>(world_->hostOf(rank_))]; }
+  std::vector<std::vector<int>> hostLayout() const override { return world_->hosts(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   /// Maps this rank into its host's shared memory (created by the first rank).
   void attachSharedMemory() {
@@ -132,18 +126,7 @@ class InProcTransport : public Transport {
     while (ranks[static_cast<size_t>(local)] != rank_) ++local;
     shm_ = std::make_unique<ShmGroup>(ranks, local, bufferBytes, memory.get(), memory);
   }
-  std::vector<int> hostLeaders() const override {
-    int per = world_->settings_.ranksPerHost;
-    if (per <= 0) per = world_->size();
-    std::vector<int> out;
-    for (int r = 0; r < world_->size(); ++r) out.push_back((r / per) * per);
-    return out;
-  }
-  std::string hostName() const override {
-    int per = world_->settings_.ranksPerHost;
-    if (per <= 0) per = world_->size();
-    return "inproc-host" + std::to_string(rank_ / per);
-  }
+  std::string hostName() const override { return "inproc-host" + std::to_string(world_->hostOf(rank_)); }
 
  private:
   void checkPeer(int peer) const {
@@ -164,10 +147,47 @@ InProcWorld::InProcWorld(int size, Settings settings)
       unmatchedSends_(size),
       unmatchedRecvs_(size),
       aborts_(size),
-      shmMemory_(size) {}
+      shmMemory_(size) {
+  if (!settings.hostOfRank.empty()) {
+    hosts_ = groupHosts(std::vector<long long>(settings.hostOfRank.begin(), settings.hostOfRank.end()));
+    hostOf_.assign(static_cast<size_t>(size), 0);
+    for (size_t h = 0; h < hosts_.size(); ++h) {
+      for (int r : hosts_[h]) hostOf_[static_cast<size_t>(r)] = static_cast<int>(h);
+    }
+    return;
+  }
+  std::vector<int> sizes = settings.hostSizes;
+  if (sizes.empty()) {
+    const int per = settings.ranksPerHost > 0 ? settings.ranksPerHost : size;
+    for (int first = 0; first < size; first += per) sizes.push_back(std::min(per, size - first));
+  }
+  int next = 0;
+  for (int n : sizes) {
+    hosts_.emplace_back();
+    for (int i = 0; i < n; ++i) {
+      hosts_.back().push_back(next++);
+      hostOf_.push_back(static_cast<int>(hosts_.size()) - 1);
+    }
+  }
+}
 
 std::shared_ptr<InProcWorld> InProcWorld::create(int size, Settings settings) {
   if (size < 1) throw InvalidArgument("an in-process world needs at least one rank, got " + std::to_string(size));
+  if (!settings.hostOfRank.empty() && settings.hostOfRank.size() != static_cast<size_t>(size)) {
+    throw InvalidArgument("the in-process placement names hosts for " + std::to_string(settings.hostOfRank.size()) +
+                          " ranks, not " + std::to_string(size));
+  }
+  if (settings.hostOfRank.empty() && !settings.hostSizes.empty()) {
+    long long total = 0;
+    for (int n : settings.hostSizes) {
+      if (n < 1) throw InvalidArgument("an in-process host needs at least one rank, got " + std::to_string(n));
+      total += n;
+    }
+    if (total != size) {
+      throw InvalidArgument("the in-process host sizes add up to " + std::to_string(total) + " ranks, not " +
+                            std::to_string(size));
+    }
+  }
   return std::shared_ptr<InProcWorld>(new InProcWorld(size, settings));
 }
 

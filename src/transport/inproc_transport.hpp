@@ -20,6 +20,12 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
  public:
   struct Settings {
     int ranksPerHost = 0;   ///< 0: every rank on one host
+    /// Explicit layout, consecutive ranks per host: {2, 3} puts ranks 0-1 on
+    /// one host and 2-4 on another. Overrides ranksPerHost; must sum to size.
+    std::vector<int> hostSizes;
+    /// Explicit placement, a host number per rank ({0, 1, 0, 1}: round
+    /// robin). Overrides hostSizes; one entry per rank.
+    std::vector<int> hostOfRank;
     bool chaos = false;     ///< random completion delays
     uint64_t seed = 1;      ///< seed of the chaos delays
     size_t shmChunkBytes = 4096;  ///< shared-memory buffer per rank and host peer; 0: none
@@ -28,6 +34,10 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
   static std::shared_ptr<InProcWorld> create(int size, Settings settings);
   static std::shared_ptr<InProcWorld> create(int size) { return create(size, Settings{}); }
   int size() const { return size_; }
+  /// Every host's ranks, in host order.
+  const std::vector<std::vector<int>>& hosts() const { return hosts_; }
+  /// Index of the host of `rank`.
+  int hostOf(int rank) const { return hostOf_[static_cast<size_t>(rank)]; }
   /// The transport of one rank (call once per rank).
   std::unique_ptr<Transport> transport(int rank);
 
@@ -44,6 +54,8 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
 
   int size_;
   Settings settings_;
+  std::vector<std::vector<int>> hosts_;
+  std::vector<int> hostOf_;
   std::mutex mu_;
   std::mt19937_64 rng_;
   // Unmatched posts, per destination rank.

@@ -197,10 +197,13 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
   MPI_Group_free(&dataGroup);
   localRanks_ = out;
   std::sort(localRanks_.begin(), localRanks_.end());
-  // Every rank's host leader, for the topology view.
-  int leader = localRanks_.front();
-  hostLeaders_.assign(static_cast<size_t>(size_), 0);
-  checkMpi(MPI_Allgather(&leader, 1, MPI_INT, hostLeaders_.data(), 1, MPI_INT, data_), "MPI_Allgather");
+  // Every host's ranks, named by each rank's lowest host-local rank.
+  {
+    int leader = localRanks_.front();
+    std::vector<int> leaders(static_cast<size_t>(size_));
+    checkMpi(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, data_), "MPI_Allgather (host layout)");
+    hosts_ = groupHosts(std::vector<long long>(leaders.begin(), leaders.end()));
+  }
   if (shmChunkBytes > 0 && localSize > 1) setUpSharedMemory(local, shmChunkBytes);
   MPI_Comm_free(&local);
   char name[MPI_MAX_PROCESSOR_NAME] = {0};

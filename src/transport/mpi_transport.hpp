@@ -52,10 +52,9 @@ class MpiTransport : public Transport {
   bool abandonedTransfersPending() override;
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
-  /// Ranks sharing this rank's host (itself included, ascending).
-  std::vector<int> hostLocalRanks() const { return localRanks_; }
+  std::vector<int> hostLocalRanks() const override { return localRanks_; }
+  std::vector<std::vector<int>> hostLayout() const override { return hosts_; }
   std::string hostName() const override { return hostName_; }
-  std::vector<int> hostLeaders() const override { return hostLeaders_; }
 
   MPI_Comm dataComm() const { return data_; }
   const MpiTagLayout& tagLayout() const { return layout_; }
@@ -78,7 +77,7 @@ class MpiTransport : public Transport {
   };
   std::vector<std::unique_ptr<AbortSend>> abortSends_;
   std::vector<int> localRanks_;
-  std::vector<int> hostLeaders_;
+  std::vector<std::vector<int>> hosts_;
   std::string hostName_;
   std::shared_ptr<Graveyard> graveyard_;  // requests abandoned in flight (see mpi_transport.cpp)
   std::unique_ptr<NativeCollectives> native_;

@@ -103,18 +103,34 @@ class Transport {
 
  public:
 
-  // Host facts, for topology detection only (topology/calibration.cpp):
-  // everything above the transports asks the communicator's TopologyView.
-
-  /// A label for this rank's host.
+  /// Ranks of this communicator that share this rank's host (itself
+  /// included, ascending), and a label for the host.
+  virtual std::vector<int> hostLocalRanks() const { return {rank()}; }
   virtual std::string hostName() const { return "localhost"; }
-  /// For every rank, the lowest rank on its host: the raw fact the
-  /// TopologyView is built from. Default: every rank on a host of its own.
-  virtual std::vector<int> hostLeaders() const {
-    std::vector<int> v(static_cast<size_t>(size()));
-    for (int r = 0; r < size(); ++r) v[static_cast<size_t>(r)] = r;
-    return v;
+  /// Every host's ranks (each ascending, hosts ordered by their lowest
+  /// rank), equal on every rank; empty when this transport does not know
+  /// the other hosts.
+  virtual std::vector<std::vector<int>> hostLayout() const {
+    if (static_cast<int>(hostLocalRanks().size()) == size()) return {hostLocalRanks()};
+    return {};
   }
 };
+
+/// Groups ranks into hosts: `hostOf[r]` is any value equal for exactly the
+/// ranks that share a host. Hosts come out ordered by their lowest rank.
+inline std::vector<std::vector<int>> groupHosts(const std::vector<long long>& hostOf) {
+  std::vector<std::vector<int>> hosts;
+  std::vector<long long> ids;
+  for (size_t r = 0; r < hostOf.size(); ++r) {
+    size_t h = 0;
+    while (h < ids.size() && ids[h] != hostOf[r]) ++h;
+    if (h == ids.size()) {
+      ids.push_back(hostOf[r]);
+      hosts.emplace_back();
+    }
+    hosts[h].push_back(static_cast<int>(r));
+  }
+  return hosts;
+}
 
 }  // namespace gradcomm::transport

@@ -49,6 +49,7 @@ void sweep(int p, Collective coll, bool chaos) {
         if (coll == Collective::kBroadcast || coll == Collective::kReduce) roots = {0, p - 1};
         for (const auto& algo : algorithmsOf(coll)) {
           if (algo == "shm" && p == 1) continue;  // needs two ranks (falls back, tested elsewhere)
+          if (algo == "hier") continue;            // needs several hosts: HierLayouts below
           for (DataType t : allTypes()) {
             for (ReduceOp op : ops) {
               if (!supported(t, op)) continue;
@@ -82,6 +83,81 @@ TEST_P(Sweep, Barrier) { sweep(GetParam(), Collective::kBarrier, true); }
 INSTANTIATE_TEST_SUITE_P(Ranks, Sweep, ::testing::Range(1, 9), [](const auto& info) {
   return std::to_string(info.param) + "ranks";
 });
+
+// The hierarchical algorithms on emulated host layouts: equal hosts (2x2,
+// 2x3, 3x2) and unequal ones, where a host with fewer ranks owns several
+// slices per rank (and a rank alone on its host has no shared memory).
+// Shared-memory chunks of 64 bytes cut even 37 elements into several
+// rounds; 3001 elements span many rounds and pipeline segments. Every type
+// (one per element size beyond 4 ranks);
+// for allreduce every op (avg included: every rank must match the reference
+// bit for bit); broadcast from a root on the first, a middle and the last
+// host; in and out of place.
+struct HierLayout {
+  std::vector<int> hostSizes;
+  bool chaos;
+  std::vector<int> hostOfRank = {};  // non-empty: placement instead of consecutive ranks
+};
+
+class HierLayouts : public ::testing::TestWithParam<HierLayout> {
+ protected:
+  void check(Collective coll) {
+    const HierLayout layout = GetParam();
+    int p = 0;
+    for (int n : layout.hostSizes) p += n;
+    transport::InProcWorld::Settings settings;
+    settings.hostSizes = layout.hostSizes;
+    settings.hostOfRank = layout.hostOfRank;
+    settings.chaos = layout.chaos;
+    settings.shmChunkBytes = 64;
+    settings.seed = static_cast<uint64_t>(p) * 7 + layout.hostSizes.size() + static_cast<uint64_t>(coll);
+    const std::vector<int> roots = coll == Collective::kBroadcast ? std::vector<int>{0, p / 2, p - 1} : std::vector<int>{0};
+    runRanks(
+        p,
+        [&](RankContext& ctx) {
+          uint64_t seed = 1;
+          // Beyond 4 ranks one type per element size, to stay fast on loaded cores.
+          const std::vector<DataType> types =
+              p <= 4 ? allTypes() : std::vector<DataType>{DataType::kFloat32, DataType::kBFloat16, DataType::kInt64};
+          for (DataType t : types) {
+            for (ReduceOp op : coll == Collective::kAllreduce ? allOps() : std::vector<ReduceOp>{ReduceOp::kSum}) {
+              if (!supported(t, op)) continue;
+              for (size_t count : {size_t{0}, size_t{1}, size_t{2}, static_cast<size_t>(p + 1), size_t{37},
+                                   size_t{211}, size_t{3001}}) {
+                for (int root : roots) {
+                  for (bool inPlace : {false, true}) {
+                    CollectiveCase c{coll, "hier", t, op, count, root, inPlace, seed++};
+                    std::string err = runAndCheck(ctx.comm, c);
+                    if (!err.empty()) throw std::runtime_error(err);
+                  }
+                }
+              }
+            }
+          }
+        },
+        smallSegments(), settings);
+  }
+};
+
+TEST_P(HierLayouts, AllreduceMatchesTheReferenceOnEveryRank) { check(Collective::kAllreduce); }
+TEST_P(HierLayouts, BroadcastMatchesTheReferenceOnEveryRank) { check(Collective::kBroadcast); }
+TEST_P(HierLayouts, AllgatherMatchesTheReferenceOnEveryRank) { check(Collective::kAllgather); }
+
+INSTANTIATE_TEST_SUITE_P(Hosts, HierLayouts,
+                         ::testing::Values(HierLayout{{2, 2}, false}, HierLayout{{2, 3}, true},
+                                           HierLayout{{3, 2}, false}, HierLayout{{1, 3}, true},
+                                           HierLayout{{3, 1}, false}, HierLayout{{2, 1, 3}, true},
+                                           HierLayout{{2, 2, 2}, false},
+                                           // Ranks 0, 2, 4 on one host, 1, 3 on the other.
+                                           HierLayout{{3, 2}, true, {0, 1, 0, 1, 0}}),
+                         [](const auto& info) {
+                           std::string name = "h";
+                           for (size_t i = 0; i < info.param.hostSizes.size(); ++i) {
+                             name += (i ? "x" : "") + std::to_string(info.param.hostSizes[i]);
+                           }
+                           return name + (info.param.hostOfRank.empty() ? "" : "_roundrobin") +
+                                  (info.param.chaos ? "_chaos" : "");
+                         });
 
 // The call check between ranks of one host uses a ring of 16 slots per rank.
 // Shared-memory allreduces skip the check (they compare calls themselves),

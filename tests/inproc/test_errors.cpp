@@ -5,6 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include "support/collective_check.hpp"
 #include "support/inproc.hpp"
@@ -79,7 +82,7 @@ TEST(Errors, UnknownAlgorithmNameListsTheValidOnes) {
   });
   for (int r = 0; r < 2; ++r) {
     const auto& w = out.what[static_cast<size_t>(r)];
-    EXPECT_TRUE(contains(w, "unknown allreduce algorithm 'rign'; valid: ring, rd, hd, tree, shm, native") ||
+    EXPECT_TRUE(contains(w, "unknown allreduce algorithm 'rign'; valid: ring, rd, hd, tree, shm, hier, native") ||
                 contains(w, "rejected")) << w;
   }
 }
@@ -456,4 +459,174 @@ TEST(Errors, MismatchedCallsNameTheFieldThatDiffers) {
       }
     }
   }
+}
+
+namespace {
+
+/// A transport that reports a failed peer the way a real network may: the
+/// peer's abandoned transfer fails here before its abort notice arrives.
+/// Notices stay hidden until a transfer has failed; then the first pending
+/// one fails the transfer that is being tested.
+class NoticeAfterAbandon : public transport::Transport {
+ public:
+  explicit NoticeAfterAbandon(std::unique_ptr<transport::Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return "notice-after-abandon"; }
+  transport::RequestPtr isend(int peer, const void* data, size_t bytes, const transport::Tag& tag) override {
+    return std::make_unique<Req>(*this, inner_->isend(peer, data, bytes, tag));
+  }
+  transport::RequestPtr irecv(int peer, void* data, size_t bytes, const transport::Tag& tag) override {
+    return std::make_unique<Req>(*this, inner_->irecv(peer, data, bytes, tag));
+  }
+  bool probeMismatch(int peer, const transport::Tag& expected) override { return inner_->probeMismatch(peer, expected); }
+  void broadcastAbort(const std::string& reason) override { inner_->broadcastAbort(reason); }
+  std::optional<std::string> pollAbort() override {
+    if (!abandoned_) return std::nullopt;
+    if (held_) return std::exchange(held_, std::nullopt);
+    return inner_->pollAbort();
+  }
+
+ private:
+  struct Req : transport::Request {
+    Req(NoticeAfterAbandon& t, transport::RequestPtr inner) : t_(t), inner_(std::move(inner)) {}
+    bool test() override {
+      if (!t_.abandoned_ && !t_.held_) t_.held_ = t_.inner_->pollAbort();
+      if (t_.held_ && !t_.abandoned_) {
+        t_.abandoned_ = true;
+        throw TransportError("the other side abandoned the transfer");
+      }
+      return inner_->test();
+    }
+    NoticeAfterAbandon& t_;
+    transport::RequestPtr inner_;
+  };
+  std::unique_ptr<transport::Transport> inner_;
+  std::optional<std::string> held_;
+  bool abandoned_ = false;
+};
+
+}  // namespace
+
+// A peer that fails cancels its transfers before its notice goes out, so a
+// rank may see the abandoned transfer first: it must still report the
+// peer's reason (the cause), not the abandoned transfer (a symptom).
+TEST(Errors, APeersReasonWinsOverTheTransferItAbandoned) {
+  auto world = transport::InProcWorld::create(2);
+  std::string what[2];
+  int code[2] = {-1, -1};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<transport::Transport> t = world->transport(r);
+      if (r == 1) t = std::make_unique<NoticeAfterAbandon>(std::move(t));
+      auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), core::Config::resolve(quick()));
+      Communicator comm(impl);
+      std::vector<float> buf(1000, 1.0f);
+      CollectiveOptions o;
+      if (r == 0) o.compression = "fp17";  // rejected on rank 0, which tells rank 1
+      try {
+        comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+      } catch (const Error& e) {
+        what[r] = e.what();
+        code[r] = static_cast<int>(e.code());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(code[0], static_cast<int>(ErrorCode::kInvalidArgument)) << what[0];
+  EXPECT_EQ(code[1], static_cast<int>(ErrorCode::kRemote)) << what[1];
+  EXPECT_TRUE(contains(what[1], "CollectiveOptions::compression")) << what[1];
+}
+
+// The hierarchical algorithms compare calls inside a host (shared-memory
+// fingerprints) and across hosts (the call check and message sizes): a rank
+// with another count, on either host, is an error on every rank, not a hang
+// or wrong numbers.
+TEST(Errors, HierWithDifferentCountsFailsOnEveryRank) {
+  for (const char* coll : {"allreduce", "broadcast", "allgather"}) {
+    for (int odd : {1, 2}) {  // same host as rank 0, or the other host
+      transport::InProcWorld::Settings layout;
+      layout.hostSizes = {2, 2};
+      auto out = perRank(
+          4,
+          [&](RankContext& ctx) {
+            std::vector<float> buf(4 * 1001, 1.0f), in(1001, 2.0f);
+            const size_t n = ctx.rank == odd ? 1001 : 1000;
+            CollectiveOptions o;
+            o.algorithm = "hier";
+            Work w;
+            if (coll == std::string("allreduce")) {
+              w = ctx.comm.allreduce(buf.data(), buf.data(), n, DataType::kFloat32, ReduceOp::kSum, o);
+            } else if (coll == std::string("broadcast")) {
+              w = ctx.comm.broadcast(buf.data(), buf.data(), n, DataType::kFloat32, 0, o);
+            } else {
+              w = ctx.comm.allgather(in.data(), buf.data(), n, DataType::kFloat32, o);
+            }
+            w.wait();
+            ctx.comm.barrier().wait();
+          },
+          quick(), layout);
+      bool named = false;  // some rank says which count differs
+      for (int r = 0; r < 4; ++r) {
+        named = named || out.code[static_cast<size_t>(r)] == static_cast<int>(ErrorCode::kMismatch) ||
+                contains(out.what[static_cast<size_t>(r)], "size mismatch");
+      }
+      EXPECT_TRUE(named) << coll << ", odd rank " << odd << ": " << out.what[0] << "\n" << out.what[odd];
+      for (int r = 0; r < 4; ++r) {
+        const auto& w = out.what[static_cast<size_t>(r)];
+        const int code = out.code[static_cast<size_t>(r)];
+        SCOPED_TRACE(std::string(coll) + ", odd rank " + std::to_string(odd) + ", rank " + std::to_string(r));
+        EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote) ||
+                    code == static_cast<int>(ErrorCode::kTransport))
+            << w;
+        EXPECT_LT(out.seconds[static_cast<size_t>(r)], 10.0) << w;
+      }
+    }
+  }
+}
+
+// Forced where it cannot run (one host), hier falls back to the default and
+// still computes the right numbers, as every forced algorithm does.
+TEST(Errors, HierForcedOnOneHostFallsBackAndStaysCorrect) {
+  runRanks(3, [](RankContext& ctx) {
+    CollectiveCase c{Collective::kAllreduce, "", DataType::kFloat32, ReduceOp::kSum, 1000, 0, false, 7};
+    std::vector<float> in(1000, static_cast<float>(ctx.rank + 1)), out(1000, 0.0f);
+    CollectiveOptions o;
+    o.algorithm = "hier";
+    Work w = ctx.comm.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum, o);
+    w.wait();
+    EXPECT_EQ(w.algorithm(), "shm");
+    for (float v : out) ASSERT_EQ(v, 6.0f);
+  });
+}
+
+// Whether a host has shared memory is only known on that host: a rank alone
+// on its host can run hier while the ranks of a host without shared memory
+// fall back. The call check then names the differing algorithm on every
+// rank instead of letting the two sides wait for each other.
+TEST(Errors, HierOnSomeRanksAndAFallbackOnOthersIsAMismatchEverywhere) {
+  transport::InProcWorld::Settings layout;
+  layout.hostSizes = {1, 2};
+  layout.shmChunkBytes = 0;
+  auto out = perRank(
+      3,
+      [](RankContext& ctx) {
+        std::vector<float> buf(1000, 1.0f);
+        CollectiveOptions o;
+        o.algorithm = "hier";
+        ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+        ctx.comm.barrier().wait();
+      },
+      quick(), layout);
+  bool named = false;
+  for (int r = 0; r < 3; ++r) {
+    const auto& w = out.what[static_cast<size_t>(r)];
+    const int code = out.code[static_cast<size_t>(r)];
+    EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
+        << "rank " << r << ": " << w;
+    EXPECT_LT(out.seconds[static_cast<size_t>(r)], 10.0) << "rank " << r;
+    named = named || (contains(w, "algorithm differs") && contains(w, "hier"));
+  }
+  EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1] << "\n" << out.what[2];
 }

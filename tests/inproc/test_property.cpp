@@ -4,6 +4,7 @@
 // fixed with GRADCOMM_TEST_SEED to reproduce a failure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <random>
@@ -52,8 +53,21 @@ TEST(Property, RandomCollectivesMatchTheReference) {
     const size_t chunks[] = {8, 64, 4096};
     settings.shmChunkBytes = chunks[worldRng() % 3];
     settings.seed = worldRng();
+    // Half the worlds span several emulated hosts of random sizes.
+    std::string hosts = "one host";
+    if (p >= 2 && worldRng() % 2 == 0) {
+      const int count = 2 + static_cast<int>(worldRng() % static_cast<uint64_t>(p - 1));  // 2..p hosts
+      settings.hostSizes.assign(static_cast<size_t>(count), 1);
+      for (int extra = p - count; extra > 0; --extra) ++settings.hostSizes[worldRng() % settings.hostSizes.size()];
+      hosts = "hosts of";
+      for (int n : settings.hostSizes) hosts += " " + std::to_string(n);
+    }
+    const int largestHost = settings.hostSizes.empty() ? p : *std::max_element(settings.hostSizes.begin(), settings.hostSizes.end());
+    // What the layout can run (the others fall back by design, tested elsewhere).
+    const bool shmRuns = settings.hostSizes.empty() && p >= 2;
+    const bool hierRuns = settings.hostSizes.size() >= 2 && largestHost >= 2 && settings.shmChunkBytes >= 8 * static_cast<size_t>(p);
     const uint64_t caseSeed = worldRng();
-    SCOPED_TRACE("seed " + std::to_string(seed) + " world " + std::to_string(w) + " ranks " + std::to_string(p));
+    SCOPED_TRACE("seed " + std::to_string(seed) + " world " + std::to_string(w) + " ranks " + std::to_string(p) + ", " + hosts);
     runRanks(
         p,
         [&](RankContext& ctx) {
@@ -66,7 +80,7 @@ TEST(Property, RandomCollectivesMatchTheReference) {
             c.collective = colls[rng() % 7];
             auto names = namesOf(c.collective);
             c.algorithm = names[rng() % names.size()];
-            if (c.algorithm == "shm" && p == 1) c.algorithm.clear();  // needs two ranks
+            if ((c.algorithm == "shm" && !shmRuns) || (c.algorithm == "hier" && !hierRuns)) c.algorithm.clear();
             c.type = allTypes()[rng() % 8];
             c.op = allOps()[rng() % 5];
             if (!supported(c.type, c.op)) c.op = ReduceOp::kSum;
@@ -100,9 +114,14 @@ TEST(Property, EveryRankGetsIdenticalBitsForRealValuedFloats) {
   // within rounding of the exact sum.
   for (int p : {2, 3, 5, 8}) {
     std::vector<std::vector<float>> results(static_cast<size_t>(p));
-    for (const char* algo : {"ring", "rd", "hd", "tree"}) {
+    for (const char* algo : {"ring", "rd", "hd", "tree", "hier"}) {
       Options o;
       o.set("SEGMENT_SIZE", "256");
+      transport::InProcWorld::Settings settings;
+      if (algo == std::string("hier")) {
+        if (p < 3) continue;  // needs a host with two ranks and another host
+        settings.hostSizes = {2, p - 2};
+      }
       runRanks(
           p,
           [&](RankContext& ctx) {
@@ -112,10 +131,12 @@ TEST(Property, EveryRankGetsIdenticalBitsForRealValuedFloats) {
             for (auto& v : buf) v = dist(rng);
             CollectiveOptions co;
             co.algorithm = algo;
-            ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, co).wait();
+            Work work = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, co);
+            work.wait();
+            if (work.algorithm() != algo) throw std::runtime_error(std::string(algo) + " fell back to " + work.algorithm());
             results[static_cast<size_t>(ctx.rank)] = buf;
           },
-          o);
+          o, settings);
       std::vector<double> exact(1013, 0.0);
       for (int r = 0; r < p; ++r) {
         std::mt19937 rng(static_cast<unsigned>(r * 977 + 5));

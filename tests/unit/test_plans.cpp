@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "algorithms/catalog.hpp"
+#include "algorithms/hier_phases.hpp"
 #include "algorithms/patterns/binomial_tree.hpp"
 #include "algorithms/patterns/partition.hpp"
 #include "algorithms/selector.hpp"
@@ -157,6 +158,70 @@ TEST(Plans, EveryPlannerIsRaceFreeAndItsMessagesPairUp) {
   }
 }
 
+// The plans between hosts of the hierarchical algorithms, for every rank of
+// equal, unequal and round-robin layouts: race-free, and every send has
+// exactly one receive of the same size on its peer (the slices' rings and
+// trees on one pair of ranks never reuse a message index).
+TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
+  Tuning tuning;
+  tuning.segmentBytes = 16;
+  tuning.pipelineDepth = 2;
+  struct Layout {
+    std::vector<int> sizes;
+    std::vector<int> hostOfRank;
+  };
+  for (const Layout& layout : {Layout{{2, 2}, {}}, Layout{{2, 3}, {}}, Layout{{3, 2}, {}}, Layout{{1, 3}, {}},
+                               Layout{{2, 1, 3}, {}}, Layout{{2, 2, 2}, {}}, Layout{{4, 4}, {}},
+                               Layout{{3, 2}, {0, 1, 0, 1, 0}}}) {
+    transport::InProcWorld::Settings settings;
+    settings.hostSizes = layout.sizes;
+    settings.hostOfRank = layout.hostOfRank;
+    int size = 0;
+    for (int n : layout.sizes) size += n;
+    auto world = transport::InProcWorld::create(size, settings);
+    std::vector<hier::Layout> ranks;
+    for (int r = 0; r < size; ++r) ranks.push_back(hier::Layout::of(*world->transport(r)));
+    for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast, Collective::kAllgather}) {
+      for (size_t count : {size_t{1}, size_t{2}, static_cast<size_t>(size + 1), size_t{37}, size_t{70}}) {
+        for (int root : {0, size - 1}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            if (coll != Collective::kAllreduce && op == ReduceOp::kAvg) continue;
+            const bool inPlace = coll != Collective::kAllgather || root == 0;
+            auto call = makeCall(coll, count, inPlace, op, root);
+            std::map<std::tuple<int, int, uint32_t>, size_t> sends, recvs;
+            for (int r = 0; r < size; ++r) {
+              SCOPED_TRACE(std::string(toString(coll)) + " hosts=" + std::to_string(layout.sizes.size()) +
+                           " size=" + std::to_string(size) + " count=" + std::to_string(count) + " root=" +
+                           std::to_string(root) + " rank=" + std::to_string(r) + " op=" + toString(op));
+              const auto& l = ranks[static_cast<size_t>(r)];
+              Plan plan = coll == Collective::kAllreduce   ? hier::allreduceInterHostPlan(call, l, tuning)
+                          : coll == Collective::kBroadcast ? hier::broadcastInterHostPlan(call, l, tuning)
+                                                           : hier::allgatherInterHostPlan(call, l);
+              // allreduce and broadcast run in place in the output.
+              ASSERT_EQ(findHazard(plan, inPlace, inputShift(coll, r, count)), "");
+              for (const Step& s : plan.steps) {
+                if (s.kind == StepKind::kSend) {
+                  ASSERT_NE(s.peer, r);
+                  ASSERT_NE(ranks[static_cast<size_t>(s.peer)].host, l.host) << "a message inside a host";
+                  auto key = std::make_tuple(r, s.peer, s.message);
+                  ASSERT_FALSE(sends.count(key)) << "duplicate message id " << s.message;
+                  sends[key] = s.a.count;
+                } else if (s.kind == StepKind::kRecv) {
+                  auto key = std::make_tuple(s.peer, r, s.message);
+                  ASSERT_FALSE(recvs.count(key)) << "duplicate message id " << s.message;
+                  recvs[key] = s.dst.count;
+                }
+              }
+            }
+            ASSERT_EQ(sends, recvs) << toString(coll) << " size=" << size << " count=" << count;
+            ASSERT_FALSE(sends.empty());
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Plans, HazardCheckerFindsAMissingDependency) {
   // A receive into the region a send still reads, with no ordering.
   PlanBuilder b;
@@ -226,7 +291,7 @@ TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
     Selector bad("allreduce:rign", DefaultRule{});
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("valid: ring, rd, hd, tree, shm, native"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("valid: ring, rd, hd, tree, shm, hier, native"), std::string::npos) << e.what();
   }
   EXPECT_THROW(Selector("frobnicate", DefaultRule{}), ConfigError);
   EXPECT_THROW(Selector("allreduce:64K-1K:ring", DefaultRule{}), ConfigError);
@@ -236,6 +301,59 @@ TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
   Selector sel("auto", DefaultRule{});
   auto call = makeCall(Collective::kAllreduce, 10, false, ReduceOp::kSum, 0);
   EXPECT_THROW(sel.select(call, *t, "bogus"), InvalidArgument);
+}
+
+TEST(Selector, HierIsForcedOnlyAndSaysWhyItCannotRun) {
+  auto call = makeCall(Collective::kAllreduce, 1 << 20, false, ReduceOp::kSum, 0);
+  Selector sel("auto", DefaultRule{16 * 1024, 0});
+  auto pick = [&](transport::InProcWorld::Settings s, int size, const char* forced) {
+    auto world = transport::InProcWorld::create(size, s);
+    auto t = world->transport(0);
+    return sel.select(call, *t, forced);
+  };
+  transport::InProcWorld::Settings twoByTwo;
+  twoByTwo.hostSizes = {2, 2};
+  EXPECT_STREQ(pick(twoByTwo, 4, "hier").algorithm->name(), "hier");
+  EXPECT_STREQ(pick(twoByTwo, 4, "").algorithm->name(), "ring");  // never chosen by default
+  struct Case {
+    const char* what;
+    std::vector<int> hosts;
+    size_t shmChunk;
+    const char* reason;
+  };
+  for (const Case& c : {Case{"one host", {4}, 4096, "all ranks share one host"},
+                        Case{"one rank per host", {1, 1, 1}, 4096, "every host has one rank"},
+                        Case{"no shared memory", {2, 2}, 0, "no shared memory"},
+                        Case{"a chunk below 8 bytes per slice", {2, 3}, 16, "chunk is too small"}}) {
+    transport::InProcWorld::Settings s;
+    s.hostSizes = c.hosts;
+    s.shmChunkBytes = c.shmChunk;
+    int size = 0;
+    for (int n : c.hosts) size += n;
+    auto choice = pick(s, size, "hier");
+    EXPECT_STRNE(choice.algorithm->name(), "hier") << c.what;
+    EXPECT_NE(choice.note.find("cannot run this call"), std::string::npos) << c.what << ": " << choice.note;
+    EXPECT_NE(choice.note.find(c.reason), std::string::npos) << c.what << ": " << choice.note;
+  }
+}
+
+TEST(InProcWorld, HostSizesMustCoverTheWorld) {
+  transport::InProcWorld::Settings s;
+  s.hostSizes = {2, 2};
+  EXPECT_THROW(transport::InProcWorld::create(5, s), InvalidArgument);
+  s.hostSizes = {3, 0, 2};
+  EXPECT_THROW(transport::InProcWorld::create(5, s), InvalidArgument);
+  s.hostSizes = {1, 3};
+  auto world = transport::InProcWorld::create(4, s);
+  EXPECT_EQ(world->transport(2)->hostLocalRanks(), (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(world->transport(0)->hostLayout(), (std::vector<std::vector<int>>{{0}, {1, 2, 3}}));
+  EXPECT_EQ(world->transport(0)->sharedMemory(), nullptr);  // alone on its host
+  transport::InProcWorld::Settings roundRobin;
+  roundRobin.hostOfRank = {0, 1, 0};
+  EXPECT_THROW(transport::InProcWorld::create(4, roundRobin), InvalidArgument);
+  auto rr = transport::InProcWorld::create(3, roundRobin);
+  EXPECT_EQ(rr->transport(2)->hostLocalRanks(), (std::vector<int>{0, 2}));
+  EXPECT_EQ(rr->transport(1)->hostLayout(), (std::vector<std::vector<int>>{{0, 2}, {1}}));
 }
 
 TEST(Selector, NativeFallsBackLoudlyWithoutMpi) {

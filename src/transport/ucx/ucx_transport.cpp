@@ -96,7 +96,7 @@ struct UcxTransport::State {
   };
   std::vector<std::unique_ptr<ErrArg>> errArgs;
   std::vector<int> localRanks;
-  std::vector<int> hostLeaders;
+  std::vector<std::vector<int>> hosts;
   std::string hostName;
   /// Process id of each peer on this host (same pid namespace), else 0.
   std::vector<pid_t> peerPid;
@@ -430,10 +430,10 @@ UcxTransport::UcxTransport(Bootstrap& boot, size_t shmChunkBytes, std::chrono::m
     if (r != rank && !ns.empty() && ns == pidNs) st->peerPid[static_cast<size_t>(r)] = std::atoi(pid.c_str());
   }
   st->localRanks = ranksWithKey(keys, rank);
-  for (int r = 0; r < size; ++r) {
-    int leader = 0;
-    while (keys[static_cast<size_t>(leader)] != keys[static_cast<size_t>(r)]) ++leader;
-    st->hostLeaders.push_back(leader);
+  {
+    std::vector<long long> hostOf(static_cast<size_t>(size));
+    for (int r = 0; r < size; ++r) hostOf[static_cast<size_t>(r)] = ranksWithKey(keys, r).front();
+    st->hosts = groupHosts(hostOf);
   }
   const std::string& mine = keys[static_cast<size_t>(rank)];
   st->hostName = mine.substr(0, mine.find('|')) + "/node-of-rank" + std::to_string(st->localRanks.front());
@@ -481,6 +481,7 @@ int UcxTransport::rank() const { return state_->rank; }
 int UcxTransport::size() const { return state_->size; }
 ShmGroup* UcxTransport::sharedMemory() { return shm_.get(); }
 std::vector<int> UcxTransport::hostLocalRanks() const { return state_->localRanks; }
+std::vector<std::vector<int>> UcxTransport::hostLayout() const { return state_->hosts; }
 
 bool UcxTransport::abandonedTransfersPending() {
   State& st = *state_;
@@ -495,8 +496,6 @@ bool UcxTransport::abandonedTransfersPending() {
   return !st.abandoned.empty();
 }
 std::string UcxTransport::hostName() const { return state_->hostName; }
-
-std::vector<int> UcxTransport::hostLeaders() const { return state_->hostLeaders; }
 
 RequestPtr UcxTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
   auto req = std::make_unique<UcxRequest>(state_, false, peer, bytes);

@@ -67,10 +67,9 @@ class UcxTransport : public Transport {
   std::optional<std::string> pollAbort() override;
   ShmGroup* sharedMemory() override;
   bool abandonedTransfersPending() override;
-  /// Ranks sharing this rank's host (itself included, ascending).
-  std::vector<int> hostLocalRanks() const;
+  std::vector<int> hostLocalRanks() const override;
+  std::vector<std::vector<int>> hostLayout() const override;
   std::string hostName() const override;
-  std::vector<int> hostLeaders() const override;
 
   struct State;
 
