@@ -330,3 +330,17 @@ TEST(Selector, PrecedenceIsForcedThenRulesThenTuningFileThenModel) {
   plain.useModel(model);
   EXPECT_STREQ(plain.select(allreduce(4096), *t, "").algorithm->name(), "rd");
 }
+
+TEST(Selector, TwoHostsOfTwoChooseHierarchicalForLargeAllreduces) {
+  transport::InProcWorld::Settings layout;
+  layout.hostSizes = {2, 2};
+  auto world = transport::InProcWorld::create(4, layout);
+  auto t = world->transport(0);
+  ASSERT_NE(algorithms::findAlgorithm(Collective::kAllreduce, "hier"), nullptr);
+  algorithms::Selector sel("auto", algorithms::DefaultRule{});
+  sel.useModel(std::make_shared<CostModel>(detect(*t), chosenCosts()));
+  EXPECT_STREQ(sel.select(allreduce(kSmall), *t, "").algorithm->name(), "rd");
+  auto large = sel.select(allreduce(kLarge), *t, "");
+  EXPECT_STREQ(large.algorithm->name(), "hier") << large.why;
+  EXPECT_EQ(large.why.rfind("cost model (test): hier ", 0), 0u) << large.why;
+}
