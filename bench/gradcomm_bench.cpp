@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -49,6 +50,7 @@ struct Args {
   std::vector<std::string> baselines;
   std::string json;
   std::string csv;
+  std::string tune;  // --tune FILE: write the fastest algorithm per size as a tuning file
   std::vector<std::string> compressions;  // empty: GRADCOMM_COMPRESSION's value (allreduce), else none
   std::vector<std::string> transports;  // empty: the default of the launch
   bool noMpi = false;
@@ -181,6 +183,8 @@ void usage() {
       "  --no-mpi                never initialise MPI, even under mpirun (rank and size from\n"
       "                          OMPI_COMM_WORLD_*, rendezvous as in communicatorFromEnvironment)\n"
       "  --json FILE, --csv FILE write every row (rank 0)\n"
+      "  --tune FILE             measure every algorithm (implies --algo all) and write, per size, the\n"
+      "                          fastest (out-of-place time) as a GRADCOMM_TUNING_FILE for this layout\n"
       "  -q, --quiet             no progress on stderr\n"
       "Sizes are bytes of the whole buffer as in nccl-tests (allgather: the output,\n"
       "reducescatter: the input). busbw = algbw * 2(n-1)/n (allreduce), (n-1)/n\n"
@@ -266,6 +270,8 @@ Args parseArgs(int argc, char** argv) {
       a.json = next();
     } else if (k == "--csv") {
       a.csv = next();
+    } else if (k == "--tune") {
+      a.tune = next();
     } else if (k == "-q" || k == "--quiet") {
       a.quiet = true;
     } else {
@@ -278,6 +284,14 @@ Args parseArgs(int argc, char** argv) {
   if (a.iters < 1 || a.warmup < 0) die("-n must be at least 1 and -w at least 0");
   if (a.collective == Collective::kReduce || a.collective == Collective::kBarrier) {
     die("--collective must be allreduce, allgather, reducescatter or broadcast");
+  }
+  if (!a.tune.empty()) {
+    if (a.algos.size() == 1 && a.algos[0] == "default") a.algos = {"all"};
+    if (a.types.size() != 1 || a.ops.size() != 1) die("--tune measures one data type and one op (-d, -o)");
+    if (!a.compressions.empty() && (a.compressions.size() != 1 || a.compressions[0] != "none")) {
+      die("--tune measures uncompressed calls (leave --compression out)");
+    }
+    a.compressions = {"none"};
   }
   if (a.compressions.empty()) {
     // Without --compression, measure what the library would run: the
@@ -298,13 +312,57 @@ Args parseArgs(int argc, char** argv) {
   // Only rank 0 writes the files: it checks them, and every rank leaves with its verdict.
   std::string why;
   if (gRank == 0) {
-    for (const auto& [option, path] : {std::pair<std::string, std::string>{"--json", a.json}, {"--csv", a.csv}}) {
+    for (const auto& [option, path] :
+         {std::pair<std::string, std::string>{"--json", a.json}, {"--csv", a.csv}, {"--tune", a.tune}}) {
       if (!path.empty() && why.empty() && !bench::unwritable(path).empty()) why = option + ": " + bench::unwritable(path);
     }
   }
   why = fromRankZero(why);
   if (!why.empty()) die(why);
   return a;
+}
+
+/// Writes, per measured size, the algorithm with the lowest out-of-place
+/// time (only rows that ran what they asked for, with no wrong element) as
+/// a GRADCOMM_TUNING_FILE: one entry per run of sizes with the same
+/// winner, from the first size of the run to the first size of the next
+/// (the first from 0, the last open). Returns why it failed, or "".
+std::string writeTuningFile(const std::string& path, const std::vector<Row>& rows, Collective collective,
+                            const std::string& transport, const std::string& layout) {
+  std::map<size_t, std::pair<std::string, double>> best;  // bytes -> (algorithm, time)
+  for (const Row& r : rows) {
+    if (r.inPlace || r.algorithm == "default" || r.algorithm.rfind("baseline:", 0) == 0) continue;
+    if (r.transport != transport || r.executed != r.algorithm || r.wrong > 0) continue;
+    auto it = best.find(r.bytes);
+    if (it == best.end() || r.timeUs < it->second.second) best[r.bytes] = {r.algorithm, r.timeUs};
+  }
+  if (best.empty()) return "--tune: no algorithm ran successfully, nothing to write";
+  std::ostringstream out;
+  out << "# gradcomm tuning file written by gradcomm-bench --tune (" << toString(collective) << ", transport "
+      << transport << "): the fastest algorithm per measured size\n";
+  // Only an even layout can be named; an uneven one applies the file to any.
+  if (layout.find('x') != std::string::npos) out << "layout " << layout << "\n";
+  std::string current;
+  size_t from = 0;
+  auto emit = [&](size_t to) {
+    out << toString(collective) << " " << from << "-" << (to == SIZE_MAX ? std::string("inf") : std::to_string(to))
+        << " " << current << "\n";
+  };
+  for (const auto& [bytes, choice] : best) {
+    if (choice.first == current) continue;
+    if (!current.empty()) {
+      emit(bytes);
+      from = bytes;
+    }
+    current = choice.first;
+  }
+  emit(SIZE_MAX);
+  std::ofstream f(path);
+  f << out.str();
+  f.close();
+  if (!f) return "--tune: could not write '" + path + "'";
+  std::printf("# tuning file written to %s\n", path.c_str());
+  return "";
 }
 
 double busFactor(Collective c, int n) {
@@ -813,6 +871,7 @@ int main(int argc, char** argv) {
       runs.push_back({cfg, c});
     }
   }
+  std::string layout;  // of the first transport's communicator, for --tune
   for (const auto& transport : args.transports) {
   std::unique_ptr<Communicator> owned;
   Communicator* comm = envComm.get();
@@ -824,6 +883,7 @@ int main(int argc, char** argv) {
     }
     comm = owned.get();
   }
+  if (layout.empty()) layout = comm->layout();
   Context ctx{args, comm, mpi, hosts, control, transport};
   for (const auto& run : runs) {
     const std::string& cfg = run.algo;
@@ -959,6 +1019,13 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "gradcomm-bench: could not write the results to '%s'\n", args.csv.c_str());
         written = false;
       }
+    }
+  }
+  if (gRank == 0 && !args.tune.empty()) {
+    const std::string why = writeTuningFile(args.tune, all, args.collective, args.transports.front(), layout);
+    if (!why.empty()) {
+      std::fprintf(stderr, "gradcomm-bench: %s\n", why.c_str());
+      written = false;
     }
   }
   envComm.reset();

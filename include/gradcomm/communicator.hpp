@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gradcomm/config.hpp"
@@ -149,6 +150,23 @@ class GRADCOMM_API Communicator {
 
   /// Which algorithm the communicator would choose for such a call.
   std::string algorithmFor(Collective collective, size_t count, DataType type) const;
+
+  /// What the selector decides for a call (no per-call option), why, and
+  /// the cost model's predictions.
+  struct Selection {
+    std::string algorithm;
+    std::string why;
+    /// (name, seconds) of every registered algorithm that can run the call,
+    /// fastest first; empty with GRADCOMM_SELECT=rule.
+    std::vector<std::pair<std::string, double>> predictedSeconds;
+  };
+  /// The selector's decision for a sum of `count` elements of `type`
+  /// (allgather and reduce-scatter: count per rank; root 0).
+  Selection explainSelection(Collective collective, size_t count, DataType type) const;
+  /// The ranks' layout, "HxL" (hosts x ranks per host), or "P+Q+..." when hosts differ.
+  std::string layout() const;
+  /// The topology and the cost model's inputs, one line each.
+  std::string describeTopology() const;
 
   /// Ends the communicator for every handle: stops its progress thread and
   /// fails pending operations. Later calls throw InvalidUsage. Local: it

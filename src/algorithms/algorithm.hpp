@@ -10,6 +10,7 @@
 #include "algorithms/workspace.hpp"
 #include "gradcomm/types.hpp"
 #include "kernels/reduce.hpp"
+#include "topology/topology_view.hpp"
 #include "transport/transport.hpp"
 
 namespace gradcomm::algorithms {
@@ -40,6 +41,8 @@ struct Tuning {
 /// schedule, and is only touched by the thread driving progress).
 struct RunContext {
   transport::Transport* transport = nullptr;
+  /// Which ranks share a host, how ranks are linked (the communicator's view; never null in a communicator).
+  const topology::TopologyView* topology = nullptr;
   transport::Tag tag;  ///< seq and fingerprint; message filled per step
   kernels::ReduceFn reduce = nullptr;
   kernels::DivideFn divide = nullptr;

@@ -1,6 +1,8 @@
 #include "algorithms/selector.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 #include "algorithms/catalog.hpp"
 #include "core/units.hpp"
@@ -31,6 +33,14 @@ std::string allNames() {
            algorithmNames(static_cast<Collective>(c));
   }
   return out;
+}
+
+std::string formatSeconds(double s) {
+  char buf[32];
+  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%.1fus", s * 1e6);
+  else if (s < 1) std::snprintf(buf, sizeof buf, "%.3fms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3fs", s);
+  return buf;
 }
 
 }  // namespace
@@ -88,8 +98,71 @@ size_t Selector::callBytes(const CollectiveCall& call, int size) {
   return bytes;
 }
 
+void Selector::useModel(std::shared_ptr<const topology::CostModel> model,
+                        std::shared_ptr<const topology::TuningTable> tuning) {
+  if (tuning) {
+    for (const auto& e : tuning->entries) {
+      if (!findAlgorithm(e.collective, e.algorithm)) {
+        throw ConfigError(tuning->origin + " line " + std::to_string(e.line) + ": '" + e.algorithm + "' is not a " +
+                          toString(e.collective) + " algorithm; valid: " + algorithmNames(e.collective));
+      }
+    }
+  }
+  model_ = std::move(model);
+  tuning_ = std::move(tuning);
+}
+
+std::vector<Selector::Prediction> Selector::predictions(const CollectiveCall& call,
+                                                        const transport::Transport& t) const {
+  std::vector<Prediction> out;
+  if (!model_) return out;
+  const size_t bytes = callBytes(call, t.size());
+  for (const Algorithm* a : allAlgorithms()) {
+    if (a->collective() != call.collective || !a->canRun(call, t)) continue;
+    if (auto seconds = model_->predict(call.collective, a->name(), bytes)) out.push_back({a, *seconds});
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Prediction& x, const Prediction& y) { return x.seconds < y.seconds; });
+  return out;
+}
+
 const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport::Transport& t,
                                     std::string* why) const {
+  auto because = [why](std::string text) {
+    if (why) *why = std::move(text);
+  };
+  const size_t bytes = callBytes(call, t.size());
+  std::string tuningNote;
+  if (tuning_) {
+    if (const topology::TuningEntry* e = tuning_->find(call.collective, bytes)) {
+      const Algorithm* a = findAlgorithm(call.collective, e->algorithm);
+      if (a && a->canRun(call, t)) {
+        because("tuning file " + tuning_->origin + " line " + std::to_string(e->line) + ": '" + e->algorithm +
+                "' measured fastest for this size");
+        return *a;
+      }
+      tuningNote = "; the tuning file's '" + e->algorithm + "' (line " + std::to_string(e->line) +
+                   ") cannot run this call";
+    }
+  }
+  const auto ranked = predictions(call, t);
+  if (!ranked.empty()) {
+    if (why) {
+      std::string text = "cost model (" + model_->costs().source + "): " + ranked.front().algorithm->name() + " " +
+                         formatSeconds(ranked.front().seconds);
+      for (size_t i = 1; i < ranked.size() && i < 3; ++i) {
+        text += std::string(i == 1 ? " < " : ", ") + ranked[i].algorithm->name() + " " +
+                formatSeconds(ranked[i].seconds);
+      }
+      *why = text + tuningNote;
+    }
+    return *ranked.front().algorithm;
+  }
+  return bySizeRule(call, t, why);
+}
+
+const Algorithm& Selector::bySizeRule(const CollectiveCall& call, const transport::Transport& t,
+                                      std::string* why) const {
   auto because = [why](std::string text) {
     if (why) *why = std::move(text);
   };

@@ -13,6 +13,9 @@ constexpr const char* kAgreedParams[] = {
     // Ranks with different timeouts would give up at different times: one
     // fails while its peers still wait (or never do, with 0).
     "GRADCOMM_TIMEOUT",
+    // Every rank takes part in the calibration and must read the same
+    // tuning choices (rank 0's file), or ranks would choose differently.
+    "GRADCOMM_SELECT", "GRADCOMM_CALIBRATE", "GRADCOMM_TUNING_FILE",
 };
 
 std::string agreedParams(const Options& options) {

@@ -198,6 +198,36 @@ std::vector<std::string> algorithmNames(Collective collective) {
   return out;
 }
 
+Communicator::Selection Communicator::explainSelection(Collective collective, size_t count, DataType type) const {
+  CollectiveCall c;
+  c.collective = collective;
+  c.count = count;
+  c.type = type;
+  auto& impl = checked();
+  auto& t = impl.engine().transport();
+  const auto choice = impl.selector().select(c, t, {});
+  Selection out{choice.algorithm->name(), choice.why, {}};
+  for (const auto& p : impl.selector().predictions(c, t)) out.predictedSeconds.emplace_back(p.algorithm->name(), p.seconds);
+  return out;
+}
+
+std::string Communicator::layout() const {
+  const auto& v = checked().topology();
+  if (v.uniformHosts()) return std::to_string(v.numHosts()) + "x" + std::to_string(v.maxRanksPerHost());
+  std::string out;
+  for (int h = 0; h < v.numHosts(); ++h) out += (h ? "+" : "") + std::to_string(v.ranksOnHost(h).size());
+  return out;
+}
+
+std::string Communicator::describeTopology() const {
+  const auto& impl = checked();
+  const auto& v = impl.topology();
+  std::string out = "topology: " + v.describe() + "; this host: " + v.hostLabel() + ", " + v.hardware().describe();
+  if (const auto* model = impl.selector().model()) out += "\ncost model: " + model->costs().describe();
+  else out += "\ncost model: off (GRADCOMM_SELECT=rule)";
+  return out;
+}
+
 std::string Communicator::algorithmFor(Collective collective, size_t count, DataType type) const {
   CollectiveCall c;
   c.collective = collective;

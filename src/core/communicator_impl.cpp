@@ -1,7 +1,12 @@
 #include "core/communicator_impl.hpp"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
 
 #include "algorithms/catalog.hpp"
 #include "algorithms/compressed.hpp"
@@ -9,6 +14,8 @@
 #include "core/units.hpp"
 #include "gradcomm/version.hpp"
 #include "kernels/reduce.hpp"
+#include "topology/calibration.hpp"
+#include "topology/tuning_file.hpp"
 #include "transport/shm_group.hpp"
 #include "transport/ucx_factory.hpp"
 
@@ -66,6 +73,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
       rank_(transport->rank()),
       size_(transport->size()),
       simd_(kernels::resolveSimd(config_.simd)),
+      view_(topology::detect(*transport)),
       selector_(config_.algo, algorithms::DefaultRule{config_.smallMessageBytes, config_.treeMaxBytes}),
       defaultCompression_(compression::Spec::parse(config_.compression)) {
   core::setLogLevel(config_.logLevel);
@@ -74,9 +82,178 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
   settings.pollSpins = config_.pollSpins;
   settings.pollMaxSleep = config_.pollMaxSleep;
   settings.linger = config_.pollLinger;
+  setUpSelection(*transport);
   engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), settings);
   engine_->start();
   logStartup();
+}
+
+namespace {
+
+/// The whole file, or nullopt when it cannot be opened.
+std::optional<std::string> readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string layoutOf(const topology::TopologyView& v) {
+  return v.uniformHosts() ? topology::layoutName(v.numHosts(), v.maxRanksPerHost()) : v.describe();
+}
+
+}  // namespace
+
+namespace {
+
+transport::Tag setupTag() {
+  transport::Tag tag;
+  tag.seq = 0;
+  tag.fingerprint = kCalibrationFingerprint;
+  return tag;
+}
+
+/// Drives the creation-time exchange on this thread, before the progress
+/// engine exists. Abort notices are left for the engine (a faster peer's
+/// notice is about a later operation, and this rank's last message may
+/// already have arrived) unless nothing moved for a second: then a peer
+/// may have failed during creation, and its reason is the error here.
+void runSetup(transport::Transport& t, algorithms::SchedulePtr schedule, std::chrono::nanoseconds timeout) {
+  using Clock = std::chrono::steady_clock;
+  auto lastProgress = Clock::now();
+  while (!schedule->done()) {
+    bool moved = false;
+    try {
+      moved = schedule->advance();
+    } catch (const Error& e) {
+      t.broadcastAbort("communicator creation failed: " + std::string(e.what()));
+      throw;
+    }
+    if (moved) {
+      lastProgress = Clock::now();
+      continue;
+    }
+    if (schedule->done()) break;
+    const auto idle = Clock::now() - lastProgress;
+    if (idle > std::chrono::seconds(1)) {
+      if (auto notice = t.pollAbort()) {
+        throw RemoteError("communicator creation failed because " + *notice);
+      }
+    }
+    if (timeout.count() > 0 && idle > timeout) {
+      const std::string why = "communicator creation: the calibration exchange made no progress for " +
+                              core::formatDuration(timeout) + " (GRADCOMM_TIMEOUT); waiting for " +
+                              schedule->waitingFor();
+      t.broadcastAbort("[timeout] " + why);
+      throw TimeoutError(why);
+    }
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
+void CommunicatorImpl::setUpSelection(transport::Transport& t) {
+  if (config_.select == "rule") return;  // the size rule needs nothing measured
+  using topology::CalibrationMode;
+  const CalibrationMode mode = CalibrationMode::parse(config_.calibrate);
+  const std::string layout = layoutOf(view_);
+  topology::SetupInput in;
+  in.costs = topology::MachineCosts::defaults();
+  in.budget = config_.calibrateBudget;
+  bool measure = false;
+  if (rank_ == 0) {
+    // Only rank 0 reads files: other hosts may not see them, and every rank
+    // must use the same numbers.
+    measure = mode.kind == CalibrationMode::Kind::kRun;
+    if (mode.kind == CalibrationMode::Kind::kFile) {
+      if (auto text = readFile(mode.path)) {
+        try {
+          std::string fileLayout;
+          topology::MachineCosts loaded = topology::parseCalibration(*text, "GRADCOMM_CALIBRATE file " + mode.path,
+                                                                     &fileLayout);
+          if (fileLayout == layout) {
+            in.costs = loaded;
+          } else {
+            core::log(core::LogLevel::kWarn, rank_,
+                      "GRADCOMM_CALIBRATE file " + mode.path + " was measured on layout " + fileLayout +
+                          ", this job is " + layout + ": measuring again and rewriting it");
+            measure = true;
+          }
+        } catch (const ConfigError& e) {
+          in.tuning.error = e.what();
+        }
+      } else {
+        measure = true;  // first run: measure, then write the file
+      }
+    }
+    if (measure) {
+      in.costs = topology::measureLocalCosts();
+      in.runPingPong = size_ > 1;
+      // Alone, there are no links to probe: the local costs are all there is.
+      if (size_ == 1) in.costs.source = "calibrated";
+    }
+    if (!config_.tuningFile.empty()) {
+      if (auto text = readFile(config_.tuningFile)) {
+        in.tuning.tuningPresent = true;
+        in.tuning.tuningText = *text;
+      } else if (in.tuning.error.empty()) {
+        in.tuning.error = "GRADCOMM_TUNING_FILE: cannot read '" + config_.tuningFile + "' on rank 0: " +
+                          std::strerror(errno);
+      }
+    }
+  }
+  auto result = std::make_shared<topology::SetupResult>();
+  const bool exchange = mode.kind != CalibrationMode::Kind::kOff || !config_.tuningFile.empty();
+  if (size_ == 1 || !exchange) {
+    result->costs = in.costs;
+    result->tuningPresent = in.tuning.tuningPresent;
+    result->tuningText = in.tuning.tuningText;
+    result->error = in.tuning.error;
+  } else {
+    runSetup(t, topology::setupSchedule(t, setupTag(), view_, in, result), config_.timeout);
+    // Every rank takes rank 0's host layout, so the ranks cannot choose
+    // differently even if a transport answered differently on some rank.
+    if (!result->hostLeaders.empty()) {
+      topology::TopologyView agreed(result->hostLeaders);
+      if (agreed.describe() != view_.describe() || agreed.hostOf(rank_) != view_.hostOf(rank_)) {
+        core::log(core::LogLevel::kWarn, rank_,
+                  "topology: this rank's transport reported " + view_.describe() + ", rank 0's " +
+                      agreed.describe() + "; using rank 0's");
+      }
+      agreed.setHardware(view_.hardware());
+      agreed.setHostLabel(view_.hostLabel());
+      view_ = std::move(agreed);
+    }
+  }
+  if (!result->error.empty()) throw ConfigError(result->error);
+  if (result->costs.source == "file") result->costs.source = "file " + mode.path;
+  if (rank_ == 0 && mode.kind == CalibrationMode::Kind::kFile && measure) {
+    std::ofstream out(mode.path, std::ios::trunc);
+    out << topology::formatCalibration(result->costs, layout);
+    if (!out) {
+      core::log(core::LogLevel::kWarn, rank_,
+                "GRADCOMM_CALIBRATE: could not write " + mode.path + " (the next job measures again)");
+    }
+  }
+  std::shared_ptr<topology::TuningTable> tuning;
+  if (result->tuningPresent) {
+    tuning = std::make_shared<topology::TuningTable>(
+        topology::TuningTable::parse(result->tuningText, "GRADCOMM_TUNING_FILE " + config_.tuningFile));
+    if (!tuning->layout.empty() && tuning->layout != layout) {
+      if (rank_ == 0) {
+        core::log(core::LogLevel::kWarn, rank_,
+                  "GRADCOMM_TUNING_FILE " + config_.tuningFile + " was measured on layout " + tuning->layout +
+                      ", this job is " + layout + ": ignoring it (the cost model decides)");
+      }
+      tuning.reset();
+    }
+  }
+  topology::ModelSettings settings;
+  settings.segmentBytes = config_.segmentBytes;
+  settings.shmChunkBytes = config_.shmChunkBytes;
+  selector_.useModel(std::make_shared<topology::CostModel>(view_, result->costs, settings), tuning);
 }
 
 void CommunicatorImpl::logStartup() const {
@@ -92,7 +269,7 @@ void CommunicatorImpl::logStartup() const {
                   ", timeout " + core::formatDuration(config_.timeout));
   }
   // One line per host, from its lowest rank: hosts may differ.
-  const std::vector<int> local = t.hostLocalRanks();
+  const std::vector<int>& local = view_.hostLocalRanks(rank_);
   if (local.empty() || local.front() != rank_) return;
   std::string shm;
   if (auto* group = t.sharedMemory()) {
@@ -105,10 +282,14 @@ void CommunicatorImpl::logStartup() const {
   } else {
     shm = "no (this transport has none)";
   }
-  std::string line = "topology: host " + t.hostName() + " has ranks " + joinRanks(local) + " (" +
+  std::string line = "topology: host " + view_.hostLabel() + " has ranks " + joinRanks(local) + " (" +
                      std::to_string(local.size()) + " of " + std::to_string(size_) + "); shared memory: " + shm;
   if (t.name().find("ucx") != std::string::npos) line += "; UCX transports: " + transport::ucxTransportsText();
   core::log(core::LogLevel::kInfo, rank_, line);
+  core::log(core::LogLevel::kInfo, rank_, "topology: " + view_.describe() + "; " + view_.hardware().describe());
+  if (const auto* model = selector_.model()) {
+    core::log(core::LogLevel::kInfo, rank_, "cost model: " + model->costs().describe());
+  }
 }
 
 void CommunicatorImpl::logChoice(const CollectiveCall& call, uint64_t seq, const std::string& algorithm,
@@ -193,6 +374,7 @@ void CommunicatorImpl::abortAndThrow(const Error& e, const std::string& what) {
 algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, const transport::Tag& tag) const {
   algorithms::RunContext ctx;
   ctx.transport = &engine_->transport();
+  ctx.topology = &view_;
   ctx.tag = tag;
   ctx.simd = simd_;
   if (isReduction(call.collective)) {

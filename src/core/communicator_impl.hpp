@@ -11,8 +11,14 @@
 #include "core/params.hpp"
 #include "core/progress_engine.hpp"
 #include "gradcomm/communicator.hpp"
+#include "topology/topology_view.hpp"
 
 namespace gradcomm::detail {
+
+/// Fingerprint of point-to-point messages (no collective hashes to it in practice).
+inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
+/// Fingerprint of the creation-time calibration exchange (see setUpSelection).
+inline constexpr uint32_t kCalibrationFingerprint = 0x3c1b6d27u;
 
 /// The state behind every Communicator handle.
 class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
@@ -25,6 +31,11 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   const core::Config& config() const { return config_; }
   kernels::SimdLevel simd() const { return simd_; }
   core::ProgressEngine& engine() { return *engine_; }
+  /// Which ranks share a host (identical on every rank).
+  const topology::TopologyView& topology() const { return view_; }
+  /// The selector, with its cost model once creation finished.
+  const algorithms::Selector& selector() const { return selector_; }
+  std::shared_ptr<core::ProgressEngine> enginePtr() { return engine_; }
 
   /// Validates, selects an algorithm, and queues the call. Invalid
   /// arguments throw here and abort the communicator on every rank.
@@ -57,6 +68,10 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// throws when the options ask for one that cannot apply.
   compression::Spec compressionFor(const algorithms::CollectiveCall& call, const CollectiveOptions& options) const;
   [[noreturn]] void reject(const Error& e, const algorithms::CollectiveCall& call);
+  /// Part of creation (collective, before the progress engine starts):
+  /// rank 0's calibration or calibration file and its tuning file reach
+  /// every rank over `t`, and the selector gets its cost model.
+  void setUpSelection(transport::Transport& t);
   /// GRADCOMM_LOG_LEVEL=info: version, build, transport and topology, as
   /// users of NCCL_DEBUG=INFO expect them at start-up.
   void logStartup() const;
@@ -70,6 +85,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   int rank_;
   int size_;
   kernels::SimdLevel simd_;
+  topology::TopologyView view_;
   algorithms::Selector selector_;
   std::shared_ptr<core::ProgressEngine> engine_;
   Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
@@ -113,8 +129,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
 transport::CallSignature callSignature(const algorithms::CollectiveCall& call, const std::string& algorithm,
                                        const std::string& compression);
 
-/// Fingerprint of point-to-point messages (no collective hashes to it in practice).
-inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
 
 /// 32-bit FNV-1a of a call signature: equal on every rank iff the calls match.
 uint32_t callFingerprint(const algorithms::CollectiveCall& call, const std::string& algorithm);

@@ -13,6 +13,7 @@
 #include "compression/compression.hpp"
 #include "core/log.hpp"
 #include "core/units.hpp"
+#include "topology/calibration.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::core {
@@ -121,11 +122,30 @@ const std::vector<ParamDef>& registry() {
                                    "halving-doubling, so transfer of one segment overlaps reduction of the last"));
     d.push_back(intParam("GRADCOMM_PIPELINE_DEPTH", "4", &Config::pipelineDepth, 1, 64,
                          "Segments in flight per peer (receive slots) in pipelined algorithms"));
+    d.push_back(choiceParam("GRADCOMM_SELECT", "model", &Config::select, {"model", "rule"},
+                            "How unforced calls choose their algorithm: 'model' (tuning file, then the lowest "
+                            "time the cost model predicts) or 'rule' (the size rule of SMALL_MESSAGE/TREE_MAX)"));
     d.push_back(bytesParam("GRADCOMM_SMALL_MESSAGE", "16K", &Config::smallMessageBytes, 0,
-                                   "Default rule: allreduce up to this size uses recursive doubling (latency-bound)"));
+                                   "Size rule (GRADCOMM_SELECT=rule): allreduce up to this size uses recursive "
+                                   "doubling (latency-bound)"));
     d.push_back(bytesParam("GRADCOMM_TREE_MAX", "0", &Config::treeMaxBytes, 0,
-                                   "Default rule: allreduce above SMALL_MESSAGE and up to this size uses the "
-                                   "pipelined tree (0 disables)"));
+                                   "Size rule (GRADCOMM_SELECT=rule): allreduce above SMALL_MESSAGE and up to this "
+                                   "size uses the pipelined tree (0 disables)"));
+    d.push_back(ParamDef{
+        "GRADCOMM_CALIBRATE", "1", "0 | 1 | path",
+        "Cost model inputs: 0 uses documented defaults, 1 measures latency and bandwidth per link class with a "
+        "few ping-pongs at communicator creation, a path loads that file (or measures and writes it)",
+        [](Config& c, const std::string& v, const std::string&) {
+          topology::CalibrationMode::parse(v);  // validates
+          c.calibrate = std::string(trim(v));
+        },
+        [](const Config& c) { return c.calibrate; }});
+    d.push_back(durationParam("GRADCOMM_CALIBRATE_BUDGET", "50ms", &Config::calibrateBudget,
+                              "Upper bound on the calibration ping-pongs (larger messages are skipped to stay "
+                              "within it)"));
+    d.push_back(stringParam("GRADCOMM_TUNING_FILE", "", "path", &Config::tuningFile,
+                            "Measured choices ('gradcomm-bench --tune' writes them) that the selector prefers "
+                            "over the cost model; read by rank 0 (empty: none)"));
     d.push_back(intParam("GRADCOMM_POLL_SPINS", "200", &Config::pollSpins, 0, 1000000,
                          "Idle polls of the progress loop before it starts to yield and then sleep"));
     d.push_back(durationParam("GRADCOMM_POLL_MAX_SLEEP", "200us", &Config::pollMaxSleep,

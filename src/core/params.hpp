@@ -40,6 +40,10 @@ struct Config {
   int gossipMaxStaleness = 0;             // GRADCOMM_GOSSIP_MAX_STALENESS (steps)
   std::chrono::nanoseconds gossipPeerTimeout{};  // GRADCOMM_GOSSIP_PEER_TIMEOUT
   int gossipPeers = 0;                    // GRADCOMM_GOSSIP_PEERS: out-peers per step
+  std::string select;                     // GRADCOMM_SELECT: model or rule
+  std::string calibrate;                  // GRADCOMM_CALIBRATE: 0, 1 or a path
+  std::chrono::nanoseconds calibrateBudget{};  // GRADCOMM_CALIBRATE_BUDGET
+  std::string tuningFile;                 // GRADCOMM_TUNING_FILE
 
   std::map<std::string, ParamOrigin> origins;
 

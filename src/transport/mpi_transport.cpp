@@ -1,5 +1,8 @@
 #include "transport/mpi_transport.hpp"
 
+#include "transport/mpi_graveyard.hpp"
+#include "transport/mpi_native.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <cstdio>
@@ -31,62 +34,14 @@ int controlTagOf(const Tag& tag) {
 // MPI's non-overtaking rule keeps in order.
 constexpr size_t kMaxPartBytes = size_t{1} << 30;
 
+}  // namespace
+
 std::string mpiErrorText(int rc) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;
   MPI_Error_string(rc, text, &len);
   return std::string(text, static_cast<size_t>(len));
 }
-
-}  // namespace
-
-/// Requests abandoned while still in flight because their operation failed.
-/// Nothing here is ever waited on: a receive already matched with a peer that
-/// died never completes (MPI_Cancel cannot take it back, and MPI_Wait would
-/// block forever), and MPI forbids cancelling or freeing a nonblocking
-/// collective. Each grave is tested now and then and forgotten once
-/// complete; what is still pending when the transport goes is leaked, with
-/// the memory it writes into, since MPI may still write there.
-class Graveyard {
- public:
-  Graveyard() = default;
-  Graveyard(const Graveyard&) = delete;
-  Graveyard& operator=(const Graveyard&) = delete;
-  ~Graveyard() {
-    sweep();
-    for (auto& g : graves_) (void)new Grave(std::move(g));  // leaked on purpose (see above)
-  }
-  /// Takes pending `requests` and `keepAlive`, memory gradcomm owns that they write into.
-  void bury(std::vector<MPI_Request> requests, std::shared_ptr<void> keepAlive = {}) {
-    graves_.push_back({std::move(requests), std::move(keepAlive)});
-  }
-  /// Tests every pending request once, never blocking; drops complete graves.
-  void sweep() {
-    if (graves_.empty() || !MpiEnvironment::usable()) return;
-    for (size_t i = 0; i < graves_.size();) {
-      bool pending = false;
-      for (auto& r : graves_[i].requests) {
-        int flag = 0;
-        if (r != MPI_REQUEST_NULL) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
-        pending = pending || r != MPI_REQUEST_NULL;
-      }
-      if (pending) {
-        ++i;
-      } else {
-        graves_[i] = std::move(graves_.back());
-        graves_.pop_back();
-      }
-    }
-  }
-  bool empty() const { return graves_.empty(); }
-
- private:
-  struct Grave {
-    std::vector<MPI_Request> requests;
-    std::shared_ptr<void> keepAlive;
-  };
-  std::vector<Grave> graves_;
-};
 
 namespace {
 
@@ -180,237 +135,6 @@ class MpiRequest : public Request {
   std::vector<size_t> expected_;
 };
 
-// ---- native collectives ------------------------------------------------------
-
-/// The MPI requests of a native collective and the small buffers they use.
-struct NativeState {
-  std::vector<MPI_Request> requests;
-  CallSignature agreeIn;
-  std::vector<CallSignature> agreeOut;  // every rank's
-};
-
-/// A native collective: one or more MPI requests and an optional check that
-/// runs on completion.
-class NativeRequest : public Request {
- public:
-  explicit NativeRequest(std::shared_ptr<Graveyard> graveyard)
-      : graveyard_(std::move(graveyard)), state_(std::make_unique<NativeState>()) {}
-  ~NativeRequest() override {
-    for (MPI_Request r : state_->requests) {
-      if (r != MPI_REQUEST_NULL) {
-        // MPI forbids cancelling or freeing a collective: keep its requests
-        // and the small buffers they write.
-        std::vector<MPI_Request> requests = state_->requests;
-        graveyard_->bury(std::move(requests), std::shared_ptr<NativeState>(std::move(state_)));
-        return;
-      }
-    }
-  }
-  NativeState& state() { return *state_; }
-  std::string agreeWhat_;
-  bool isAgree_ = false;
-  int rank_ = 0;
-  bool test() override {
-    if (done_) return true;
-    for (auto& r : state_->requests) {
-      if (r == MPI_REQUEST_NULL) continue;
-      int flag = 0;
-      int rc = MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) throw TransportError("MPI native collective failed: " + mpiErrorText(rc));
-      if (!flag) return false;
-    }
-    done_ = true;
-    if (isAgree_) {
-      const CallSignature& mine = state_->agreeIn;
-      for (size_t r = 0; r < state_->agreeOut.size(); ++r) {
-        const CallSignature& theirs = state_->agreeOut[r];
-        if (!theirs.sameCall(mine) || theirs.seq != mine.seq) {
-          throw MismatchError(mismatchMessage(rank_, agreeWhat_, mine, static_cast<int>(r), &theirs));
-        }
-      }
-    }
-    return true;
-  }
-
- private:
-  std::shared_ptr<Graveyard> graveyard_;
-  std::unique_ptr<NativeState> state_;
-  bool done_ = false;
-};
-
-template <int Type, int Op>
-void userReduce(void* in, void* inout, int* len, MPI_Datatype*) {
-  static const kernels::ReduceFn fn =
-      kernels::reduceFunction(static_cast<DataType>(Type), static_cast<ReduceOp>(Op), kernels::detectSimd());
-  fn(inout, in, inout, static_cast<size_t>(*len));
-}
-
-template <int Type>
-void createUserOps(MPI_Op ops[kNumDataTypes][4]) {
-  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kSum)>, 1, &ops[Type][0]);
-  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kProd)>, 1, &ops[Type][1]);
-  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kMin)>, 1, &ops[Type][2]);
-  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kMax)>, 1, &ops[Type][3]);
-}
-
-class MpiNative : public NativeCollectives {
- public:
-  MpiNative(MPI_Comm comm, std::shared_ptr<Graveyard> graveyard) : comm_(comm), graveyard_(std::move(graveyard)) {
-    // Every (type, op) pair uses gradcomm's own kernels as an MPI user
-    // operation: MPI has no float16/bfloat16, its MIN/MAX do not propagate
-    // NaN, and integer overflow is unspecified (Open MPI 4.1's vectorised
-    // int8 sum saturates). The native algorithm therefore has exactly the
-    // semantics of the others; the benchmark's MPI baseline calls
-    // MPI_Allreduce with MPI's built-in operations instead.
-    createUserOps<static_cast<int>(DataType::kFloat32)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kFloat64)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kFloat16)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kBFloat16)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kInt8)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kUInt8)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kInt32)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kInt64)>(userOps_);
-  }
-  ~MpiNative() override {
-    if (!MpiEnvironment::usable()) return;
-    for (auto& row : userOps_) {
-      for (auto& op : row) {
-        if (op != MPI_OP_NULL) MPI_Op_free(&op);
-      }
-    }
-  }
-
-  RequestPtr agree(const CallSignature& call, const std::string& what) override {
-    auto req = std::make_unique<NativeRequest>(graveyard_);
-    req->isAgree_ = true;
-    req->agreeWhat_ = what;
-    int size = 1;
-    MPI_Comm_rank(comm_, &req->rank_);
-    MPI_Comm_size(comm_, &size);
-    NativeState& st = req->state();
-    st.agreeIn = call;
-    st.agreeOut.resize(static_cast<size_t>(size));
-    MPI_Request r;
-    checkMpi(MPI_Iallgather(&st.agreeIn, sizeof(CallSignature), MPI_BYTE, st.agreeOut.data(), sizeof(CallSignature),
-                            MPI_BYTE, comm_, &r),
-             "MPI_Iallgather (call agreement)");
-    st.requests.push_back(r);
-    return req;
-  }
-
-  RequestPtr allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
-    auto req = std::make_unique<NativeRequest>(graveyard_);
-    const size_t elem = dataTypeSize(type);
-    forEachPart(count, [&](size_t offset, int n) {
-      MPI_Request r;
-      const void* src = in == out ? MPI_IN_PLACE : static_cast<const char*>(in) + offset * elem;
-      checkMpi(MPI_Iallreduce(src, static_cast<char*>(out) + offset * elem, n, mpiDatatype(type), mpiOp(type, op),
-                              comm_, &r),
-               "MPI_Iallreduce");
-      req->state().requests.push_back(r);
-    });
-    return req;
-  }
-
-  RequestPtr broadcast(void* buffer, size_t count, DataType type, int root) override {
-    auto req = std::make_unique<NativeRequest>(graveyard_);
-    const size_t elem = dataTypeSize(type);
-    forEachPart(count, [&](size_t offset, int n) {
-      MPI_Request r;
-      checkMpi(MPI_Ibcast(static_cast<char*>(buffer) + offset * elem, n, mpiDatatype(type), root, comm_, &r),
-               "MPI_Ibcast");
-      req->state().requests.push_back(r);
-    });
-    return req;
-  }
-
-  RequestPtr reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root) override {
-    auto req = std::make_unique<NativeRequest>(graveyard_);
-    const size_t elem = dataTypeSize(type);
-    int rank = 0;
-    MPI_Comm_rank(comm_, &rank);
-    forEachPart(count, [&](size_t offset, int n) {
-      MPI_Request r;
-      const void* src = static_cast<const char*>(in) + offset * elem;
-      void* dst = static_cast<char*>(out) + offset * elem;
-      if (in == out) {
-        if (rank == root) src = MPI_IN_PLACE;
-        else dst = nullptr;
-      }
-      checkMpi(MPI_Ireduce(src, dst, n, mpiDatatype(type), mpiOp(type, op), root, comm_, &r), "MPI_Ireduce");
-      req->state().requests.push_back(r);
-    });
-    return req;
-  }
-
-  RequestPtr allgather(const void* in, void* out, size_t count, DataType type) override {
-    requireIntCount(count, "allgather");
-    auto req = std::make_unique<NativeRequest>(graveyard_);
-    int rank = 0;
-    MPI_Comm_rank(comm_, &rank);
-    const void* src = in == static_cast<char*>(out) + rank * count * dataTypeSize(type) ? MPI_IN_PLACE : in;
-    MPI_Request r;
-    checkMpi(MPI_Iallgather(src, static_cast<int>(count), mpiDatatype(type), out, static_cast<int>(count),
-                            mpiDatatype(type), comm_, &r),
-             "MPI_Iallgather");
-    req->state().requests.push_back(r);
-    return req;
-  }
-
-  RequestPtr reduceScatter(const void* in, void* out, size_t count, DataType type, ReduceOp op) override {
-    requireIntCount(count, "reduce-scatter");
-    auto req = std::make_unique<NativeRequest>(graveyard_);
-    MPI_Request r;
-    checkMpi(MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), mpiDatatype(type), mpiOp(type, op),
-                                       comm_, &r),
-             "MPI_Ireduce_scatter_block");
-    req->state().requests.push_back(r);
-    return req;
-  }
-
-  RequestPtr barrier() override {
-    auto req = std::make_unique<NativeRequest>(graveyard_);
-    MPI_Request r;
-    checkMpi(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
-    req->state().requests.push_back(r);
-    return req;
-  }
-
- private:
-  template <typename F>
-  static void forEachPart(size_t count, F&& f) {
-    constexpr size_t kPart = size_t{1} << 30;  // elements per MPI call
-    if (count == 0) {
-      f(0, 0);
-      return;
-    }
-    for (size_t offset = 0; offset < count; offset += kPart) {
-      f(offset, static_cast<int>(std::min(kPart, count - offset)));
-    }
-  }
-  static void requireIntCount(size_t count, const char* what) {
-    if (count > static_cast<size_t>(INT_MAX)) {
-      throw UnsupportedError(std::string("native ") + what + " takes at most 2^31-1 elements per rank (MPI's int "
-                             "count); got " + std::to_string(count) + ": use the ring algorithm");
-    }
-  }
-  MPI_Op mpiOp(DataType type, ReduceOp op) const {
-    const int k = static_cast<int>(type);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg: return userOps_[k][0];
-      case ReduceOp::kProd: return userOps_[k][1];
-      case ReduceOp::kMin: return userOps_[k][2];
-      case ReduceOp::kMax: return userOps_[k][3];
-    }
-    return userOps_[k][0];
-  }
-
-  MPI_Comm comm_;
-  std::shared_ptr<Graveyard> graveyard_;
-  MPI_Op userOps_[kNumDataTypes][4];
-};
-
 }  // namespace
 
 MPI_Datatype mpiDatatype(DataType type) {
@@ -498,7 +222,7 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
   hostName_ = std::string(name, static_cast<size_t>(len)) + "/node-of-rank" + std::to_string(localRanks_.front());
 
   graveyard_ = std::make_shared<Graveyard>();
-  native_ = std::make_unique<MpiNative>(data_, graveyard_);
+  native_ = makeMpiNative(data_, graveyard_);
   postControlReceive();
 }
 

@@ -55,9 +55,12 @@ TEST(Logging, InfoTellsBuildTopologyAlgorithmsAndBuckets) {
   EXPECT_NE(err.find("info: communicator: 2 ranks, transport "), std::string::npos) << err;
   EXPECT_NE(err.find("info: topology: host "), std::string::npos) << err;
   EXPECT_NE(err.find("shared memory: "), std::string::npos) << err;
-  // 777 floats = 3108 bytes: the 2K-4K class, chosen once by the default rule.
+  // 777 floats = 3108 bytes: the 2K-4K class, chosen once by the cost
+  // model, with the runners-up and their predicted times.
   EXPECT_EQ(countOf(err, "info: algorithm: allreduce float32 sum of 2K-4K bytes: "), 1u) << err;
-  EXPECT_NE(err.find("default rule"), std::string::npos) << err;
+  EXPECT_NE(err.find("(cost model (calibrated): "), std::string::npos) << err;
+  EXPECT_NE(err.find("info: topology: 2 rank(s) on 1 host(s) (1x2)"), std::string::npos) << err;
+  EXPECT_NE(err.find("info: cost model: same-host "), std::string::npos) << err;
   EXPECT_NE(err.find("info: Reducer: 2 gradients, "), std::string::npos) << err;
   EXPECT_NE(err.find("bucket 0: 2 gradients"), std::string::npos) << err;
   // Algorithm and bucket lines come from rank 0 only: every rank chooses alike.

@@ -1,0 +1,203 @@
+// Creation-time calibration and tuning files with ranks as threads: every
+// rank must end with rank 0's numbers and choose alike, or collectives
+// would deadlock.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <unistd.h>
+
+#include "algorithms/selector.hpp"
+#include "gradcomm/error.hpp"
+#include "support/inproc.hpp"
+#include "topology/calibration.hpp"
+
+using namespace gradcomm;
+using gradcomm::testing::RankContext;
+using gradcomm::testing::runRanks;
+
+namespace {
+
+transport::InProcWorld::Settings hostsOf(int ranksPerHost) {
+  transport::InProcWorld::Settings s;
+  s.ranksPerHost = ranksPerHost;
+  return s;
+}
+
+std::string tempPath(const std::string& name) {
+  return ::testing::TempDir() + "gradcomm_" + name + "_" + std::to_string(getpid());
+}
+
+struct Seen {
+  std::mutex mu;
+  std::vector<topology::MachineCosts> costs = std::vector<topology::MachineCosts>(4);
+  std::vector<std::vector<std::string>> choices = std::vector<std::vector<std::string>>(4);
+};
+
+/// Records each rank's costs and its choice for allreduces of 8 B to 64 MiB,
+/// and runs one allreduce to show the communicator works.
+void record(RankContext& c, Seen& seen) {
+  auto* impl = c.comm.impl().get();
+  const auto* model = impl->selector().model();
+  ASSERT_NE(model, nullptr);
+  std::vector<std::string> names;
+  for (size_t bytes = 8; bytes <= (64u << 20); bytes *= 4) {
+    algorithms::CollectiveCall call;
+    call.count = bytes / 4;
+    names.push_back(impl->selector().select(call, impl->engine().transport(), "").algorithm->name());
+  }
+  std::vector<float> v(1000, static_cast<float>(c.rank + 1));
+  c.comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+  EXPECT_EQ(v[999], 10.0f);
+  std::lock_guard<std::mutex> lock(seen.mu);
+  seen.costs[static_cast<size_t>(c.rank)] = model->costs();
+  seen.choices[static_cast<size_t>(c.rank)] = names;
+}
+
+void expectAllAlike(const Seen& seen) {
+  for (int r = 1; r < 4; ++r) {
+    const auto& a = seen.costs[0];
+    const auto& b = seen.costs[static_cast<size_t>(r)];
+    EXPECT_EQ(a.sameHost.alphaSeconds, b.sameHost.alphaSeconds) << "rank " << r;
+    EXPECT_EQ(a.sameHost.betaSecondsPerByte, b.sameHost.betaSecondsPerByte) << "rank " << r;
+    EXPECT_EQ(a.interHost.alphaSeconds, b.interHost.alphaSeconds) << "rank " << r;
+    EXPECT_EQ(a.interHost.betaSecondsPerByte, b.interHost.betaSecondsPerByte) << "rank " << r;
+    EXPECT_EQ(a.reduceSecondsPerByte, b.reduceSecondsPerByte) << "rank " << r;
+    EXPECT_EQ(a.source, b.source) << "rank " << r;
+    EXPECT_EQ(seen.choices[0], seen.choices[static_cast<size_t>(r)]) << "rank " << r;
+  }
+}
+
+}  // namespace
+
+TEST(Calibration, EveryRankHoldsRankZerosNumbersAndChoosesAlike) {
+  for (int perHost : {1, 2, 4}) {
+    SCOPED_TRACE("ranks per host " + std::to_string(perHost));
+    Seen seen;
+    Options o;
+    o.set("CALIBRATE", "1");
+    runRanks(4, [&](RankContext& c) { record(c, seen); }, o, hostsOf(perHost));
+    expectAllAlike(seen);
+    EXPECT_EQ(seen.costs[0].source, "calibrated");
+    const auto defaults = topology::MachineCosts::defaults();
+    // The probed classes were measured, not left at their defaults.
+    if (perHost > 1) EXPECT_NE(seen.costs[0].sameHost.alphaSeconds, defaults.sameHost.alphaSeconds);
+    if (perHost < 4) EXPECT_NE(seen.costs[0].interHost.alphaSeconds, defaults.interHost.alphaSeconds);
+    if (perHost == 4) EXPECT_EQ(seen.choices[0].front(), "shm");
+  }
+}
+
+TEST(Calibration, OffUsesTheDocumentedDefaults) {
+  Seen seen;
+  Options o;
+  o.set("CALIBRATE", "0");
+  runRanks(4, [&](RankContext& c) { record(c, seen); }, o, hostsOf(2));
+  expectAllAlike(seen);
+  EXPECT_EQ(seen.costs[0].source, "defaults");
+  EXPECT_EQ(seen.costs[0].interHost.alphaSeconds, topology::MachineCosts::defaults().interHost.alphaSeconds);
+}
+
+TEST(Calibration, FileIsWrittenByTheFirstJobAndLoadedByTheNext) {
+  const std::string path = tempPath("calibration");
+  std::remove(path.c_str());
+  Options o;
+  o.set("CALIBRATE", path);
+  Seen first;
+  runRanks(4, [&](RankContext& c) { record(c, first); }, o, hostsOf(2));
+  EXPECT_EQ(first.costs[0].source, "calibrated");
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "no calibration file at " << path;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string layout;
+  const auto saved = topology::parseCalibration(text, path, &layout);
+  EXPECT_EQ(layout, "2x2");
+  EXPECT_DOUBLE_EQ(saved.interHost.alphaSeconds, first.costs[0].interHost.alphaSeconds);
+  Seen second;
+  runRanks(4, [&](RankContext& c) { record(c, second); }, o, hostsOf(2));
+  expectAllAlike(second);
+  EXPECT_EQ(second.costs[0].source, "file " + path);
+  EXPECT_DOUBLE_EQ(second.costs[0].interHost.betaSecondsPerByte, first.costs[0].interHost.betaSecondsPerByte);
+  // Another layout does not take the 2x2 numbers: it measures again.
+  Seen other;
+  runRanks(4, [&](RankContext& c) { record(c, other); }, o, hostsOf(1));
+  EXPECT_EQ(other.costs[0].source, "calibrated");
+  std::remove(path.c_str());
+}
+
+TEST(TuningFile, RankZerosFileDecidesOnEveryRank) {
+  const std::string path = tempPath("tuning");
+  {
+    std::ofstream out(path);
+    out << "layout 2x2\nallreduce 0-inf tree\n";
+  }
+  Seen seen;
+  Options o;
+  o.set("CALIBRATE", "0");
+  o.set("TUNING_FILE", path);
+  runRanks(4, [&](RankContext& c) { record(c, seen); }, o, hostsOf(2));
+  expectAllAlike(seen);
+  for (const auto& name : seen.choices[0]) EXPECT_EQ(name, "tree");
+  std::remove(path.c_str());
+}
+
+namespace {
+
+/// Each of 3 ranks' creation outcome: "created" or the ConfigError's text.
+std::vector<std::string> createThree(const Options& o) {
+  auto world = transport::InProcWorld::create(3);
+  std::vector<std::string> outcome(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        gradcomm::testing::makeInProcCommunicator(world, r, o);
+        outcome[static_cast<size_t>(r)] = "created";
+      } catch (const ConfigError& e) {
+        outcome[static_cast<size_t>(r)] = e.what();
+      } catch (const std::exception& e) {
+        outcome[static_cast<size_t>(r)] = std::string("wrong error type: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcome;
+}
+
+}  // namespace
+
+TEST(Calibration, MalformedFileIsAConfigErrorOnEveryRankNamingTheLine) {
+  const std::string path = tempPath("bad_calibration");
+  {
+    std::ofstream out(path);
+    out << "layout 1x3\nsame_host 1e-6\n";
+  }
+  Options o;
+  o.set("CALIBRATE", path);
+  const auto outcome = createThree(o);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(outcome[static_cast<size_t>(r)].find("line 2: 'same_host' takes 2 value(s), got 1"), std::string::npos)
+        << "rank " << r << ": " << outcome[static_cast<size_t>(r)];
+  }
+  std::remove(path.c_str());
+}
+
+TEST(TuningFile, UnreadableOrMalformedFileIsAConfigErrorOnEveryRank) {
+  const std::string bad = tempPath("bad_tuning");
+  {
+    std::ofstream out(bad);
+    out << "allreduce 0-1K rd\nallreduce 1K ring\n";
+  }
+  for (const auto& [path, needle] : {std::pair<std::string, std::string>{tempPath("missing"), "cannot read"},
+                                     std::pair<std::string, std::string>{bad, "line 2: size range '1K'"}}) {
+    Options o;
+    o.set("TUNING_FILE", path);
+    const auto errors = createThree(o);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_NE(errors[static_cast<size_t>(r)].find(needle), std::string::npos)
+          << "rank " << r << ": " << errors[static_cast<size_t>(r)];
+    }
+  }
+  std::remove(bad.c_str());
+}

@@ -1,0 +1,346 @@
+// The topology view, the cost model on synthetic layouts, the tuning and
+// calibration file parsers, and the selector's order of precedence. No
+// timing: every number here is chosen, none measured.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "algorithms/selector.hpp"
+#include "gradcomm/error.hpp"
+#include "topology/calibration.hpp"
+#include "topology/cost_model.hpp"
+#include "topology/topology_view.hpp"
+#include "topology/tuning_file.hpp"
+#include "transport/inproc_transport.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::topology;
+
+namespace {
+
+constexpr size_t kSmall = 8;
+constexpr size_t kLarge = 64u << 20;
+
+/// Round numbers: same host 1 us and 5 GB/s (a point-to-point message
+/// between processes costs about two copies), across hosts 10 us and
+/// 1 Gbit/s (the emulated hosts of the lead's measurements), copy 10 GB/s.
+MachineCosts chosenCosts() {
+  MachineCosts c;
+  c.sameHost = {1e-6, 1.0 / 5e9};
+  c.interHost = {10e-6, 8.0 / 1e9};
+  c.copySecondsPerByte = 1.0 / 10e9;
+  c.reduceSecondsPerByte = 1.0 / 5e9;
+  c.shmSyncSeconds = 0.5e-6;
+  c.source = "test";
+  return c;
+}
+
+/// The modelled algorithm with the lowest prediction among `names`.
+std::string fastest(const CostModel& m, Collective c, size_t bytes, std::vector<std::string> names) {
+  std::string best;
+  double bestTime = 1e300;
+  for (const auto& n : names) {
+    auto t = m.predict(c, n, bytes);
+    if (t && *t < bestTime) {
+      bestTime = *t;
+      best = n;
+    }
+  }
+  return best;
+}
+
+const std::vector<std::string> kFlat = {"ring", "rd", "hd", "tree", "shm"};
+
+algorithms::CollectiveCall allreduce(size_t bytes) {
+  algorithms::CollectiveCall c;
+  c.collective = Collective::kAllreduce;
+  c.type = DataType::kFloat32;
+  c.count = bytes / 4;
+  return c;
+}
+
+}  // namespace
+
+TEST(TopologyView, GroupsRanksByHostLeader) {
+  TopologyView v({0, 0, 2, 0, 2});
+  EXPECT_EQ(v.size(), 5);
+  EXPECT_EQ(v.numHosts(), 2);
+  EXPECT_EQ(v.ranksOnHost(0), (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(v.hostLocalRanks(4), (std::vector<int>{2, 4}));
+  EXPECT_EQ(v.localIndex(3), 2);
+  EXPECT_EQ(v.linkClass(1, 3), LinkClass::kSameHost);
+  EXPECT_EQ(v.linkClass(1, 2), LinkClass::kInterHost);
+  EXPECT_EQ(v.linkClass(2, 2), LinkClass::kSelf);
+  EXPECT_FALSE(v.uniformHosts());
+  EXPECT_EQ(v.maxRanksPerHost(), 3);
+  EXPECT_EQ(v.describe(), "5 rank(s) on 2 host(s) (3+2)");
+  EXPECT_EQ(TopologyView::uniform(2, 3).describe(), "6 rank(s) on 2 host(s) (2x3)");
+}
+
+TEST(TopologyView, RejectsInconsistentHostLeaders) {
+  EXPECT_THROW(TopologyView({1, 1}), InternalError);     // leader above the rank
+  EXPECT_THROW(TopologyView({0, 2, 2}), InternalError);  // rank 1's leader is rank 2
+  EXPECT_THROW(TopologyView({0, 0, 1}), InternalError);  // rank 1 is not a leader
+}
+
+TEST(TopologyView, InProcTransportReportsHostLeaders) {
+  transport::InProcWorld::Settings s;
+  s.ranksPerHost = 2;
+  auto world = transport::InProcWorld::create(5, s);
+  auto view = detect(*world->transport(3));
+  EXPECT_EQ(view.numHosts(), 3);
+  EXPECT_EQ(view.hostLocalRanks(3), (std::vector<int>{2, 3}));
+  EXPECT_EQ(view.hostLabel(), "inproc-host1");
+}
+
+TEST(CostModel, OneHostOfFourPrefersSharedMemoryAtEverySize) {
+  CostModel m(TopologyView::uniform(1, 4), chosenCosts());
+  for (size_t bytes = kSmall; bytes <= kLarge; bytes *= 4) {
+    EXPECT_EQ(fastest(m, Collective::kAllreduce, bytes, kFlat), "shm") << bytes;
+  }
+}
+
+TEST(CostModel, FourHostsPreferRecursiveDoublingSmallAndHalvingDoublingInTheMiddle) {
+  CostModel m(TopologyView::uniform(4, 1), chosenCosts());
+  EXPECT_FALSE(m.predict(Collective::kAllreduce, "shm", kSmall)) << "shm cannot span hosts";
+  EXPECT_EQ(fastest(m, Collective::kAllreduce, kSmall, kFlat), "rd");
+  // At 1 Gbit/s rd's full-vector rounds lose to hd's halving by 32 KiB,
+  // as measured on the emulated hosts.
+  EXPECT_EQ(fastest(m, Collective::kAllreduce, 32 * 1024, kFlat), "hd");
+  const std::string large = fastest(m, Collective::kAllreduce, kLarge, kFlat);
+  EXPECT_TRUE(large == "ring" || large == "hd") << large;
+  // Bandwidth-optimal algorithms move 2(p-1)/p of the vector; rd moves log2(p) vectors.
+  EXPECT_LT(*m.predict(Collective::kAllreduce, "ring", kLarge), *m.predict(Collective::kAllreduce, "rd", kLarge) / 1.2);
+  EXPECT_LT(*m.predict(Collective::kAllreduce, "ring", kLarge), *m.predict(Collective::kAllreduce, "tree", kLarge));
+}
+
+TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
+  const MachineCosts c = chosenCosts();
+  CostModel m(TopologyView::uniform(2, 2), c);
+  // rd's second round sends both ranks of each host across at once: the
+  // two messages share the host's link.
+  const double rd = *m.predict(Collective::kAllreduce, "rd", kLarge);
+  const double expectedRd = (c.sameHost.alphaSeconds + kLarge * c.sameHost.betaSecondsPerByte) +
+                            (c.interHost.alphaSeconds + 2.0 * kLarge * c.interHost.betaSecondsPerByte) +
+                            2.0 * kLarge * c.reduceSecondsPerByte;
+  EXPECT_NEAR(rd, expectedRd, expectedRd * 1e-9);
+  // The ring 0-1-2-3 crosses each host link once per step.
+  const double ring = *m.predict(Collective::kAllreduce, "ring", kLarge);
+  const double chunk = kLarge / 4.0;
+  const double expectedRing = 6 * (c.interHost.alphaSeconds + chunk * c.interHost.betaSecondsPerByte) +
+                              3 * chunk * c.reduceSecondsPerByte;
+  EXPECT_NEAR(ring, expectedRing, expectedRing * 1e-9);
+  // hier moves n/L per host per direction instead of 2(p-1)/p n.
+  const double hier = *m.predict(Collective::kAllreduce, "hier", kLarge);
+  EXPECT_LT(hier, ring);
+  // At 8 B hier pays two inter-host ring steps and three hand-offs where
+  // rd pays one inter-host round.
+  EXPECT_GT(*m.predict(Collective::kAllreduce, "hier", kSmall), *m.predict(Collective::kAllreduce, "rd", kSmall));
+  EXPECT_EQ(fastest(m, Collective::kAllreduce, kSmall, kFlat), "rd");
+}
+
+TEST(CostModel, HierarchicalNeedsEvenHostsAndSharedMemoryNeedsOneHost) {
+  CostModel uneven(TopologyView({0, 0, 0, 3, 3}), chosenCosts());
+  EXPECT_FALSE(uneven.predict(Collective::kAllreduce, "hier", 1024));
+  EXPECT_FALSE(uneven.predict(Collective::kAllreduce, "shm", 1024));
+  EXPECT_TRUE(uneven.predict(Collective::kAllreduce, "ring", 1024));
+  CostModel twoByThree(TopologyView::uniform(2, 3), chosenCosts());
+  EXPECT_TRUE(twoByThree.predict(Collective::kAllreduce, "hier", 1024));
+  EXPECT_EQ(fastest(twoByThree, Collective::kAllreduce, kSmall, kFlat), "rd");
+  const std::string large = fastest(twoByThree, Collective::kAllreduce, kLarge, kFlat);
+  EXPECT_TRUE(large == "ring" || large == "hd") << large;
+  EXPECT_FALSE(twoByThree.predict(Collective::kAllreduce, "bogus", 1024));
+}
+
+TEST(CostModel, PredictionsGrowWithSizeForEveryModelledAlgorithm) {
+  for (auto layout : {TopologyView::uniform(1, 4), TopologyView::uniform(4, 1), TopologyView::uniform(2, 2),
+                      TopologyView::uniform(2, 3)}) {
+    CostModel m(layout, chosenCosts());
+    for (int c = 0; c < kNumCollectives; ++c) {
+      const auto coll = static_cast<Collective>(c);
+      for (const auto& name : CostModel::modelled(coll)) {
+        double last = -1;
+        for (size_t bytes = kSmall; bytes <= kLarge; bytes *= 4) {
+          auto t = m.predict(coll, name, bytes);
+          if (!t) continue;
+          EXPECT_GT(*t, 0) << toString(coll) << "/" << name << " " << layout.describe();
+          EXPECT_GE(*t, last) << toString(coll) << "/" << name << " at " << bytes << " on " << layout.describe();
+          last = *t;
+        }
+      }
+    }
+  }
+}
+
+TEST(CostModel, NativeIsNeverPredictedFasterThanOurOwn) {
+  CostModel m(TopologyView::uniform(4, 1), chosenCosts());
+  for (size_t bytes = kSmall; bytes <= kLarge; bytes *= 4) {
+    EXPECT_GT(*m.predict(Collective::kAllreduce, "native", bytes),
+              std::min(*m.predict(Collective::kAllreduce, "ring", bytes), *m.predict(Collective::kAllreduce, "rd", bytes)));
+  }
+}
+
+TEST(TuningFile, ParsesEntriesAndFormatsThemBack) {
+  const std::string text =
+      "# measured\n"
+      "layout 2x2\n"
+      "allreduce 0-16K rd   # latency\n"
+      "\n"
+      "allreduce 16K-inf ring\n"
+      "broadcast 0-1M tree\n";
+  auto t = TuningTable::parse(text, "tune.txt");
+  EXPECT_EQ(t.layout, "2x2");
+  ASSERT_EQ(t.entries.size(), 3u);
+  EXPECT_EQ(t.entries[1].lo, 16u * 1024);
+  EXPECT_EQ(t.entries[1].hi, SIZE_MAX);
+  EXPECT_EQ(t.entries[1].line, 5);
+  EXPECT_EQ(t.find(Collective::kAllreduce, 16 * 1024 - 1)->algorithm, "rd");
+  EXPECT_EQ(t.find(Collective::kAllreduce, 16 * 1024)->algorithm, "ring");
+  EXPECT_EQ(t.find(Collective::kAllgather, 10), nullptr);
+  auto again = TuningTable::parse(t.format(), "again");
+  ASSERT_EQ(again.entries.size(), 3u);
+  EXPECT_EQ(again.layout, "2x2");
+  EXPECT_EQ(again.entries[2].algorithm, "tree");
+  EXPECT_EQ(again.entries[2].hi, 1u << 20);
+}
+
+TEST(TuningFile, BadLinesAreConfigErrorsNamingTheLine) {
+  auto failsWith = [](const std::string& text, const std::string& needle) {
+    try {
+      TuningTable::parse(text, "tune.txt");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  failsWith("allreduce 0-16K rd\nallreduce 16K ring\n", "tune.txt line 2: size range '16K' is not LO-HI");
+  failsWith("allreduce 0-16K\n", "tune.txt line 1: expected 'COLLECTIVE LO-HI ALGORITHM'");
+  failsWith("# x\ngather 0-1K ring\n", "tune.txt line 2: 'gather' is not a collective");
+  failsWith("allreduce 64K-1K ring\n", "line 1: size range '64K-1K' is empty");
+  failsWith("allreduce 1Q-2K ring\n", "line 1: size range '1Q-2K'");
+  failsWith("layout four\n", "line 1: layout 'four' is not HxL");
+}
+
+TEST(TuningFile, UnknownAlgorithmIsAConfigErrorNamingTheLine) {
+  algorithms::Selector sel("auto", algorithms::DefaultRule{});
+  auto table = std::make_shared<TuningTable>(TuningTable::parse("allreduce 0-1K rd\nallgather 0-1K hd\n", "t.txt"));
+  CostModel m(TopologyView::uniform(4, 1), chosenCosts());
+  try {
+    sel.useModel(std::make_shared<CostModel>(m), table);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("t.txt line 2: 'hd' is not a allgather algorithm; valid: ring"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CalibrationFile, RoundTripsAndRejectsMalformedLines) {
+  const MachineCosts c = chosenCosts();
+  std::string layout;
+  auto back = parseCalibration(formatCalibration(c, "2x2"), "cal.txt", &layout);
+  EXPECT_EQ(layout, "2x2");
+  EXPECT_DOUBLE_EQ(back.interHost.betaSecondsPerByte, c.interHost.betaSecondsPerByte);
+  EXPECT_DOUBLE_EQ(back.sameHost.alphaSeconds, c.sameHost.alphaSeconds);
+  EXPECT_DOUBLE_EQ(back.shmSyncSeconds, c.shmSyncSeconds);
+  EXPECT_EQ(back.source, "file");
+  auto failsWith = [](const std::string& text, const std::string& needle) {
+    try {
+      parseCalibration(text, "cal.txt", nullptr);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  failsWith("same_host 1e-6\n", "cal.txt line 1: 'same_host' takes 2 value(s), got 1");
+  failsWith("layout 1x1\nsame_host 1e-6 fast\n", "cal.txt line 2: 'fast' is not a time in seconds");
+  failsWith("bandwidth 3\n", "cal.txt line 1: unknown key 'bandwidth'");
+  failsWith("same_host 1e-6 1e-10\ninter_host 1e-5 1e-9\ncopy 1e-10\nreduce 1e-10\n", "no 'shm_sync' line");
+}
+
+TEST(CalibrationMode, ParsesOffRunAndPath) {
+  EXPECT_EQ(CalibrationMode::parse("0").kind, CalibrationMode::Kind::kOff);
+  EXPECT_EQ(CalibrationMode::parse("1").kind, CalibrationMode::Kind::kRun);
+  auto f = CalibrationMode::parse(" /tmp/cal.txt ");
+  EXPECT_EQ(f.kind, CalibrationMode::Kind::kFile);
+  EXPECT_EQ(f.path, "/tmp/cal.txt");
+  EXPECT_THROW(CalibrationMode::parse(""), ConfigError);
+}
+
+TEST(CalibrationMode, LocalCostsArePositive) {
+  const MachineCosts c = measureLocalCosts();
+  EXPECT_GT(c.copySecondsPerByte, 0);
+  EXPECT_GT(c.reduceSecondsPerByte, 0);
+}
+
+TEST(Selector, ModelChoosesByLayoutAndExplainsWhy) {
+  transport::InProcWorld::Settings fourHosts;
+  fourHosts.ranksPerHost = 1;
+  auto world = transport::InProcWorld::create(4, fourHosts);
+  auto t = world->transport(0);
+  algorithms::Selector sel("auto", algorithms::DefaultRule{});
+  sel.useModel(std::make_shared<CostModel>(detect(*t), chosenCosts()));
+  auto small = sel.select(allreduce(64), *t, "");
+  EXPECT_STREQ(small.algorithm->name(), "rd");
+  EXPECT_EQ(small.why.rfind("cost model (test): rd ", 0), 0u) << small.why;
+  EXPECT_NE(small.why.find(" < "), std::string::npos) << small.why;
+  auto mid = sel.select(allreduce(32 * 1024), *t, "");
+  EXPECT_STREQ(mid.algorithm->name(), "hd") << mid.why;
+  auto ranked = sel.predictions(allreduce(kLarge), *t);
+  ASSERT_GE(ranked.size(), 3u);
+  for (size_t i = 1; i < ranked.size(); ++i) EXPECT_LE(ranked[i - 1].seconds, ranked[i].seconds);
+  for (const auto& p : ranked) EXPECT_STRNE(p.algorithm->name(), "shm");  // cannot run across hosts
+
+  auto local = transport::InProcWorld::create(4);
+  auto lt = local->transport(0);
+  algorithms::Selector one("auto", algorithms::DefaultRule{});
+  one.useModel(std::make_shared<CostModel>(detect(*lt), chosenCosts()));
+  EXPECT_STREQ(one.select(allreduce(64), *lt, "").algorithm->name(), "shm");
+  EXPECT_STREQ(one.select(allreduce(kLarge), *lt, "").algorithm->name(), "shm");
+}
+
+TEST(Selector, PrecedenceIsForcedThenRulesThenTuningFileThenModel) {
+  transport::InProcWorld::Settings fourHosts;
+  fourHosts.ranksPerHost = 1;
+  auto world = transport::InProcWorld::create(4, fourHosts);
+  auto t = world->transport(0);
+  auto model = std::make_shared<CostModel>(detect(*t), chosenCosts());
+  auto tuning = std::make_shared<TuningTable>(
+      TuningTable::parse("allreduce 0-1M tree\nallreduce 1M-inf shm\n", "tune.txt"));
+
+  algorithms::Selector sel("allreduce:0-1K:ring", algorithms::DefaultRule{});
+  sel.useModel(model, tuning);
+  // A GRADCOMM_ALGO rule beats the tuning file.
+  auto ruled = sel.select(allreduce(512), *t, "");
+  EXPECT_STREQ(ruled.algorithm->name(), "ring");
+  EXPECT_NE(ruled.why.find("GRADCOMM_ALGO"), std::string::npos) << ruled.why;
+  // The per-call option beats the rule.
+  EXPECT_STREQ(sel.select(allreduce(512), *t, "hd").algorithm->name(), "hd");
+  // The tuning file beats the model (which picks rd at 4 KiB).
+  auto tuned = sel.select(allreduce(4096), *t, "");
+  EXPECT_STREQ(tuned.algorithm->name(), "tree");
+  EXPECT_NE(tuned.why.find("tuning file tune.txt line 1"), std::string::npos) << tuned.why;
+  // An entry that cannot run here leaves the call to the model, and says so.
+  auto fallback = sel.select(allreduce(kLarge), *t, "");
+  EXPECT_STRNE(fallback.algorithm->name(), "shm");
+  EXPECT_NE(fallback.why.find("cost model"), std::string::npos) << fallback.why;
+  EXPECT_NE(fallback.why.find("'shm' (line 2) cannot run"), std::string::npos) << fallback.why;
+  // Without the tuning file the model decides.
+  algorithms::Selector plain("auto", algorithms::DefaultRule{});
+  plain.useModel(model);
+  EXPECT_STREQ(plain.select(allreduce(4096), *t, "").algorithm->name(), "rd");
+}
+
+TEST(Selector, TwoHostsOfTwoChooseHierarchicalForLargeAllreduces) {
+  transport::InProcWorld::Settings layout;
+  layout.hostSizes = {2, 2};
+  auto world = transport::InProcWorld::create(4, layout);
+  auto t = world->transport(0);
+  ASSERT_NE(algorithms::findAlgorithm(Collective::kAllreduce, "hier"), nullptr);
+  algorithms::Selector sel("auto", algorithms::DefaultRule{});
+  sel.useModel(std::make_shared<CostModel>(detect(*t), chosenCosts()));
+  EXPECT_STREQ(sel.select(allreduce(kSmall), *t, "").algorithm->name(), "rd");
+  auto large = sel.select(allreduce(kLarge), *t, "");
+  EXPECT_STREQ(large.algorithm->name(), "hier") << large.why;
+  EXPECT_EQ(large.why.rfind("cost model (test): hier ", 0), 0u) << large.why;
+}

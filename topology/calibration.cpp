@@ -1,0 +1,429 @@
+#include "topology/calibration.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include "core/units.hpp"
+#include "gradcomm/error.hpp"
+#include "kernels/reduce.hpp"
+
+namespace gradcomm::topology {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// Rank 0's decisions and numbers as they travel (plain bytes; every rank
+/// runs the same build, so the layout is the same everywhere).
+struct Wire {
+  static constexpr uint32_t kMagic = 0x67636331;  // "gcc1"
+  static constexpr uint32_t kPingPong = 1, kTuning = 2, kTuningError = 4;
+  uint32_t magic = kMagic;
+  uint32_t flags = 0;
+  uint64_t textBytes = 0;
+  double values[7] = {};
+  uint32_t source = 0;  // 0 defaults, 1 calibrated, 2 file
+  uint32_t pad = 0;
+  int32_t probes[2] = {-1, -1};  // the peer rank 0 probes per link class, or -1
+};
+
+void pack(const MachineCosts& c, Wire* w) {
+  const double v[7] = {c.sameHost.alphaSeconds,  c.sameHost.betaSecondsPerByte, c.interHost.alphaSeconds,
+                       c.interHost.betaSecondsPerByte, c.copySecondsPerByte, c.reduceSecondsPerByte,
+                       c.shmSyncSeconds};
+  std::memcpy(w->values, v, sizeof v);
+  w->source = c.source == "defaults" ? 0 : c.source == "calibrated" ? 1 : 2;
+}
+
+MachineCosts unpack(const Wire& w) {
+  MachineCosts c;
+  c.sameHost = {w.values[0], w.values[1]};
+  c.interHost = {w.values[2], w.values[3]};
+  c.copySecondsPerByte = w.values[4];
+  c.reduceSecondsPerByte = w.values[5];
+  c.shmSyncSeconds = w.values[6];
+  c.source = w.source == 0 ? "defaults" : w.source == 1 ? "calibrated" : "file";
+  return c;
+}
+
+constexpr size_t kSmallBytes = 8;
+constexpr int kSmallReps = 10;
+constexpr size_t kMediumBytes = 64 * 1024;
+constexpr int kMediumReps = 3;
+constexpr size_t kLargeBytes = 1024 * 1024;
+// Message indices: 0 header, 1 tuning text, 2 final costs; each probed
+// link class its own block after that.
+constexpr uint32_t kHeaderMessage = 0, kTextMessage = 1, kFinalMessage = 2, kLeadersMessage = 3;
+constexpr uint32_t kClassBase[2] = {16, 64};
+
+/// A list of sends, receives and callbacks run strictly in order; callbacks
+/// may insert further steps right after themselves.
+class SetupSchedule : public algorithms::Schedule {
+ public:
+  SetupSchedule(transport::Transport& t, const transport::Tag& tag, const TopologyView& view, const SetupInput& in,
+                std::shared_ptr<SetupResult> result)
+      : t_(t), tag_(tag), view_(view), in_(in), result_(std::move(result)) {
+    // Rank 0 decides whom it probes (and tells them in the header).
+    probes_[0] = view.hostLocalRanks(0).size() > 1 ? view.hostLocalRanks(0)[1] : -1;
+    probes_[1] = view.numHosts() > 1 ? view.ranksOnHost(1).front() : -1;
+    leaders_.resize(static_cast<size_t>(t_.size()));
+    for (int r = 0; r < t_.size(); ++r) {
+      leaders_[static_cast<size_t>(r)] = view.ranksOnHost(view.hostOf(r)).front();
+    }
+    if (t_.rank() == 0) startRoot(); else startOther();
+  }
+
+  bool advance() override {
+    bool moved = false;
+    while (next_ < steps_.size()) {
+      if (!current_ && steps_[next_].kind != Step::kCall) {
+        Step& s = steps_[next_];
+        transport::Tag tag = tag_;
+        tag.message = s.message;
+        current_ = s.kind == Step::kSend ? t_.isend(s.peer, s.data, s.bytes, tag) : t_.irecv(s.peer, s.data, s.bytes, tag);
+        moved = true;
+      }
+      if (current_) {
+        // Ping-pong replies are awaited by spinning (bounded) so the
+        // measured round trip holds no back-off sleep of the progress loop.
+        const auto spinUntil = Clock::now() + std::chrono::milliseconds(steps_[next_].spin ? 5 : 0);
+        while (!current_->test()) {
+          if (Clock::now() >= spinUntil) return moved;
+        }
+        current_.reset();
+      }
+      std::function<void()> then = std::move(steps_[next_].then);
+      insertAt_ = ++next_;
+      moved = true;
+      if (then) then();
+    }
+    return moved;
+  }
+  bool done() const override { return next_ >= steps_.size(); }
+  std::string waitingFor() const override {
+    if (done()) return "nothing";
+    const Step& s = steps_[next_];
+    return std::string("calibration ") + (s.kind == Step::kSend ? "send to" : "recv from") + " rank " +
+           std::to_string(s.peer) + " (message " + std::to_string(s.message) + ")";
+  }
+  std::vector<int> awaitedPeers() const override {
+    if (done() || steps_[next_].kind != Step::kRecv) return {};
+    return {steps_[next_].peer};
+  }
+
+ private:
+  struct Step {
+    enum Kind { kSend, kRecv, kCall } kind = kCall;
+    int peer = -1;
+    void* data = nullptr;
+    size_t bytes = 0;
+    uint32_t message = 0;
+    bool spin = false;
+    std::function<void()> then;
+  };
+  void add(Step s) { steps_.insert(steps_.begin() + static_cast<std::ptrdiff_t>(insertAt_++), std::move(s)); }
+  void send(int peer, void* data, size_t bytes, uint32_t message, std::function<void()> then = {}) {
+    add(Step{Step::kSend, peer, data, bytes, message, false, std::move(then)});
+  }
+  void recv(int peer, void* data, size_t bytes, uint32_t message, std::function<void()> then = {}, bool spin = false) {
+    add(Step{Step::kRecv, peer, data, bytes, message, spin, std::move(then)});
+  }
+  void call(std::function<void()> f) { add(Step{Step::kCall, -1, nullptr, 0, 0, false, std::move(f)}); }
+
+  void startRoot() {
+    header_.flags = (in_.runPingPong ? Wire::kPingPong : 0) | (in_.tuning.tuningPresent ? Wire::kTuning : 0) |
+                    (in_.tuning.error.empty() ? 0 : Wire::kTuningError);
+    text_ = in_.tuning.error.empty() ? in_.tuning.tuningText : in_.tuning.error;
+    header_.textBytes = text_.size();
+    pack(in_.costs, &header_);
+    header_.probes[0] = probes_[0];
+    header_.probes[1] = probes_[1];
+    for (int r = 1; r < t_.size(); ++r) send(r, &header_, sizeof header_, kHeaderMessage);
+    for (int r = 1; r < t_.size(); ++r) send(r, leaders_.data(), leaders_.size() * sizeof(int32_t), kLeadersMessage);
+    if (!text_.empty()) {
+      for (int r = 1; r < t_.size(); ++r) send(r, text_.data(), text_.size(), kTextMessage);
+    }
+    costs_ = in_.costs;
+    if (in_.runPingPong) {
+      start_ = Clock::now();
+      for (int c = 0; c < 2; ++c) {
+        if (probes_[c] >= 0) call([this, c] { initiate(c); });
+      }
+      call([this] {
+        costs_.source = "calibrated";
+        pack(costs_, &final_);
+        for (int r = 1; r < t_.size(); ++r) send(r, &final_, sizeof final_, kFinalMessage);
+      });
+    }
+    call([this] { finish(header_.flags); });
+  }
+
+  void startOther() {
+    recv(0, &header_, sizeof header_, kHeaderMessage, [this] {
+      if (header_.magic != Wire::kMagic) {
+        throw InternalError("calibration: rank 0 sent a malformed header (another gradcomm build?)");
+      }
+      costs_ = unpack(header_);
+      probes_[0] = header_.probes[0];
+      probes_[1] = header_.probes[1];
+      recv(0, leaders_.data(), leaders_.size() * sizeof(int32_t), kLeadersMessage);
+      if (header_.textBytes) {
+        text_.resize(header_.textBytes);
+        recv(0, text_.data(), text_.size(), kTextMessage);
+      }
+      if (header_.flags & Wire::kPingPong) {
+        for (int c = 0; c < 2; ++c) {
+          if (probes_[c] == t_.rank()) call([this, c] { respond(c); });
+        }
+        recv(0, &final_, sizeof final_, kFinalMessage, [this] { costs_ = unpack(final_); });
+      }
+      call([this] { finish(header_.flags); });
+    });
+  }
+
+  void finish(uint32_t flags) {
+    result_->costs = costs_;
+    result_->hostLeaders.assign(leaders_.begin(), leaders_.end());
+    result_->tuningPresent = (flags & Wire::kTuning) != 0;
+    if (flags & Wire::kTuningError) result_->error = text_;
+    else result_->tuningText = text_;
+  }
+
+  /// Rank 0's half of the ping-pong with the probe of link class c.
+  void initiate(int c) {
+    const int peer = probes_[c];
+    const uint32_t base = kClassBase[c];
+    small_.assign(kSmallBytes, 0);
+    medium_.assign(kMediumBytes, 0);
+    rtt_[c] = {1e30, 1e30, 1e30};
+    uint32_t m = base;
+    for (int i = 0; i < kSmallReps; ++i, m += 2) {
+      call([this] { t0_ = Clock::now(); });
+      send(peer, small_.data(), kSmallBytes, m);
+      recv(peer, small_.data(), kSmallBytes, m + 1, [this, c] { rtt_[c][0] = std::min(rtt_[c][0], secondsSince(t0_)); },
+           true);
+    }
+    for (int i = 0; i < kMediumReps; ++i, m += 2) {
+      const bool last = i == kMediumReps - 1;
+      call([this, c, last] {
+        // Before the last medium ping: is there time for a large one? The
+        // first class keeps half the budget for the second.
+        if (last) {
+          const double budget = std::chrono::duration<double>(in_.budget).count();
+          const double share = (c == 0 && probes_[1] >= 0) ? budget / 2 : budget;
+          const double estimate = rtt_[c][1] * (kLargeBytes / kMediumBytes) * 1.5;
+          large_[c] = secondsSince(start_) + estimate <= share;
+          medium_[0] = large_[c] ? 1 : 0;
+        }
+        t0_ = Clock::now();
+      });
+      send(peer, medium_.data(), kMediumBytes, m);
+      recv(peer, medium_.data(), kMediumBytes, m + 1, [this, c] { rtt_[c][1] = std::min(rtt_[c][1], secondsSince(t0_)); },
+           true);
+    }
+    call([this, c, peer, m] {
+      if (large_[c]) {
+        big_.assign(kLargeBytes, 0);
+        call([this] { t0_ = Clock::now(); });
+        send(peer, big_.data(), kLargeBytes, m);
+        recv(peer, big_.data(), kLargeBytes, m + 1, [this, c] { rtt_[c][2] = secondsSince(t0_); }, true);
+      }
+      call([this, c] { conclude(c); });
+    });
+  }
+
+  /// The probe's half: echo every message; the last medium ping says
+  /// whether a large one follows.
+  void respond(int c) {
+    const int peer = 0;
+    small_.assign(kSmallBytes, 0);
+    medium_.assign(kMediumBytes, 0);
+    uint32_t m = kClassBase[c];
+    for (int i = 0; i < kSmallReps; ++i, m += 2) {
+      recv(peer, small_.data(), kSmallBytes, m, {}, true);
+      send(peer, small_.data(), kSmallBytes, m + 1);
+    }
+    for (int i = 0; i < kMediumReps; ++i, m += 2) {
+      recv(peer, medium_.data(), kMediumBytes, m, {}, true);
+      send(peer, medium_.data(), kMediumBytes, m + 1);
+    }
+    call([this, peer, m] {
+      if (medium_[0] != 1) return;
+      big_.assign(kLargeBytes, 0);
+      recv(peer, big_.data(), kLargeBytes, m, {}, true);
+      send(peer, big_.data(), kLargeBytes, m + 1);
+    });
+  }
+
+  void conclude(int c) {
+    const double alpha = rtt_[c][0] / 2;
+    const bool large = large_[c];
+    const double oneWay = (large ? rtt_[c][2] : rtt_[c][1]) / 2;
+    const double bytes = large ? kLargeBytes : kMediumBytes;
+    LinkCost& l = c == 0 ? costs_.sameHost : costs_.interHost;
+    l.alphaSeconds = alpha;
+    l.betaSecondsPerByte = std::max((oneWay - alpha) / bytes, 1e-13);
+  }
+
+  transport::Transport& t_;
+  transport::Tag tag_;
+  TopologyView view_;
+  SetupInput in_;
+  std::shared_ptr<SetupResult> result_;
+  int probes_[2] = {-1, -1};  ///< the peer rank 0 probes per class (same host, other host), or -1
+  std::vector<Step> steps_;
+  size_t next_ = 0;
+  size_t insertAt_ = 0;
+  transport::RequestPtr current_;
+  Wire header_, final_;
+  std::string text_;
+  MachineCosts costs_;
+  std::vector<char> small_, medium_, big_;
+  std::vector<int32_t> leaders_;  ///< rank 0's view of the hosts (sent, or received)
+  Clock::time_point start_, t0_;
+  std::array<double, 3> rtt_[2] = {};
+  bool large_[2] = {false, false};
+};
+
+}  // namespace
+
+CalibrationMode CalibrationMode::parse(const std::string& value) {
+  const std::string v(core::trim(value));
+  CalibrationMode m;
+  if (v == "0" || core::toLower(v) == "off") m.kind = Kind::kOff;
+  else if (v == "1" || core::toLower(v) == "on") m.kind = Kind::kRun;
+  else if (v.empty()) throw ConfigError("GRADCOMM_CALIBRATE is empty: expected 0, 1 or a file path");
+  else {
+    m.kind = Kind::kFile;
+    m.path = v;
+  }
+  return m;
+}
+
+MachineCosts measureLocalCosts() {
+  // Once per process: the core does not change, and communicators are
+  // created often (tests create hundreds).
+  static const MachineCosts measured = [] {
+    MachineCosts c = MachineCosts::defaults();
+    // 8 MiB, beyond the caches, as the large calls whose choice depends on it.
+    constexpr size_t kFloats = 2 * 1024 * 1024;
+    std::vector<float> a(kFloats, 1.0f), b(kFloats, 2.0f), d(kFloats, 0.0f);
+    const auto reduce = kernels::reduceFunction(DataType::kFloat32, ReduceOp::kSum, kernels::resolveSimd("auto"));
+    double bestCopy = 1e30, bestReduce = 1e30;
+    for (int i = 0; i < 3; ++i) {
+      auto t0 = Clock::now();
+      std::memcpy(d.data(), a.data(), kFloats * sizeof(float));
+      bestCopy = std::min(bestCopy, secondsSince(t0));
+      t0 = Clock::now();
+      reduce(d.data(), a.data(), b.data(), kFloats);
+      bestReduce = std::min(bestReduce, secondsSince(t0));
+    }
+    const double bytes = kFloats * sizeof(float);
+    // A clock too coarse to see the pass keeps the default.
+    if (bestCopy > 0) c.copySecondsPerByte = bestCopy / bytes;
+    if (bestReduce > 0) c.reduceSecondsPerByte = bestReduce / bytes;
+    return c;
+  }();
+  return measured;
+}
+
+std::string formatCalibration(const MachineCosts& c, const std::string& layout) {
+  std::ostringstream out;
+  out.precision(17);
+  out << "# gradcomm calibration (GRADCOMM_CALIBRATE=path): seconds and seconds per byte\n";
+  out << "layout " << layout << "\n";
+  out << "same_host " << c.sameHost.alphaSeconds << " " << c.sameHost.betaSecondsPerByte << "\n";
+  out << "inter_host " << c.interHost.alphaSeconds << " " << c.interHost.betaSecondsPerByte << "\n";
+  out << "copy " << c.copySecondsPerByte << "\n";
+  out << "reduce " << c.reduceSecondsPerByte << "\n";
+  out << "shm_sync " << c.shmSyncSeconds << "\n";
+  return out.str();
+}
+
+MachineCosts parseCalibration(const std::string& text, const std::string& origin, std::string* layout) {
+  MachineCosts c = MachineCosts::defaults();
+  c.source = "file";
+  std::istringstream in(text);
+  std::string raw;
+  int lineNo = 0;
+  bool seen[5] = {};
+  while (std::getline(in, raw)) {
+    ++lineNo;
+    const std::string where = origin + " line " + std::to_string(lineNo) + ": ";
+    std::istringstream words(raw.substr(0, raw.find('#')));
+    std::vector<std::string> w;
+    for (std::string s; words >> s;) w.push_back(s);
+    if (w.empty()) continue;
+    auto number = [&](size_t i) {
+      char* end = nullptr;
+      const double v = std::strtod(w[i].c_str(), &end);
+      if (!end || *end || !(v >= 0) || v > 1) {
+        throw ConfigError(where + "'" + w[i] + "' is not a time in seconds between 0 and 1");
+      }
+      return v;
+    };
+    auto expect = [&](size_t n) {
+      if (w.size() != n) {
+        throw ConfigError(where + "'" + w[0] + "' takes " + std::to_string(n - 1) + " value(s), got " +
+                          std::to_string(w.size() - 1));
+      }
+    };
+    if (w[0] == "layout") {
+      expect(2);
+      if (layout) *layout = w[1];
+    } else if (w[0] == "same_host" || w[0] == "inter_host") {
+      expect(3);
+      LinkCost& l = w[0] == "same_host" ? c.sameHost : c.interHost;
+      l = {number(1), number(2)};
+      seen[w[0] == "same_host" ? 0 : 1] = true;
+    } else if (w[0] == "copy") {
+      expect(2);
+      c.copySecondsPerByte = number(1);
+      seen[2] = true;
+    } else if (w[0] == "reduce") {
+      expect(2);
+      c.reduceSecondsPerByte = number(1);
+      seen[3] = true;
+    } else if (w[0] == "shm_sync") {
+      expect(2);
+      c.shmSyncSeconds = number(1);
+      seen[4] = true;
+    } else {
+      throw ConfigError(where + "unknown key '" + w[0] +
+                        "' (expected layout, same_host, inter_host, copy, reduce or shm_sync)");
+    }
+  }
+  const char* names[5] = {"same_host", "inter_host", "copy", "reduce", "shm_sync"};
+  for (int i = 0; i < 5; ++i) {
+    if (!seen[i]) throw ConfigError(origin + ": no '" + names[i] + "' line (a calibration file has all five)");
+  }
+  return c;
+}
+
+algorithms::SchedulePtr setupSchedule(transport::Transport& t, const transport::Tag& tag, const TopologyView& view,
+                                      const SetupInput& input, std::shared_ptr<SetupResult> result) {
+  return algorithms::SchedulePtr(new SetupSchedule(t, tag, view, input, std::move(result)),
+                                 algorithms::ScheduleDeleter{});
+}
+
+TopologyView detect(const transport::Transport& t) {
+  // Every rank's lowest host-mate, from the transport's host layout (equal
+  // on every rank). A transport that does not know the other hosts gets a
+  // host per rank: the same answer on every rank, which is what matters.
+  std::vector<int> leaders(static_cast<size_t>(t.size()));
+  for (int r = 0; r < t.size(); ++r) leaders[static_cast<size_t>(r)] = r;
+  for (const auto& host : t.hostLayout()) {
+    for (int r : host) leaders[static_cast<size_t>(r)] = host.front();
+  }
+  TopologyView view(leaders);
+  view.setHardware(detectHardware());
+  view.setHostLabel(t.hostName());
+  return view;
+}
+
+}  // namespace gradcomm::topology

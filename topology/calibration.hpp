@@ -1,0 +1,71 @@
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "algorithms/schedule.hpp"
+#include "topology/cost_model.hpp"
+#include "topology/topology_view.hpp"
+#include "transport/transport.hpp"
+
+namespace gradcomm::topology {
+
+/// GRADCOMM_CALIBRATE: 0 (use MachineCosts::defaults()), 1 (measure at
+/// communicator creation), or a path (load it if it exists and was written
+/// for this layout, else measure and write it).
+struct CalibrationMode {
+  enum class Kind { kOff, kRun, kFile };
+  Kind kind = Kind::kRun;
+  std::string path;
+  /// Throws ConfigError for an empty value.
+  static CalibrationMode parse(const std::string& value);
+};
+
+/// Copy and reduction cost per byte of this core: memcpy and the float32
+/// sum kernel over 8 MiB (beyond the caches), best of three passes, a few
+/// milliseconds once per process. Other fields are the defaults.
+MachineCosts measureLocalCosts();
+
+/// The text of a calibration file for `layout` ("HxL").
+std::string formatCalibration(const MachineCosts& costs, const std::string& layout);
+/// Parses a calibration file. Throws ConfigError "ORIGIN line N: ..." for a
+/// malformed line; `layout` receives the file's layout line.
+MachineCosts parseCalibration(const std::string& text, const std::string& origin, std::string* layout);
+
+/// What rank 0 decides and every rank learns at creation.
+struct SetupResult {
+  MachineCosts costs;
+  /// Rank 0's view of the hosts (every rank's lowest host-mate): every rank
+  /// adopts it, so a transport that answered differently on some rank
+  /// cannot make the ranks choose differently.
+  std::vector<int> hostLeaders;
+  bool tuningPresent = false;
+  std::string tuningText;   ///< GRADCOMM_TUNING_FILE's text as rank 0 read it
+  /// What rank 0 could not read (the tuning file, a calibration file):
+  /// every rank throws it as a ConfigError.
+  std::string error;
+};
+
+/// What rank 0 brings to the setup exchange (other ranks' inputs are ignored).
+struct SetupInput {
+  MachineCosts costs;        ///< the costs to use, or the local measurements to complete
+  bool runPingPong = false;  ///< measure the links (else `costs` is final)
+  std::chrono::nanoseconds budget{std::chrono::milliseconds(50)};  ///< ping-pong time bound
+  SetupResult tuning;        ///< tuningPresent, tuningText and error only
+};
+
+/// The collective run once at communicator creation: rank 0 sends its
+/// decisions (and the tuning file's text) to every rank, then, when asked,
+/// ping-pongs with one peer per link class (the next rank of its host; the
+/// first rank of the next host) within the budget, and sends the resulting
+/// costs to every rank. Every rank ends with rank 0's numbers, so every
+/// rank's selector decides alike; `result` is filled when the schedule is done.
+algorithms::SchedulePtr setupSchedule(transport::Transport& t, const transport::Tag& tag, const TopologyView& view,
+                                      const SetupInput& input, std::shared_ptr<SetupResult> result);
+
+/// The topology of the ranks of `t` (host of each rank from the transport,
+/// hardware of this host from hwloc).
+TopologyView detect(const transport::Transport& t);
+
+}  // namespace gradcomm::topology

@@ -1,0 +1,92 @@
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gradcomm/types.hpp"
+#include "topology/topology_view.hpp"
+
+namespace gradcomm::topology {
+
+/// Latency and inverse bandwidth of one link class (alpha-beta model).
+struct LinkCost {
+  double alphaSeconds = 0;        ///< time of an empty message
+  double betaSecondsPerByte = 0;  ///< added time per byte
+};
+
+/// The machine as the cost model sees it. Every rank of a communicator
+/// holds identical values (rank 0's calibration, sent to all), so every
+/// rank predicts, and chooses, alike.
+struct MachineCosts {
+  LinkCost sameHost;
+  LinkCost interHost;
+  double copySecondsPerByte = 0;    ///< memcpy on one core (shared-memory staging)
+  double reduceSecondsPerByte = 0;  ///< the float32 sum kernel, per input byte
+  double shmSyncSeconds = 0;        ///< one flag hand-off between ranks of a host
+  /// Where the numbers came from: "defaults", "calibrated", "file PATH".
+  std::string source = "defaults";
+
+  /// The documented defaults used when no calibration ran (GRADCOMM_CALIBRATE=0):
+  /// same host 2 us and 5 GB/s, across hosts 20 us and 1.25 GB/s (10 Gbit/s),
+  /// copy 10 GB/s, reduce 4 GB/s, shared-memory hand-off 0.5 us.
+  static MachineCosts defaults();
+  const LinkCost& link(LinkClass c) const { return c == LinkClass::kInterHost ? interHost : sameHost; }
+  /// "same-host 2.0us 5.00GB/s, inter-host ..." for logs and gradcomm-info.
+  std::string describe() const;
+};
+
+/// Algorithm parameters that change predicted times.
+struct ModelSettings {
+  size_t segmentBytes = 256 * 1024;  ///< GRADCOMM_SEGMENT_SIZE (tree pipelines)
+  size_t shmChunkBytes = 128 * 1024; ///< GRADCOMM_SHM_CHUNK (shm rounds)
+};
+
+/// Predicts the time of each algorithm for a call from the topology and the
+/// machine's costs: per algorithm a sum over its communication rounds of
+/// the slowest message in the round (alpha + bytes x beta of its link
+/// class, beta multiplied by the number of messages sharing a host's
+/// network link in that round), plus the reduction's bytes x cost.
+class CostModel {
+ public:
+  CostModel(TopologyView view, MachineCosts costs, ModelSettings settings = {});
+
+  /// Predicted seconds of `algorithm` for `collective` moving `bytes` (the
+  /// selector's callBytes: the whole buffer; allgather and reduce-scatter
+  /// the whole size x count buffer); nullopt when the model has no formula
+  /// for that name or the algorithm cannot apply to this topology (shm
+  /// across hosts; hier on uneven hosts).
+  std::optional<double> predict(Collective collective, const std::string& algorithm, size_t bytes) const;
+  /// Names with a formula for `collective` (whether registered or not: the
+  /// hierarchical allreduce "hier" is modelled before it exists).
+  static std::vector<std::string> modelled(Collective collective);
+
+  const TopologyView& view() const { return view_; }
+  const MachineCosts& costs() const { return costs_; }
+  const ModelSettings& settings() const { return settings_; }
+
+ private:
+  using Pairs = std::vector<std::pair<int, int>>;  ///< (sender, receiver) of one round
+  /// Time of one round where each listed message carries `bytes`.
+  double roundSeconds(const Pairs& messages, double bytes) const;
+  /// Rounds on ranks `group` (indices into it): recursive doubling, ring, ...
+  double ringAllreduce(const std::vector<int>& group, double bytes) const;
+  double ringPass(const std::vector<int>& group, double bytes, bool reduce) const;
+  double recursiveDoubling(const std::vector<int>& group, double bytes) const;
+  double halvingDoubling(const std::vector<int>& group, double bytes) const;
+  double binomialTree(const std::vector<int>& group, double bytes, bool reduce) const;
+  double dissemination(const std::vector<int>& group) const;
+  double sharedMemoryAllreduce(int localRanks, double bytes) const;
+  double hierarchical(double bytes) const;
+  /// The folding of non-power-of-two groups (rd, hd): the odd rank of each
+  /// of the first 2(p - p2) pairs sends to the even one, and back at the end.
+  double foldSeconds(const std::vector<int>& group, double bytes, bool reduce) const;
+  std::vector<int> everyRank() const;
+
+  TopologyView view_;
+  MachineCosts costs_;
+  ModelSettings settings_;
+};
+
+}  // namespace gradcomm::topology
