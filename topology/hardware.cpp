@@ -1,6 +1,13 @@
-// hwloc's description of this host. Optional: without hwloc (or when it
-// fails) the view says so and everything else works unchanged.
+// This host's sockets, NUMA nodes and cores (from hwloc; optional: without
+// it, or when it fails, the view says so and everything else works
+// unchanged) and its network interfaces.
 #include "topology/topology_view.hpp"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
 
 #if GRADCOMM_HAVE_HWLOC
 #include <hwloc.h>
@@ -10,13 +17,28 @@ namespace gradcomm::topology {
 
 namespace {
 
+// Network interfaces as the kernel lists them (loopback left out). hwloc
+// would list them only with its PCI discovery, whose plugin (libpciaccess)
+// leaks about 1 KB per load that LeakSanitizer reports in every program
+// linking gradcomm, and which costs a scan of the PCI bus.
+std::vector<std::string> networkInterfaces() {
+  std::vector<std::string> out;
+  if (DIR* d = opendir("/sys/class/net")) {
+    while (const dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != ".." && name != "lo") out.push_back(name);
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 HostHardware load() {
   HostHardware hw;
 #if GRADCOMM_HAVE_HWLOC
   hwloc_topology_t topo = nullptr;
   if (hwloc_topology_init(&topo) != 0) return hw;
-  // Keep OS devices (NICs) that hwloc otherwise filters out.
-  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   if (hwloc_topology_load(topo) != 0) {
     hwloc_topology_destroy(topo);
     return hw;
@@ -25,14 +47,9 @@ HostHardware load() {
   hw.numaNodes = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
   hw.sockets = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
   hw.cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
-  for (hwloc_obj_t o = hwloc_get_next_osdev(topo, nullptr); o; o = hwloc_get_next_osdev(topo, o)) {
-    if ((o->attr->osdev.type == HWLOC_OBJ_OSDEV_NETWORK || o->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS) &&
-        o->name) {
-      hw.nics.push_back(o->name);
-    }
-  }
   hwloc_topology_destroy(topo);
 #endif
+  hw.nics = networkInterfaces();
   return hw;
 }
 

@@ -19,7 +19,7 @@ struct HostHardware {
   int numaNodes = 0;
   int sockets = 0;
   int cores = 0;
-  std::vector<std::string> nics;  ///< network OS devices ("eth0", "mlx5_0")
+  std::vector<std::string> nics;  ///< network interfaces of /sys/class/net but lo ("eth0", "ib0")
   /// "2 sockets, 2 NUMA nodes, 32 cores, NICs eth0,ib0", or why unknown.
   std::string describe() const;
 };
