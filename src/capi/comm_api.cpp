@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -258,10 +259,29 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
       auto c = std::make_unique<ncclComm>();
       c->rank = r;
       c->nranks = ndev;
-      c->host = Communicator(std::make_shared<detail::CommunicatorImpl>(world->transport(r), config));
       c->sendNext.assign(ndev, 0);
       c->recvNext.assign(ndev, 0);
       made.push_back(std::move(c));
+    }
+    // Forming a communicator is collective (the ranks agree on the
+    // selection's inputs): one thread per rank, as the ranks of a job would.
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(ndev));
+    {
+      std::vector<std::thread> threads;
+      for (int r = 0; r < ndev; ++r) {
+        threads.emplace_back([&, r] {
+          try {
+            made[static_cast<size_t>(r)]->host =
+                Communicator(std::make_shared<detail::CommunicatorImpl>(world->transport(r), config));
+          } catch (...) {
+            errors[static_cast<size_t>(r)] = std::current_exception();
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+    }
+    for (auto& e : errors) {
+      if (e) std::rethrow_exception(e);
     }
     if (cudaUsable() && RealNccl::instance().available()) {
       std::vector<ncclComm_t> real(ndev, nullptr);
