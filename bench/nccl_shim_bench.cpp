@@ -30,14 +30,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// "8", "64K", "64M", "1G"; 0 (and a message) for anything else.
 size_t parseSize(const std::string& s) {
-  size_t v = std::stoull(s);
-  switch (s.back()) {
-    case 'K': return v << 10;
-    case 'M': return v << 20;
-    case 'G': return v << 30;
-    default: return v;
-  }
+  size_t digits = 0;
+  while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;
+  const std::string suffix = s.substr(digits);
+  if (digits == 0 || digits > 12 || (suffix != "" && suffix != "K" && suffix != "M" && suffix != "G")) return 0;
+  const size_t v = std::stoull(s.substr(0, digits));
+  return suffix == "K" ? v << 10 : suffix == "M" ? v << 20 : suffix == "G" ? v << 30 : v;
+}
+
+/// A whole number in [lo, hi], or -1.
+long long parseCount(const std::string& s, long long lo, long long hi) {
+  if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
+  const long long v = std::stoll(s);
+  return v < lo || v > hi ? -1 : v;
 }
 
 double median(std::vector<double> v) {
@@ -118,21 +125,45 @@ uint16_t freePort() {
 int main(int argc, char** argv) {
   int ranks = 2, rounds = 11;
   std::vector<size_t> sizes = {8, 64u << 20};
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i], v = argv[i + 1];
-    if (a == "--ranks") ranks = std::atoi(v.c_str());
-    else if (a == "--rounds") rounds = std::max(1, std::atoi(v.c_str()));
-    else if (a == "--sizes") {
+  const char* usage = "usage: %s [--ranks N (1-64)] [--sizes 8,64M] [--rounds R (1-1000)]\n";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::printf(usage, argv[0]);
+      return 0;
+    }
+    if (a != "--ranks" && a != "--rounds" && a != "--sizes") {
+      std::fprintf(stderr, "gradcomm-nccl-bench: unknown option '%s'\n", a.c_str());
+      std::fprintf(stderr, usage, argv[0]);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "gradcomm-nccl-bench: option %s needs a value\n", a.c_str());
+      return 2;
+    }
+    const std::string v = argv[++i];
+    if (a == "--ranks" || a == "--rounds") {
+      const long long n = a == "--ranks" ? parseCount(v, 1, 64) : parseCount(v, 1, 1000);
+      if (n < 0) {
+        std::fprintf(stderr, "gradcomm-nccl-bench: %s '%s' is not a whole number in %s\n", a.c_str(), v.c_str(),
+                     a == "--ranks" ? "1..64" : "1..1000");
+        return 2;
+      }
+      (a == "--ranks" ? ranks : rounds) = static_cast<int>(n);
+    } else {
       sizes.clear();
       for (size_t p = 0; p <= v.size();) {
         size_t q = v.find(',', p);
         if (q == std::string::npos) q = v.size();
-        sizes.push_back(parseSize(v.substr(p, q - p)));
+        const size_t bytes = parseSize(v.substr(p, q - p));
+        if (bytes == 0 || bytes % sizeof(float) != 0) {
+          std::fprintf(stderr, "gradcomm-nccl-bench: size '%s' in --sizes is not a positive multiple of 4 bytes "
+                       "(8, 64K, 64M, 1G)\n", v.substr(p, q - p).c_str());
+          return 2;
+        }
+        sizes.push_back(bytes);
         p = q + 1;
       }
-    } else {
-      std::fprintf(stderr, "usage: %s [--ranks N] [--sizes 8,64M] [--rounds R]\n", argv[0]);
-      return 2;
     }
   }
   if (std::getenv("GRADCOMM_RANK")) return runRank(sizes, rounds);
