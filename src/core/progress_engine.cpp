@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/units.hpp"
+#include "transport/shm_group.hpp"
 
 namespace gradcomm::core {
 
@@ -141,6 +142,7 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
     std::lock_guard<std::mutex> drive(driveMu_);
     transport_->broadcastAbort(notice(code, reason));
   }
+  if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
   queueCv_.notify_all();
 }
 
@@ -150,6 +152,7 @@ bool ProgressEngine::runInline(const std::shared_ptr<OperationState>& op) {
   // A notice from a failed peer is looked for at the start of operations
   // (see drive()): when that look is due, the usual path takes it.
   if (now - lastAbortPoll_ >= std::chrono::microseconds(50)) return false;
+  if (transport::ShmGroup* g = transport_->sharedMemory(); g && g->failedPeer() >= 0) return false;
   op->startedAt = now;
   op->status.store(OperationState::kRunning);
   op->ctx.workspace = &workspace_;
@@ -243,6 +246,7 @@ void ProgressEngine::failActive(std::exception_ptr e) {
   if (meansPeerFailure(code) || (remote && noticeMeansPeerFailure(reason))) transport_->notePeerFailure(reason);
   // A failure that came from a peer need not be echoed back.
   if (!remote) transport_->broadcastAbort(notice(code, reason));
+  if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
   failQueued();
 }
 
@@ -319,6 +323,9 @@ bool ProgressEngine::drive() {
           throw RemoteError(active_->describe() + " cannot run because " + *remote);
         }
       }
+      if (transport::ShmGroup* g = transport_->sharedMemory()) {
+        if (const int peer = g->failedPeer(); peer >= 0) throwPeerFailed(peer);
+      }
       if (!active_->pointToPoint) {
         transport_->announce(active_->signature);
         // Algorithms that compare every rank's call themselves skip the check.
@@ -358,6 +365,20 @@ bool ProgressEngine::drive() {
     failActive(std::current_exception());
     return true;
   }
+}
+
+void ProgressEngine::throwPeerFailed(int peer) {
+  // Its notice says why; it may still be on its way (bounded wait: this is
+  // the failure path).
+  const auto deadline = Clock::now() + std::chrono::milliseconds(50);
+  do {
+    if (auto notice = transport_->pollAbort()) {
+      throw RemoteError(active_->describe() + " cannot run because " + *notice);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  } while (Clock::now() < deadline);
+  throw RemoteError(active_->describe() + " cannot run because rank " + std::to_string(peer) +
+                    " on this host failed (its reason did not arrive)");
 }
 
 void ProgressEngine::nameMismatch() {
@@ -512,7 +533,10 @@ void ProgressEngine::shutdown(const std::string& reason) {
         failReason_ = reason;
       }
     }
-    if (pending) transport_->broadcastAbort(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
+    if (pending) {
+      transport_->broadcastAbort(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
+      if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
+    }
     check_.reset();
     if (active_) {
       auto op = std::move(active_);

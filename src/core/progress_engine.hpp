@@ -104,6 +104,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
  private:
   void threadMain();
   bool drive();  // requires driveMu_
+  /// Fails the active operation because host-local rank `peer` marked its
+  /// communicator failed, with the peer's reason when its notice arrives.
+  [[noreturn]] void throwPeerFailed(int peer);
   /// Runs `op` in the calling thread through its algorithm's inline path
   /// (small calls on an idle engine); true when it finished or became the
   /// active operation with the rest of its schedule. Requires driveMu_.

@@ -50,6 +50,11 @@ struct ShmRankBlock {
   alignas(64) std::atomic<uint64_t> checkSlot[kCheckSlots][sizeof(CallSignature) / 8];
   /// seq + 1 of the last signature this rank took from the previous rank.
   alignas(64) std::atomic<uint64_t> checkTaken;
+  /// Non-zero once this rank's communicator failed. A host-local peer looks
+  /// at it before each operation: a failed rank's staged data would
+  /// otherwise let the peer's next shared-memory call complete, however
+  /// late its abort notice arrives over the network.
+  alignas(64) std::atomic<uint64_t> failed;
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory flags must be lock-free");
 
@@ -86,6 +91,15 @@ class ShmGroup {
   bool takeCheck(int previous, uint64_t seq, CallSignature* out);
   /// Index of communicator rank `rank` in this group, or -1.
   int localIndexOf(int rank) const;
+  /// Tells the host-local peers that this rank's communicator failed.
+  void markFailed() { block(localRank_).failed.store(1, std::memory_order_release); }
+  /// Communicator rank of a host-local peer whose communicator failed, or -1.
+  int failedPeer() const {
+    for (int q = 0; q < localSize(); ++q) {
+      if (q != localRank_ && block(q).failed.load(std::memory_order_acquire)) return ranks_[static_cast<size_t>(q)];
+    }
+    return -1;
+  }
   /// Next round number (private to this rank; every rank counts alike).
   uint64_t takeRound() { return ++round_; }
 

@@ -630,3 +630,68 @@ TEST(Errors, HierOnSomeRanksAndAFallbackOnOthersIsAMismatchEverywhere) {
   }
   EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1] << "\n" << out.what[2];
 }
+
+namespace {
+
+/// A transport whose abort notices never arrive (a network that lost them):
+/// host-local peers must still learn of a failure through shared memory.
+class LostNotices : public transport::Transport {
+ public:
+  explicit LostNotices(std::unique_ptr<transport::Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return "lost-notices"; }
+  transport::RequestPtr isend(int peer, const void* data, size_t bytes, const transport::Tag& tag) override {
+    return inner_->isend(peer, data, bytes, tag);
+  }
+  transport::RequestPtr irecv(int peer, void* data, size_t bytes, const transport::Tag& tag) override {
+    return inner_->irecv(peer, data, bytes, tag);
+  }
+  bool probeMismatch(int peer, const transport::Tag& expected) override { return inner_->probeMismatch(peer, expected); }
+  void broadcastAbort(const std::string&) override {}
+  std::optional<std::string> pollAbort() override { return std::nullopt; }
+  transport::ShmGroup* sharedMemory() override { return inner_->sharedMemory(); }
+  std::vector<int> hostLocalRanks() const override { return inner_->hostLocalRanks(); }
+  std::vector<std::vector<int>> hostLayout() const override { return inner_->hostLayout(); }
+  std::string hostName() const override { return inner_->hostName(); }
+
+ private:
+  std::unique_ptr<transport::Transport> inner_;
+};
+
+}  // namespace
+
+// A rank that timed out on one host leaves its staged shared-memory data
+// behind; a late peer must not complete the same allreduce from it (its
+// result would say success while the other rank failed), even when no
+// abort notice ever reaches it.
+TEST(Errors, ALatePeerOnTheHostFailsAfterTheOtherTimedOutEvenWithoutItsNotice) {
+  auto world = transport::InProcWorld::create(2);
+  ThreadBarrier barrier(2);
+  std::string what[2];
+  int code[2] = {-1, -1};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto impl = std::make_shared<detail::CommunicatorImpl>(std::make_unique<LostNotices>(world->transport(r)),
+                                                             core::Config::resolve(quick("300ms")));
+      Communicator comm(impl);
+      std::vector<float> buf(100, 1.0f);
+      CollectiveOptions o;
+      o.algorithm = "shm";
+      try {
+        if (r == 1) barrier.wait();  // late: after rank 0 gave up
+        comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+      } catch (const Error& e) {
+        what[r] = e.what();
+        code[r] = static_cast<int>(e.code());
+      }
+      if (r == 0) barrier.wait();
+      comm.destroy();
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(code[0], static_cast<int>(ErrorCode::kTimeout)) << what[0];
+  EXPECT_EQ(code[1], static_cast<int>(ErrorCode::kRemote)) << what[1];
+  EXPECT_TRUE(contains(what[1], "rank 0 on this host failed")) << what[1];
+}
