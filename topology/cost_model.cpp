@@ -88,7 +88,7 @@ double CostModel::roundSeconds(const Pairs& messages, double bytes) const {
     const LinkCost& l = costs_.link(c);
     worst = std::max(worst, l.alphaSeconds + bytes * l.betaSecondsPerByte * share);
   }
-  return worst;
+  return messages.empty() ? worst : worst + settings_.roundOverheadSeconds;
 }
 
 double CostModel::ringPass(const std::vector<int>& g, double bytes, bool reduce) const {
@@ -194,6 +194,11 @@ double CostModel::sharedMemoryAllreduce(int local, double bytes) const {
   const double l = local;
   const double roundBytes = l * static_cast<double>(std::max<size_t>(settings_.shmChunkBytes, 1));
   const double rounds = std::max(1.0, std::ceil(bytes / roundBytes));
+  // Up to 16 KiB in one round (allreduce_shm.cpp's direct path): one
+  // hand-off; every rank stages its input and reduces all L of them.
+  if (rounds == 1 && bytes <= 16 * 1024) {
+    return costs_.shmSyncSeconds + bytes * (costs_.copySecondsPerByte + (l - 1) * costs_.reduceSecondsPerByte);
+  }
   return rounds * 3 * costs_.shmSyncSeconds +
          (l - 1) / l * bytes * (2 * costs_.copySecondsPerByte + costs_.reduceSecondsPerByte);
 }

@@ -41,6 +41,12 @@ struct MachineCosts {
 struct ModelSettings {
   size_t segmentBytes = 256 * 1024;  ///< GRADCOMM_SEGMENT_SIZE (tree pipelines)
   size_t shmChunkBytes = 128 * 1024; ///< GRADCOMM_SHM_CHUNK (shm rounds)
+  /// gradcomm's own cost of one round of messages (posting and completing
+  /// its transfers through the plan runner and the engine), on top of the
+  /// transport's alpha that calibration measures with bare ping-pongs.
+  /// Measured: rd at 8 B on 2 ranks of one host took 3.1 to 5.0 us a call
+  /// over MPI whose ping-pong alpha was 0.48 us.
+  double roundOverheadSeconds = 2e-6;
 };
 
 /// Predicts the time of each algorithm for a call from the topology and the

@@ -122,13 +122,13 @@ TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
   const double rd = *m.predict(Collective::kAllreduce, "rd", kLarge);
   const double expectedRd = (c.sameHost.alphaSeconds + kLarge * c.sameHost.betaSecondsPerByte) +
                             (c.interHost.alphaSeconds + 2.0 * kLarge * c.interHost.betaSecondsPerByte) +
-                            2.0 * kLarge * c.reduceSecondsPerByte;
+                            2.0 * kLarge * c.reduceSecondsPerByte + 2 * ModelSettings{}.roundOverheadSeconds;
   EXPECT_NEAR(rd, expectedRd, expectedRd * 1e-9);
   // The ring 0-1-2-3 crosses each host link once per step.
   const double ring = *m.predict(Collective::kAllreduce, "ring", kLarge);
   const double chunk = kLarge / 4.0;
   const double expectedRing = 6 * (c.interHost.alphaSeconds + chunk * c.interHost.betaSecondsPerByte) +
-                              3 * chunk * c.reduceSecondsPerByte;
+                              3 * chunk * c.reduceSecondsPerByte + 6 * ModelSettings{}.roundOverheadSeconds;
   EXPECT_NEAR(ring, expectedRing, expectedRing * 1e-9);
   // hier moves n/L per host per direction instead of 2(p-1)/p n.
   const double hier = *m.predict(Collective::kAllreduce, "hier", kLarge);
