@@ -511,6 +511,9 @@ void ProgressEngine::threadMain() {
 
 void ProgressEngine::shutdown(const std::string& reason) {
   if (!stop_.exchange(true)) {
+    // Pass through the lock: a thread between its predicate check and its
+    // wait would otherwise miss this wake-up and never be joined.
+    { std::lock_guard<std::mutex> lock(queueMu_); }
     queueCv_.notify_all();
     if (thread_.joinable()) {
       // Never join from the progress thread itself (a listener or a
