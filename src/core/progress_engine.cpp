@@ -215,17 +215,12 @@ void ProgressEngine::failActive(std::exception_ptr e) {
     // so the abandoned transfer may fail here first: wait briefly for the
     // notice, whose reason is the cause. Bounded: this is the failure path,
     // and a peer that died sends none.
-    const auto deadline = Clock::now() + std::chrono::milliseconds(50);
-    do {
-      if (auto notice = transport_->pollAbort()) {
-        reason = active_->describe() + " failed because " + *notice;
-        code = ErrorCode::kRemote;
-        remote = true;
-        e = std::make_exception_ptr(RemoteError(reason));
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    } while (Clock::now() < deadline);
+    if (auto notice = awaitNotice()) {
+      reason = active_->describe() + " failed because " + *notice;
+      code = ErrorCode::kRemote;
+      remote = true;
+      e = std::make_exception_ptr(RemoteError(reason));
+    }
   }
   check_.reset();
   auto op = std::move(active_);
@@ -367,16 +362,19 @@ bool ProgressEngine::drive() {
   }
 }
 
+std::optional<std::string> ProgressEngine::awaitNotice() {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(50);
+  do {
+    if (auto notice = transport_->pollAbort()) return notice;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  } while (Clock::now() < deadline);
+  return std::nullopt;
+}
+
 void ProgressEngine::throwPeerFailed(int peer) {
   // Its notice says why; it may still be on its way (bounded wait: this is
   // the failure path).
-  const auto deadline = Clock::now() + std::chrono::milliseconds(50);
-  do {
-    if (auto notice = transport_->pollAbort()) {
-      throw RemoteError(active_->describe() + " cannot run because " + *notice);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  } while (Clock::now() < deadline);
+  if (auto notice = awaitNotice()) throw RemoteError(active_->describe() + " cannot run because " + *notice);
   throw RemoteError(active_->describe() + " cannot run because rank " + std::to_string(peer) +
                     " on this host failed (its reason did not arrive)");
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +108,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// Fails the active operation because host-local rank `peer` marked its
   /// communicator failed, with the peer's reason when its notice arrives.
   [[noreturn]] void throwPeerFailed(int peer);
+  /// A failed peer's notice, polled for up to 50 ms (failure paths only: the
+  /// peer's reason is the cause, and it may still be on its way).
+  std::optional<std::string> awaitNotice();
   /// Runs `op` in the calling thread through its algorithm's inline path
   /// (small calls on an idle engine); true when it finished or became the
   /// active operation with the rest of its schedule. Requires driveMu_.
