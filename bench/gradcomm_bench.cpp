@@ -193,12 +193,9 @@ void usage() {
 
 Args parseArgs(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("option " + k + " needs a value");
-      return argv[++i];
-    };
+  for (bench::ArgWalk w(argc, argv, die); w.next();) {
+    const std::string& k = w.key();
+    auto next = [&] { return w.value(); };
     if (k == "-h" || k == "--help") {
       usage();
       bench::finalizeMpiIfUp();
@@ -787,16 +784,13 @@ std::string jsonEscape(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gUseMpi = !bench::launchedWithoutMpi(argc, argv);
+  gUseMpi = bench::startMpiUnlessLaunchedWithout(argc, argv, &gRank);
   MPI_Comm mpi = MPI_COMM_NULL;
   int hosts = 1;
   // MPI-free: one communicator formed from the environment measures and
   // also carries the bench's own bookkeeping.
   std::unique_ptr<Communicator> envComm;
   if (gUseMpi) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
     MPI_Comm_size(MPI_COMM_WORLD, &gSize);
   } else {
     try {

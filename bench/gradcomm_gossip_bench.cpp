@@ -51,12 +51,7 @@ int gRank = 0;
 }
 
 long long parseInteger(const std::string& text, const std::string& what, long long lo, long long hi) {
-  const auto v = bench::wholeNumber(text, lo, hi);
-  if (!v) {
-    die(what + " must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" +
-        text + "'");
-  }
-  return *v;
+  return bench::wholeNumberOr(text, what, lo, hi, die);
 }
 
 double parseNumber(const std::string& text, const std::string& what, double lo, double hi) {
@@ -243,19 +238,11 @@ std::string stragglerText(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool useMpi = !bench::launchedWithoutMpi(argc, argv);
-  if (useMpi) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
-  }
+  const bool useMpi = bench::startMpiUnlessLaunchedWithout(argc, argv, &gRank);
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("option " + k + " needs a value");
-      return argv[++i];
-    };
+  for (bench::ArgWalk w(argc, argv, die); w.next();) {
+    const std::string& k = w.key();
+    auto next = [&] { return w.value(); };
     if (k == "--mode") a.mode = next();
     else if (k == "--steps") a.steps = static_cast<int>(parseInteger(next(), "--steps", 1, 100000000));
     else if (k == "--lr") a.lr = parseNumber(next(), "--lr", 1e-9, 1e3);

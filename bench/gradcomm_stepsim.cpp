@@ -96,12 +96,7 @@ void dieIfRankZeroFailed(std::string error) {
 }
 
 long long parseInteger(const std::string& text, const std::string& what, long long lo, long long hi) {
-  const auto v = bench::wholeNumber(text, lo, hi);
-  if (!v) {
-    die(what + " must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" +
-        text + "'");
-  }
-  return *v;
+  return bench::wholeNumberOr(text, what, lo, hi, die);
 }
 
 double parseNumber(const std::string& text, const std::string& what) {
@@ -349,20 +344,12 @@ Result steps(Communicator& comm, const std::vector<Layer>& layers, const std::st
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool useMpi = !bench::launchedWithoutMpi(argc, argv);
+  const bool useMpi = bench::startMpiUnlessLaunchedWithout(argc, argv, &gRank);
   gUseMpi = useMpi;
-  if (useMpi) {
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
-  }
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) die("option " + k + " needs a value");
-      return argv[++i];
-    };
+  for (bench::ArgWalk w(argc, argv, die); w.next();) {
+    const std::string& k = w.key();
+    auto next = [&] { return w.value(); };
     if (k == "--model") a.model = next();
     else if (k == "--mode") a.mode = next();
     else if (k == "--steps") a.steps = static_cast<int>(parseInteger(next(), "--steps", 2, 1000000));

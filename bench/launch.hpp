@@ -35,6 +35,45 @@ inline bool launchedWithoutMpi(int argc, char** argv) {
   return std::getenv("RANK") && std::getenv("WORLD_SIZE") && !std::getenv("OMPI_COMM_WORLD_RANK");
 }
 
+/// Initialises MPI (MPI_THREAD_MULTIPLE) unless the tool was launched
+/// without it (launchedWithoutMpi); returns whether MPI is up, with this
+/// process's rank in MPI_COMM_WORLD in *rank.
+inline bool startMpiUnlessLaunchedWithout(int& argc, char**& argv, int* rank) {
+  if (launchedWithoutMpi(argc, argv)) return false;
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  return true;
+}
+
+/// Walks a tool's options:
+///   for (bench::ArgWalk w(argc, argv, die); w.next();) {
+///     if (w.key() == "--steps") a.steps = parse(w.value()); ...
+/// value() takes the option's value, and dies with "option K needs a value"
+/// when there is none.
+class ArgWalk {
+ public:
+  ArgWalk(int argc, char** argv, void (*die)(const std::string&)) : argc_(argc), argv_(argv), die_(die) {}
+  /// Moves to the next option; false after the last.
+  bool next() {
+    if (++i_ >= argc_) return false;
+    key_ = argv_[i_];
+    return true;
+  }
+  const std::string& key() const { return key_; }
+  std::string value() {
+    if (i_ + 1 >= argc_) die_("option " + key_ + " needs a value");
+    return argv_[++i_];
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+  void (*die_)(const std::string&);
+  int i_ = 0;
+  std::string key_;
+};
+
 /// MPI_Finalize if MPI is up (error paths of either launch).
 inline void finalizeMpiIfUp() {
   int initialized = 0, finalized = 0;
@@ -84,6 +123,18 @@ inline std::optional<long long> wholeNumber(const std::string& text, long long l
   const long long v = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) return std::nullopt;
   return v;
+}
+
+/// All of `text` as a whole number in [lo, hi]; else `die`s naming the
+/// option (`what`), the range and the text.
+inline long long wholeNumberOr(const std::string& text, const std::string& what, long long lo, long long hi,
+                               void (*die)(const std::string&)) {
+  const auto v = wholeNumber(text, lo, hi);
+  if (!v) {
+    die(what + " must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got '" +
+        text + "'");
+  }
+  return *v;
 }
 
 /// All of `text` as a finite number, or nothing.
