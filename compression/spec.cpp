@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "compression/compression.hpp"
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::compression {

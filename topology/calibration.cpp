@@ -7,7 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 #include "kernels/reduce.hpp"
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "algorithms/catalog.hpp"
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::algorithms {

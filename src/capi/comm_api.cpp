@@ -18,8 +18,8 @@
 #include "capi/forward.hpp"
 #include "capi/group.hpp"
 #include "core/communicator_impl.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
 #include "transport/inproc_transport.hpp"
 
 using namespace gradcomm;

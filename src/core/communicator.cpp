@@ -5,7 +5,7 @@
 #include "algorithms/catalog.hpp"
 #include "compression/compression.hpp"
 #include "core/communicator_impl.hpp"
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/mpi.hpp"
 #include "core/agreement.hpp"
 #include "transport/mpi_bootstrap.hpp"

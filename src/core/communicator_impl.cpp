@@ -10,8 +10,8 @@
 
 #include "algorithms/catalog.hpp"
 #include "algorithms/compressed.hpp"
-#include "core/log.hpp"
-#include "core/units.hpp"
+#include "base/log.hpp"
+#include "base/units.hpp"
 #include "gradcomm/version.hpp"
 #include "kernels/reduce.hpp"
 #include "topology/calibration.hpp"

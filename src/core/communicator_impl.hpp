@@ -8,7 +8,7 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/selector.hpp"
 #include "compression/compression.hpp"
-#include "core/params.hpp"
+#include "base/params.hpp"
 #include "core/progress_engine.hpp"
 #include "gradcomm/communicator.hpp"
 #include "topology/topology_view.hpp"

@@ -9,7 +9,7 @@
 
 #include "core/agreement.hpp"
 #include "core/communicator_impl.hpp"
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/communicator.hpp"
 #include "gradcomm/store.hpp"
 #include "transport/bootstrap.hpp"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/communicator_impl.hpp"
-#include "core/params.hpp"
+#include "base/params.hpp"
 #include "gradcomm/communicator.hpp"
 #include "transport/inproc_transport.hpp"
 

@@ -1,4 +1,4 @@
-#include "core/params.hpp"
+#include "base/params.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -11,8 +11,8 @@
 
 #include "algorithms/selector.hpp"
 #include "compression/compression.hpp"
-#include "core/log.hpp"
-#include "core/units.hpp"
+#include "base/log.hpp"
+#include "base/units.hpp"
 #include "topology/calibration.hpp"
 #include "gradcomm/error.hpp"
 
