@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "base/algo_rules.hpp"
 #include "topology/cost_model.hpp"
 #include "topology/tuning_file.hpp"
 
@@ -59,12 +60,7 @@ class Selector {
   static size_t callBytes(const CollectiveCall& call, int size);
 
  private:
-  struct Rule {
-    std::optional<Collective> collective;
-    size_t lo = 0;
-    size_t hi = SIZE_MAX;
-    std::string name;
-  };
+  using Rule = core::AlgoRule;
   const Algorithm& byDefault(const CollectiveCall& call, const transport::Transport& t,
                              std::string* why = nullptr) const;
   const Algorithm& bySizeRule(const CollectiveCall& call, const transport::Transport& t, std::string* why) const;

@@ -119,7 +119,8 @@ transport::Tag setupTag() {
 /// notice is about a later operation, and this rank's last message may
 /// already have arrived) unless nothing moved for a second: then a peer
 /// may have failed during creation, and its reason is the error here.
-void runSetup(transport::Transport& t, algorithms::SchedulePtr schedule, std::chrono::nanoseconds timeout) {
+void runSetup(transport::Transport& t, std::unique_ptr<topology::SetupExchange> schedule,
+              std::chrono::nanoseconds timeout) {
   using Clock = std::chrono::steady_clock;
   auto lastProgress = Clock::now();
   while (!schedule->done()) {
@@ -212,7 +213,7 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
     result->tuningText = in.tuning.tuningText;
     result->error = in.tuning.error;
   } else {
-    runSetup(t, topology::setupSchedule(t, setupTag(), view_, in, result), config_.timeout);
+    runSetup(t, topology::setupExchange(t, setupTag(), view_, in, result), config_.timeout);
     // Every rank takes rank 0's host layout, so the ranks cannot choose
     // differently even if a transport answered differently on some rank.
     if (!result->hostLeaders.empty()) {

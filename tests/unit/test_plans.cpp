@@ -12,6 +12,7 @@
 #include "algorithms/patterns/binomial_tree.hpp"
 #include "algorithms/patterns/partition.hpp"
 #include "algorithms/selector.hpp"
+#include "base/algo_rules.hpp"
 #include "gradcomm/error.hpp"
 #include "transport/inproc_transport.hpp"
 
@@ -301,6 +302,20 @@ TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
   Selector sel("auto", DefaultRule{});
   auto call = makeCall(Collective::kAllreduce, 10, false, ReduceOp::kSum, 0);
   EXPECT_THROW(sel.select(call, *t, "bogus"), InvalidArgument);
+}
+
+// GRADCOMM_ALGO is checked in src/base (below the algorithms) against a
+// list of names; it must name exactly the registered algorithms, in order.
+TEST(AlgorithmRegistry, NamesEqualTheListThatGradcommAlgoIsCheckedAgainst) {
+  for (int c = 0; c < kNumCollectives; ++c) {
+    const auto coll = static_cast<Collective>(c);
+    std::vector<std::string> registered;
+    for (const Algorithm* a : allAlgorithms()) {
+      if (a->collective() == coll) registered.push_back(a->name());
+    }
+    EXPECT_EQ(registered, core::algorithmNamesOf(coll)) << toString(coll);
+    EXPECT_EQ(algorithmNames(coll), core::algorithmNameList(coll)) << toString(coll);
+  }
 }
 
 TEST(Selector, HierIsForcedOnlyAndSaysWhyItCannotRun) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "compression/compression.hpp"
+#include "base/compression_spec.hpp"
 #include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
