@@ -48,7 +48,7 @@ void Selector::useModel(std::shared_ptr<const topology::CostModel> model,
 }
 
 std::vector<Selector::Prediction> Selector::predictions(const CollectiveCall& call,
-                                                        const transport::Transport& t) const {
+                                                        const Team& t) const {
   std::vector<Prediction> out;
   if (!model_) return out;
   const size_t bytes = callBytes(call, t.size());
@@ -61,7 +61,7 @@ std::vector<Selector::Prediction> Selector::predictions(const CollectiveCall& ca
   return out;
 }
 
-const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport::Transport& t,
+const Algorithm& Selector::byDefault(const CollectiveCall& call, const Team& t,
                                     std::string* why) const {
   auto because = [why](std::string text) {
     if (why) *why = std::move(text);
@@ -96,7 +96,7 @@ const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport
   return bySizeRule(call, t, why);
 }
 
-const Algorithm& Selector::bySizeRule(const CollectiveCall& call, const transport::Transport& t,
+const Algorithm& Selector::bySizeRule(const CollectiveCall& call, const Team& t,
                                       std::string* why) const {
   auto because = [why](std::string text) {
     if (why) *why = std::move(text);
@@ -129,7 +129,7 @@ const Algorithm& Selector::bySizeRule(const CollectiveCall& call, const transpor
   return ringAllreduce();
 }
 
-Selector::Choice Selector::select(const CollectiveCall& call, const transport::Transport& t,
+Selector::Choice Selector::select(const CollectiveCall& call, const Team& t,
                                   const std::string& forced) const {
   if (!forced.empty()) {
     const Algorithm* a = findAlgorithm(call.collective, core::toLower(forced));

@@ -36,7 +36,7 @@ class Selector {
     std::string note;  ///< non-empty when a forced choice fell back
     std::string why;   ///< what decided: the per-call option, a GRADCOMM_ALGO rule or the default rule
   };
-  Choice select(const CollectiveCall& call, const transport::Transport& t, const std::string& forced) const;
+  Choice select(const CollectiveCall& call, const Team& t, const std::string& forced) const;
 
   /// Decide unforced calls by `tuning` (may be null) and then `model`.
   /// Throws ConfigError naming the file and line of a tuning entry whose
@@ -53,7 +53,7 @@ class Selector {
   };
   /// The model's predictions for every registered algorithm that can run
   /// `call` on `t`, fastest first (ties keep registry order); empty without a model.
-  std::vector<Prediction> predictions(const CollectiveCall& call, const transport::Transport& t) const;
+  std::vector<Prediction> predictions(const CollectiveCall& call, const Team& t) const;
 
   /// The bytes a rule's range is compared with: the whole buffer, as
   /// nccl-tests' "size" column (allgather: size * count elements).
@@ -61,9 +61,9 @@ class Selector {
 
  private:
   using Rule = core::AlgoRule;
-  const Algorithm& byDefault(const CollectiveCall& call, const transport::Transport& t,
+  const Algorithm& byDefault(const CollectiveCall& call, const Team& t,
                              std::string* why = nullptr) const;
-  const Algorithm& bySizeRule(const CollectiveCall& call, const transport::Transport& t, std::string* why) const;
+  const Algorithm& bySizeRule(const CollectiveCall& call, const Team& t, std::string* why) const;
   std::vector<Rule> rules_;
   DefaultRule default_;
   std::shared_ptr<const topology::CostModel> model_;

@@ -172,7 +172,7 @@ Communicator::Selection Communicator::explainSelection(Collective collective, si
   c.count = count;
   c.type = type;
   auto& impl = checked();
-  auto& t = impl.engine().transport();
+  const algorithms::Team t{impl.engine().transport(), impl.topology()};
   const auto choice = impl.selector().select(c, t, {});
   Selection out{choice.algorithm->name(), choice.why, {}};
   for (const auto& p : impl.selector().predictions(c, t)) out.predictedSeconds.emplace_back(p.algorithm->name(), p.seconds);

@@ -464,7 +464,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       validate(call);
       const compression::Spec spec = compressionFor(call, options);
       if (spec.kind != compression::Kind::kNone) return submitCompressed(call, spec, options);
-      choice = selector_.select(call, engine_->transport(), options.algorithm);
+      choice = selector_.select(call, {engine_->transport(), view_}, options.algorithm);
     } catch (const Error& err) {
       reject(err, call);
     }
@@ -523,7 +523,7 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
                       toString(inner.collective) + " algorithm); using the default");
     forced.clear();
   }
-  auto choice = selector_.select(inner, engine_->transport(), forced);
+  auto choice = selector_.select(inner, {engine_->transport(), view_}, forced);
   if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
   const algorithms::Algorithm* algo = choice.algorithm;
   compression::Residual* residual = nullptr;
@@ -581,7 +581,7 @@ Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
 }
 
 std::string CommunicatorImpl::algorithmFor(const CollectiveCall& call) const {
-  return selector_.select(call, engine_->transport(), {}).algorithm->name();
+  return selector_.select(call, {engine_->transport(), view_}, {}).algorithm->name();
 }
 
 }  // namespace gradcomm::detail

@@ -52,7 +52,6 @@ class MpiTransport : public Transport {
   bool abandonedTransfersPending() override;
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
-  std::vector<int> hostLocalRanks() const override { return localRanks_; }
   std::vector<std::vector<int>> hostLayout() const override { return hosts_; }
   std::string hostName() const override { return hostName_; }
 

@@ -108,17 +108,18 @@ class Transport {
 
  public:
 
-  /// Ranks of this communicator that share this rank's host (itself
-  /// included, ascending), and a label for the host.
-  virtual std::vector<int> hostLocalRanks() const { return {rank()}; }
+  // What the transport learned about the hosts while it was set up (MPI's
+  // shared-memory split, UCX's host keys, the in-process world's settings).
+  // Only topology::detect reads them, once, when the communicator is
+  // created; everything after (the selector, hier, calibration) asks the
+  // communicator's TopologyView, the one source of which ranks share a host.
+
+  /// A label for this rank's host.
   virtual std::string hostName() const { return "localhost"; }
   /// Every host's ranks (each ascending, hosts ordered by their lowest
   /// rank), equal on every rank; empty when this transport does not know
-  /// the other hosts.
-  virtual std::vector<std::vector<int>> hostLayout() const {
-    if (static_cast<int>(hostLocalRanks().size()) == size()) return {hostLocalRanks()};
-    return {};
-  }
+  /// the other hosts (the view then puts every rank on its own host).
+  virtual std::vector<std::vector<int>> hostLayout() const { return {}; }
 };
 
 /// Groups ranks into hosts: `hostOf[r]` is any value equal for exactly the

@@ -651,7 +651,6 @@ class LostNotices : public transport::Transport {
   void broadcastAbort(const std::string&) override {}
   std::optional<std::string> pollAbort() override { return std::nullopt; }
   transport::ShmGroup* sharedMemory() override { return inner_->sharedMemory(); }
-  std::vector<int> hostLocalRanks() const override { return inner_->hostLocalRanks(); }
   std::vector<std::vector<int>> hostLayout() const override { return inner_->hostLayout(); }
   std::string hostName() const override { return inner_->hostName(); }
 

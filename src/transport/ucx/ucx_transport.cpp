@@ -484,7 +484,6 @@ UcxTransport::~UcxTransport() {
 int UcxTransport::rank() const { return state_->rank; }
 int UcxTransport::size() const { return state_->size; }
 ShmGroup* UcxTransport::sharedMemory() { return shm_.get(); }
-std::vector<int> UcxTransport::hostLocalRanks() const { return state_->localRanks; }
 std::vector<std::vector<int>> UcxTransport::hostLayout() const { return state_->hosts; }
 
 bool UcxTransport::abandonedTransfersPending() {
