@@ -393,18 +393,23 @@ std::unique_ptr<SetupExchange> setupExchange(transport::Transport& t, const tran
   return std::make_unique<SetupExchangeImpl>(t, tag, view, input, std::move(result));
 }
 
-TopologyView detect(const transport::Transport& t) {
+TopologyView detect(const transport::HostLayout& layout) {
   // Every rank's lowest host-mate, from the transport's host layout (equal
   // on every rank). A transport that does not know the other hosts gets a
   // host per rank: the same answer on every rank, which is what matters.
-  std::vector<int> leaders(static_cast<size_t>(t.size()));
-  for (int r = 0; r < t.size(); ++r) leaders[static_cast<size_t>(r)] = r;
-  for (const auto& host : t.hostLayout()) {
-    for (int r : host) leaders[static_cast<size_t>(r)] = host.front();
+  std::vector<int> leaders(static_cast<size_t>(layout.size));
+  for (int r = 0; r < layout.size; ++r) leaders[static_cast<size_t>(r)] = r;
+  for (const auto& host : layout.hosts) {
+    for (int r : host) {
+      if (r < 0 || r >= layout.size) {
+        throw InternalError("host layout names rank " + std::to_string(r) + " of " + std::to_string(layout.size));
+      }
+      leaders[static_cast<size_t>(r)] = host.front();
+    }
   }
   TopologyView view(leaders);
   view.setHardware(detectHardware());
-  view.setHostLabel(t.hostName());
+  view.setHostLabel(layout.hostName);
   return view;
 }
 

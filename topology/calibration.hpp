@@ -67,6 +67,6 @@ std::unique_ptr<SetupExchange> setupExchange(transport::Transport& t, const tran
 
 /// The topology of the ranks of `t` (host of each rank from the transport,
 /// hardware of this host from hwloc).
-TopologyView detect(const transport::Transport& t);
+TopologyView detect(const transport::HostLayout& layout);
 
 }  // namespace gradcomm::topology

@@ -68,12 +68,13 @@ uint32_t callFingerprint(const CollectiveCall& call, const std::string& algorith
   return callSignature(call, algorithm, {}).fingerprint();
 }
 
-CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transport, core::Config config)
+CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transport,
+                                   const transport::HostLayout& hosts, core::Config config)
     : config_(std::move(config)),
       rank_(transport->rank()),
       size_(transport->size()),
       simd_(kernels::resolveSimd(config_.simd)),
-      view_(topology::detect(*transport)),
+      view_(topology::detect(hosts)),
       selector_(config_.algo, algorithms::DefaultRule{config_.smallMessageBytes, config_.treeMaxBytes}),
       defaultCompression_(compression::Spec::parse(config_.compression)) {
   core::setLogLevel(config_.logLevel);

@@ -105,12 +105,14 @@ Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
   core::Config config = core::agreeOnConfiguration(options, boot);
   if (config.transport == "ucx") {
     // Bootstrapped through MPI, every byte through UCX.
-    return Communicator(std::make_shared<detail::CommunicatorImpl>(
-        transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, core::connectTimeout(config)),
-        std::move(config)));
+    transport::HostLayout hosts;
+    auto t = transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, core::connectTimeout(config),
+                                         &hosts);
+    return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config)));
   }
   auto t = std::make_unique<transport::MpiTransport>(comm, env, config.shm ? config.shmChunkBytes : 0);
-  return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), std::move(config)));
+  const transport::HostLayout hosts = t->hostLayout();
+  return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config)));
 }
 
 Communicator::Communicator() : Communicator(Options{}) {}
