@@ -65,6 +65,7 @@ struct RunContext {
 struct Team {
   const transport::Transport& transport;
   const topology::TopologyView& topology;
+  /// Ranks of the team.
   int size() const { return transport.size(); }
 };
 
