@@ -3,7 +3,9 @@
 // synchronous SGD through the Reducer ("allreduce") or with push-sum gossip
 // through the GossipAverager ("gossip"), to compare time to a target loss,
 // final loss and steps per second, optionally with one rank slowed down
-// (--straggler RANK:FACTOR) or killed mid-run (--kill RANK:STEP).
+// (--straggler RANK:FACTOR) or killed mid-run (--kill RANK:STEP). Gossip
+// ranks stop by the gossip clock (GossipStats::clock), so a slow rank takes
+// fewer steps of its own.
 //
 //   mpirun -np 4 gradcomm-gossip-bench --mode both --steps 400 --target-loss 1.2 --straggler 3:2
 //   scripts/netns-cluster --hosts 4 --ppn 1 --rate 1gbit --no-mpi -- gradcomm-gossip-bench --kill 2:100 ...
@@ -77,6 +79,7 @@ struct Args {
   std::string mode = "both";
   int steps = 300;
   double lr = 0.5;
+  bool cosine = false;  // --lr-schedule cosine: lr x (1 + cos(pi s / steps)) / 2
   double targetLoss = 0;  // 0: none
   int evalEvery = 10;
   double computeMs = 0;   // pad each step's compute (sleep) to at least this
@@ -142,10 +145,17 @@ Result run(Communicator& comm, const Args& a, const std::string& mode) {
   Clock::duration training{};
   double commSum = 0;
   auto segment = Clock::now();
-  const float lr = static_cast<float>(a.lr);
+  // Where the run is, in steps: allreduce-SGD's step count, gossip's clock
+  // (a slow rank adopts its peers' clock, so all ranks stop together and a
+  // slow one computes fewer gradients: a rank that stopped early would look
+  // dead to those still gossiping).
+  auto position = [&](int s) -> uint64_t { return gossip ? gossip->stats().clock : static_cast<uint64_t>(s); };
   try {
-    for (int s = 0; s < a.steps; ++s) {
+    for (int s = 0; position(s) < static_cast<uint64_t>(a.steps); ++s) {
       if (gRank == a.killRank && s == a.killStep) dieHere();
+      const double t = static_cast<double>(position(s));
+      const float lr = static_cast<float>(
+          a.cosine ? a.lr * 0.5 * (1 + std::cos(3.141592653589793 * t / a.steps)) : a.lr);
       const auto computeStart = Clock::now();
       compute(problem, a, params.data(), static_cast<uint64_t>(s), grad.data());
       r.computeMs += std::chrono::duration<double, std::milli>(Clock::now() - computeStart).count();
@@ -159,7 +169,7 @@ Result run(Communicator& comm, const Args& a, const std::string& mode) {
         gossip->step();
       }
       r.stepsDone = s + 1;
-      if ((s + 1) % a.evalEvery == 0 || s + 1 == a.steps) {
+      if ((s + 1) % a.evalEvery == 0 || position(s + 1) >= static_cast<uint64_t>(a.steps)) {
         training += Clock::now() - segment;
         const double loss = problem.loss(params.data());
         if (a.targetLoss > 0 && r.timeToTarget < 0 && loss <= a.targetLoss) {
@@ -249,6 +259,11 @@ int main(int argc, char** argv) {
     if (k == "--mode") a.mode = next();
     else if (k == "--steps") a.steps = static_cast<int>(parseInteger(next(), "--steps", 1, 100000000));
     else if (k == "--lr") a.lr = parseNumber(next(), "--lr", 1e-9, 1e3);
+    else if (k == "--lr-schedule") {
+      const std::string v = next();
+      if (v != "constant" && v != "cosine") die("unknown --lr-schedule '" + v + "'; valid: constant, cosine");
+      a.cosine = v == "cosine";
+    }
     else if (k == "--target-loss") a.targetLoss = parseNumber(next(), "--target-loss", 0, 1e9);
     else if (k == "--eval-every") a.evalEvery = static_cast<int>(parseInteger(next(), "--eval-every", 1, 1000000));
     else if (k == "--compute-ms") a.computeMs = parseNumber(next(), "--compute-ms", 0, 1e6);
@@ -274,7 +289,7 @@ int main(int argc, char** argv) {
       if (gRank == 0) {
         std::printf(
             "usage: mpirun -np N gradcomm-gossip-bench [--mode allreduce|gossip|both] [--steps N] [--lr LR]\n"
-            "         [--target-loss L] [--eval-every K] [--compute-ms MS] [--straggler RANK:FACTOR]\n"
+            "         [--lr-schedule constant|cosine] [--target-loss L] [--eval-every K] [--compute-ms MS] [--straggler RANK:FACTOR]\n"
             "         [--kill RANK:STEP] [--features F] [--classes C] [--samples S] [--eval-samples E]\n"
             "         [--batch B] [--seed S] [--transport mpi|ucx] [--no-mpi] [--json FILE]\n"
             "Parameters: C x (F + 1) floats. --kill needs a launch without mpirun (--no-mpi, GRADCOMM_RANK),\n"
@@ -330,9 +345,9 @@ int main(int argc, char** argv) {
   const bench::SoftmaxProblem probe(a.spec, 0);
   if (gRank == 0) {
     std::printf("# gradcomm-gossip-bench: %d ranks on %d host%s over %s, %zu parameters (%.2f MB), batch %zu, "
-                "%d steps, lr %g, straggler %s%s\n",
+                "%d steps, lr %g%s, straggler %s%s\n",
                 size, hosts, hosts == 1 ? "" : "s", comm->transportName().c_str(), probe.paramCount(),
-                probe.paramCount() * 4 / 1e6, a.spec.batch, a.steps, a.lr, stragglerText(a).c_str(),
+                probe.paramCount() * 4 / 1e6, a.spec.batch, a.steps, a.lr, a.cosine ? " (cosine)" : "", stragglerText(a).c_str(),
                 a.killRank >= 0 ? (", rank " + std::to_string(a.killRank) + " killed at step " +
                                    std::to_string(a.killStep)).c_str()
                                 : "");

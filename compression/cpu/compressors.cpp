@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "compression/cast_compressor.hpp"
 #include "compression/compressor.hpp"
 #include "compression/cpu/cast.hpp"
 #include "compression/cpu/topk.hpp"
@@ -13,47 +14,28 @@
 namespace gradcomm::compression {
 namespace {
 
-class CpuCastCompressor final : public Compressor {
- public:
-  CpuCastCompressor(Kind kind, Isa isa)
-      : kind_(kind), half_(kind == Kind::kFp16 ? DataType::kFloat16 : DataType::kBFloat16), isa_(isa) {}
-
-  Kind kind() const override { return kind_; }
-  MemoryKind memory() const override { return MemoryKind::kHost; }
-  bool summable() const override { return true; }
-  DataType payloadType() const override { return half_; }
-  size_t payloadBytes(size_t n) const override { return n * sizeof(uint16_t); }
-
-  void compress(const float* in, float* residual, size_t n, void* payload, const CompressArgs& args) override {
-    auto* out = static_cast<uint16_t*>(payload);
-    if (residual) {
-      castWithResidual(in, residual, out, n, half_, args.scale, isa_);
-    } else {
-      castToHalf(in, out, n, half_, args.scale, isa_);
-    }
+/// The CPU kernels of the cast compressor, at one ISA level.
+struct CpuCastKernels {
+  static constexpr MemoryKind kMemory = MemoryKind::kHost;
+  Isa isa;
+  void cast(const float* in, uint16_t* out, size_t n, DataType half, float scale) const {
+    castToHalf(in, out, n, half, scale, isa);
   }
-
-  void decompress(const void* payload, float* out, size_t n) override {
-    decodeHalf(static_cast<const uint16_t*>(payload), out, n, half_, isa_);
+  void castWithResidual(const float* in, float* residual, uint16_t* out, size_t n, DataType half, float scale) const {
+    compression::castWithResidual(in, residual, out, n, half, scale, isa);
   }
-
-  void decompressAdd(const void* payload, float* out, size_t n) override {
+  void decode(const uint16_t* in, float* out, size_t n, DataType half) const { decodeHalf(in, out, n, half, isa); }
+  void decodeAdd(const uint16_t* in, float* out, size_t n, DataType half) const {
     // Decoding is exact, so decode-then-add in blocks equals one add of the
     // decoded tensor; the block keeps the scratch on the stack.
     constexpr size_t kBlock = 1024;
     float block[kBlock];
-    const auto* in = static_cast<const uint16_t*>(payload);
     for (size_t begin = 0; begin < n; begin += kBlock) {
       const size_t len = std::min(kBlock, n - begin);
-      decodeHalf(in + begin, block, len, half_, isa_);
+      decodeHalf(in + begin, block, len, half, isa);
       for (size_t i = 0; i < len; ++i) out[begin + i] += block[i];
     }
   }
-
- private:
-  Kind kind_;
-  DataType half_;
-  Isa isa_;
 };
 
 /// Payload: an 8-byte length, then the sparse wire format
@@ -130,7 +112,7 @@ CompressorPtr makeCpuCompressor(const Spec& spec, Isa isa) {
   const Isa level = kernels::minLevel(isa, detectIsa());
   switch (spec.kind) {
     case Kind::kFp16:
-    case Kind::kBf16: return std::make_unique<CpuCastCompressor>(spec.kind, level);
+    case Kind::kBf16: return std::make_unique<CastCompressor<CpuCastKernels>>(spec.kind, CpuCastKernels{level});
     case Kind::kTopK: return std::make_unique<CpuTopKCompressor>(spec, level);
     case Kind::kNone: break;
   }

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "compression/cast_compressor.hpp"
 #include "compression/compressor.hpp"
 #include "compression/cuda/compression_cuda.hpp"
 #include "compression/cuda/cuda_check.cuh"
@@ -36,42 +37,24 @@ class StreamScratch {
   cudaStream_t stream_;
 };
 
-class CudaCastCompressor final : public Compressor {
- public:
-  CudaCastCompressor(Kind kind, void* stream)
-      : kind_(kind), half_(kind == Kind::kFp16 ? DataType::kFloat16 : DataType::kBFloat16), stream_(stream) {}
-
-  Kind kind() const override { return kind_; }
-  MemoryKind memory() const override { return MemoryKind::kDevice; }
-  bool summable() const override { return true; }
-  DataType payloadType() const override { return half_; }
-  size_t payloadBytes(size_t n) const override { return n * sizeof(uint16_t); }
-
-  void compress(const float* in, float* residual, size_t n, void* payload, const CompressArgs& args) override {
-    auto* out = static_cast<uint16_t*>(payload);
-    if (residual) {
-      castWithResidual(in, residual, out, n, half_, args.scale, stream_);
-    } else {
-      castToHalf(in, out, n, half_, args.scale, stream_);
-    }
+/// The CUDA kernels of the cast compressor, ordered on one stream.
+struct CudaCastKernels {
+  static constexpr MemoryKind kMemory = MemoryKind::kDevice;
+  void* stream;
+  void cast(const float* in, uint16_t* out, size_t n, DataType half, float scale) const {
+    castToHalf(in, out, n, half, scale, stream);
   }
-
-  void decompress(const void* payload, float* out, size_t n) override {
-    decodeHalf(static_cast<const uint16_t*>(payload), out, n, half_, stream_);
+  void castWithResidual(const float* in, float* residual, uint16_t* out, size_t n, DataType half, float scale) const {
+    cuda::castWithResidual(in, residual, out, n, half, scale, stream);
   }
-
-  void decompressAdd(const void* payload, float* out, size_t n) override {
+  void decode(const uint16_t* in, float* out, size_t n, DataType half) const { decodeHalf(in, out, n, half, stream); }
+  void decodeAdd(const uint16_t* in, float* out, size_t n, DataType half) const {
     if (n == 0) return;
-    StreamScratch decoded(n * sizeof(float), static_cast<cudaStream_t>(stream_), "cuda cast decompressAdd: scratch");
+    StreamScratch decoded(n * sizeof(float), static_cast<cudaStream_t>(stream), "cuda cast decompressAdd: scratch");
     auto* tmp = static_cast<float*>(decoded.get());
-    decodeHalf(static_cast<const uint16_t*>(payload), tmp, n, half_, stream_);
-    kernels::cuda::reduce(out, out, tmp, n, DataType::kFloat32, ReduceOp::kSum, stream_);
+    decodeHalf(in, tmp, n, half, stream);
+    kernels::cuda::reduce(out, out, tmp, n, DataType::kFloat32, ReduceOp::kSum, stream);
   }
-
- private:
-  Kind kind_;
-  DataType half_;
-  void* stream_;
 };
 
 /// Payload (device memory): uint64 count, then topkCapacity indices (uint32,
@@ -154,7 +137,7 @@ class CudaTopKCompressor final : public Compressor {
 CompressorPtr makeCompressor(const Spec& spec, void* stream) {
   switch (spec.kind) {
     case Kind::kFp16:
-    case Kind::kBf16: return std::make_unique<CudaCastCompressor>(spec.kind, stream);
+    case Kind::kBf16: return std::make_unique<CastCompressor<CudaCastKernels>>(spec.kind, CudaCastKernels{stream});
     case Kind::kTopK: return std::make_unique<CudaTopKCompressor>(spec, stream);
     case Kind::kNone: break;
   }

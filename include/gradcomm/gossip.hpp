@@ -27,7 +27,7 @@ struct GossipOptions {
   int maxStaleness = 0;                    ///< GRADCOMM_GOSSIP_MAX_STALENESS (4 steps)
   std::chrono::milliseconds peerTimeout{0};  ///< GRADCOMM_GOSSIP_PEER_TIMEOUT (10 s)
   /// Measure the consensus distance every step (two blocking allreduces:
-  /// for diagnostics, not for speed).
+  /// for diagnostics, not for speed; every rank must then call step() equally often).
   bool consensusDistance = false;
   /// Chrome trace of this rank's gossip steps ("" = off; the rank is
   /// inserted before ".json").
@@ -37,10 +37,14 @@ struct GossipOptions {
 /// Counters since construction (and the last step's consensus distance).
 struct GossipStats {
   uint64_t steps = 0;          ///< step() calls
+  /// The gossip clock: the step this rank's next push carries. It runs ahead
+  /// of `steps` when the rank adopted a faster peer's clock (a slow rank
+  /// skips steps rather than falling behind).
+  uint64_t clock = 0;
   size_t sent = 0;             ///< pushes posted
   size_t received = 0;         ///< pushes mixed
-  size_t late = 0;             ///< of those, mixed after their own step (within the staleness bound)
-  size_t dropped = 0;          ///< pushes not mixed: later than the staleness bound, or arrived after synchronize()
+  size_t late = 0;             ///< of those, mixed after the step they carry (within the staleness bound)
+  size_t dropped = 0;          ///< pushes not mixed: more than the staleness bound behind this rank's clock, or from before synchronize()
   size_t failed = 0;           ///< transfers that failed (a dead peer)
   size_t isolatedSteps = 0;    ///< steps that began with nothing received for maxStaleness steps
   double weight = 1;           ///< this rank's push-sum weight
@@ -57,15 +61,24 @@ struct GossipStats {
 /// de-biased parameters in the caller's buffers; it never waits for a peer.
 /// Pushes leave from a copy and progress on the communicator's progress
 /// thread, so they overlap the caller's next computation, beside (never
-/// inside) its collective queue. A push is mixed at most
-/// GRADCOMM_GOSSIP_MAX_STALENESS steps after its own step, else dropped; a
-/// peer whose transfer fails, or that is further behind and silent for
+/// inside) its collective queue.
+///
+/// Steps are counted on a gossip clock (stats().clock): each push carries
+/// its sender's clock, and a rank more than half the staleness bound behind
+/// the newest step it hears moves its clock up to that margin, so a slow
+/// rank skips steps instead of falling ever further behind, and its pushes
+/// stay current. A push more than GRADCOMM_GOSSIP_MAX_STALENESS steps
+/// behind the receiver's clock is dropped (counted); a peer whose transfer
+/// fails, or that is that far behind and silent for
 /// GRADCOMM_GOSSIP_PEER_TIMEOUT, is removed from the graph (the survivors'
-/// graph stays strongly connected), and the others keep going.
+/// graph stays strongly connected), and the others keep going. Ranks that
+/// train for a fixed number of steps should therefore stop by the clock
+/// (`while (avg.stats().clock < steps)`): a rank that stops stepping while
+/// the others go on looks dead to them after the timeout.
 ///
 /// Construction is collective and checks that every rank passed the same
-/// sizes. Every rank must call step() the same number of times between
-/// synchronize() calls.
+/// sizes; synchronize() is collective. Ranks may call step() different
+/// numbers of times in between.
 class GRADCOMM_API GossipAverager {
  public:
   GossipAverager(Communicator comm, std::vector<GossipBuffer> parameters, GossipOptions options = {});

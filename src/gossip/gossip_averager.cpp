@@ -75,11 +75,13 @@ class GossipAveragerImpl {
   void scatter();  // the caller's buffers = z_
   /// Keeps `window_` receives posted for each in-neighbour's next pushes.
   void postReceives(transport::Transport& t);
+  /// Mixes one arrived push unless it is stale; returns the step it carries
+  /// (-1: malformed).
+  int64_t mix(const Transfer& pull);
   /// The ranks that push here at some step of the current graph.
   void computeInNeighbours();
   void removePeer(int peer, const std::string& why);
   void rebuildGraph(transport::Transport& t);
-  void mix(const Transfer& pull);
   void measureConsensus();
 
   Communicator comm_;
@@ -97,17 +99,25 @@ class GossipAveragerImpl {
 
   std::vector<float> z_;  // the de-biased estimate, all buffers back to back
   double weight_ = 1;
+  // The gossip clock: the step this rank's next push carries. It advances by
+  // one per step() and jumps to within half the staleness bound of the
+  // newest step a peer's push carried (a Lamport clock with slack), so a
+  // slow rank stays on the group's clock: its pushes are late only by their
+  // time in transit and that margin, not by the steps it could not compute,
+  // and are mixed rather than dropped as stale.
   uint64_t step_ = 0;
+  uint64_t calls_ = 0;         // step() calls
   uint64_t discardBelow_ = 0;  // pushes of earlier steps were overtaken by synchronize()
   std::unique_ptr<ExponentialGraph> graph_;
   std::vector<int> inNeighbours_;
-  std::vector<uint64_t> nextPost_;  // per sender: its first step not yet covered by a posted receive
-  std::vector<uint64_t> newestFrom_;  // per sender: 1 + the newest step that arrived from it (0: none)
+  std::vector<uint64_t> pushesTo_;    // per receiver: the number of this rank's next push to it (the tag)
+  std::vector<uint64_t> postedFrom_;  // per sender: the number of its next push not yet covered by a receive
+  std::vector<uint64_t> newestFrom_;  // per sender: 1 + the newest step heard from it (or when it became an in-neighbour)
   size_t removedWords_;
   std::vector<bool> removed_;
   std::vector<std::string> removedWhy_;
   std::vector<Clock::time_point> lastHeard_;  // per sender: its last push, or when it became an in-neighbour
-  uint64_t lastReceiveStep_ = 0;
+  uint64_t lastReceiveCall_ = 0;
   bool isolatedReported_ = false;  // this episode was logged
   bool isolatedWarned_ = false;    // an episode was logged at warn level
   GossipStats stats_;
@@ -157,7 +167,8 @@ GossipAveragerImpl::GossipAveragerImpl(Communicator comm, std::vector<GossipBuff
   removed_.assign(static_cast<size_t>(size_), false);
   removedWhy_.assign(static_cast<size_t>(size_), std::string());
   lastHeard_.assign(static_cast<size_t>(size_), Clock::now());
-  nextPost_.assign(static_cast<size_t>(size_), 0);
+  pushesTo_.assign(static_cast<size_t>(size_), 0);
+  postedFrom_.assign(static_cast<size_t>(size_), 0);
   newestFrom_.assign(static_cast<size_t>(size_), 0);
   std::vector<int> all(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) all[static_cast<size_t>(r)] = r;
@@ -193,29 +204,16 @@ void GossipAveragerImpl::computeInNeighbours() {
 }
 
 void GossipAveragerImpl::postReceives(transport::Transport& t) {
-  // Receives are posted per sender for *its* next pushes to this rank (the
-  // schedule is known: the sender's step is in the tag), whatever this
-  // rank's own step: every push finds a receive, however far apart the two
-  // ranks' steps are, and nothing piles up unmatched in the transport.
+  // Receives are posted per sender by push number, not by step: the n-th
+  // receive for a sender matches its n-th push to this rank whatever either
+  // clock says (the step travels in the header), so every push finds a
+  // receive and nothing piles up unmatched in the transport.
   std::vector<size_t> outstanding(static_cast<size_t>(size_), 0);
   for (const auto& tr : transfers_->receives()) ++outstanding[static_cast<size_t>(tr.peer)];
-  const uint64_t scan = graph_->period() * std::max<size_t>(graph_->peersPerStep(), 1) + 1;
   for (int p : inNeighbours_) {
-    auto& next = nextPost_[static_cast<size_t>(p)];
-    while (outstanding[static_cast<size_t>(p)] < window_) {
-      uint64_t s = next;
-      bool found = false;
-      for (; s < next + scan; ++s) {
-        const auto out = graph_->outPeers(p, s);
-        if (std::find(out.begin(), out.end(), rank_) != out.end()) {
-          found = true;
-          break;
-        }
-      }
-      if (!found) break;  // cannot happen for an in-neighbour
-      transfers_->post(t, false, s, p, std::make_shared<std::vector<char>>(messageBytes()));
-      ++outstanding[static_cast<size_t>(p)];
-      next = s + 1;
+    const size_t i = static_cast<size_t>(p);
+    for (; outstanding[i] < window_; ++outstanding[i]) {
+      transfers_->post(t, false, postedFrom_[i]++, p, std::make_shared<std::vector<char>>(messageBytes()));
     }
   }
 }
@@ -266,8 +264,7 @@ void GossipAveragerImpl::rebuildGraph(transport::Transport& t) {
   for (int p : inNeighbours_) {
     if (std::find(before.begin(), before.end(), p) == before.end()) {
       // A new in-neighbour: its pushes to this rank start about now.
-      auto& next = nextPost_[static_cast<size_t>(p)];
-      next = std::max(next, step_ > maxStaleness_ ? step_ - maxStaleness_ : uint64_t{0});
+      newestFrom_[static_cast<size_t>(p)] = std::max(newestFrom_[static_cast<size_t>(p)], step_ + 1);
       lastHeard_[static_cast<size_t>(p)] = now;
     }
   }
@@ -275,18 +272,18 @@ void GossipAveragerImpl::rebuildGraph(transport::Transport& t) {
   graphChanged_ = false;
 }
 
-void GossipAveragerImpl::mix(const Transfer& pull) {
+int64_t GossipAveragerImpl::mix(const Transfer& pull) {
   const char* p = pull.buffer->data();
   PushHeader h;
   std::memcpy(&h, p, sizeof h);
-  if (h.sender != static_cast<uint32_t>(pull.peer) || h.step != pull.step || h.removedWords != removedWords_ ||
-      !(h.weight >= 0) || !std::isfinite(h.weight)) {
+  if (h.sender != static_cast<uint32_t>(pull.peer) || h.removedWords != removedWords_ || !(h.weight >= 0) ||
+      !std::isfinite(h.weight) || h.step > (uint64_t{1} << 62)) {
     // Cannot happen between ranks of one build; never mix garbage.
     core::log(core::LogLevel::kWarn, rank_,
-              "gossip: dropped a malformed push from rank " + std::to_string(pull.peer) + " for step " +
-                  std::to_string(pull.step));
+              "gossip: dropped a malformed push from rank " + std::to_string(pull.peer) + " (its push " +
+                  std::to_string(pull.seq) + " here)");
     ++stats_.dropped;
-    return;
+    return -1;
   }
   for (size_t w = 0; w < removedWords_; ++w) {
     uint64_t bits;
@@ -296,15 +293,17 @@ void GossipAveragerImpl::mix(const Transfer& pull) {
       if ((bits & 1) && r < size_) removePeer(r, "reported removed by rank " + std::to_string(pull.peer));
     }
   }
-  if (pull.step < discardBelow_ || pull.step + maxStaleness_ < step_) {
+  const int64_t step = static_cast<int64_t>(h.step);
+  if (h.step < discardBelow_ || h.step + maxStaleness_ < step_) {
     ++stats_.dropped;  // pushed before synchronize(), or later than the bound
-    return;
+    return step;
   }
   std::vector<float> y(count_);
   std::memcpy(y.data(), p + headerBytes(), count_ * sizeof(float));
   PushSum::mix(z_.data(), weight_, y.data(), h.weight, count_);
   ++stats_.received;
-  if (pull.step < step_) ++stats_.late;
+  if (h.step < step_) ++stats_.late;
+  return step;
 }
 
 void GossipAveragerImpl::step() {
@@ -313,6 +312,7 @@ void GossipAveragerImpl::step() {
   // one has no progress thread and may have lost its peers.
   if (impl_.destroyed()) throw InvalidUsage("GossipAverager::step: the communicator was destroyed");
   const auto started = Clock::now();
+  const uint64_t clock = step_;
   gather();
   // This step's push: one buffer for every out-peer (each gets the same share).
   const auto out = graph_->outPeers(rank_, step_);
@@ -336,7 +336,7 @@ void GossipAveragerImpl::step() {
   std::vector<Transfer> arrived;
   impl_.engine().withTransport([&](transport::Transport& t) {
     transfers_->advanceAll();
-    for (int peer : out) transfers_->post(t, true, step_, peer, push);
+    for (int peer : out) transfers_->post(t, true, pushesTo_[static_cast<size_t>(peer)]++, peer, push);
     stats_.sent += out.size();
     for (auto& f : transfers_->takeFailedSends()) {
       ++stats_.failed;
@@ -346,8 +346,9 @@ void GossipAveragerImpl::step() {
   });
   const auto now = Clock::now();
   bool receivedAny = false;
+  uint64_t newest = 0;  // the newest step a push carried
   // Oldest first, so that the newest push of a sender is mixed last.
-  std::sort(arrived.begin(), arrived.end(), [](const Transfer& a, const Transfer& b) { return a.step < b.step; });
+  std::sort(arrived.begin(), arrived.end(), [](const Transfer& a, const Transfer& b) { return a.seq < b.seq; });
   for (const auto& tr : arrived) {
     const size_t p = static_cast<size_t>(tr.peer);
     if (!tr.error.empty()) {
@@ -356,49 +357,36 @@ void GossipAveragerImpl::step() {
       continue;
     }
     lastHeard_[p] = now;
-    newestFrom_[p] = std::max(newestFrom_[p], tr.step + 1);
     const size_t before = stats_.received;
-    mix(tr);
+    const int64_t step = mix(tr);
     receivedAny = receivedAny || stats_.received > before;
+    if (step < 0) continue;
+    newestFrom_[p] = std::max(newestFrom_[p], static_cast<uint64_t>(step) + 1);
+    newest = std::max(newest, static_cast<uint64_t>(step));
   }
   if (PushSum::renormalize(weight_)) {
     core::logOnce(core::LogLevel::kInfo, rank_,
                   "gossip: push-sum weight rescaled (pushes keep being dropped as stale: a persistent straggler)");
   }
   impl_.engine().withTransport([&](transport::Transport& t) {
-    // A receive S steps older than a push that already came from the same
-    // sender is obsolete (the sender pushed by another graph then): give it
-    // up, so it cannot hold a slot of the window forever. Complete what
-    // already matched first: abandoning a matched receive would fail the
-    // sender's push (the in-process transport reports it).
-    auto obsolete = [&](const Transfer& tr) {
-      return tr.step + maxStaleness_ < newestFrom_[static_cast<size_t>(tr.peer)];
-    };
-    bool any = false;
-    for (const auto& tr : transfers_->receives()) any = any || obsolete(tr);
-    if (any) {
-      transfers_->advanceAll();
-      stats_.dropped += transfers_->abandonIf(false, obsolete);
-    }
-    // A dead peer: one that is more than S steps behind this rank, with a
-    // push due, and silent for the timeout (a live straggler keeps pushing;
-    // a rank that finished its steps is ahead, not behind).
-    for (const auto& tr : transfers_->receives()) {
-      const size_t p = static_cast<size_t>(tr.peer);
-      if (tr.done) continue;  // arrived just now: harvested next step
-      if (tr.step + maxStaleness_ < step_ && now - lastHeard_[p] > peerTimeout_ && !removed_[p]) {
-        removePeer(tr.peer, "no push from it for longer than GRADCOMM_GOSSIP_PEER_TIMEOUT (" +
-                                std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(peerTimeout_).count()) +
-                                " ms) while it owed one");
+    // A dead peer: an in-neighbour more than S steps behind this rank's
+    // clock and silent for the timeout. A live straggler keeps pushing, and
+    // on the group's clock (it adopts the newest step it hears).
+    for (int peer : inNeighbours_) {
+      const size_t p = static_cast<size_t>(peer);
+      if (!removed_[p] && newestFrom_[p] + maxStaleness_ < step_ + 1 && now - lastHeard_[p] > peerTimeout_) {
+        removePeer(peer, "no push from it for longer than GRADCOMM_GOSSIP_PEER_TIMEOUT (" +
+                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(peerTimeout_).count()) +
+                             " ms) while it owed one");
       }
     }
     if (graphChanged_) rebuildGraph(t);
     postReceives(t);
   });
   if (receivedAny) {
-    lastReceiveStep_ = step_;
+    lastReceiveCall_ = calls_;
     isolatedReported_ = false;
-  } else if (step_ >= lastReceiveStep_ + maxStaleness_ && graph_->members().size() > 1) {
+  } else if (calls_ >= lastReceiveCall_ + maxStaleness_ && graph_->members().size() > 1) {
     ++stats_.isolatedSteps;
     if (!isolatedReported_) {
       // Once per averager at warn level (the counter has the rest): with
@@ -406,19 +394,25 @@ void GossipAveragerImpl::step() {
       isolatedReported_ = true;
       core::log(isolatedWarned_ ? core::LogLevel::kInfo : core::LogLevel::kWarn, rank_,
                 "gossip: rank " + std::to_string(rank_) + " has mixed no push for " +
-                    std::to_string(step_ - lastReceiveStep_) + " steps (GRADCOMM_GOSSIP_MAX_STALENESS=" +
+                    std::to_string(calls_ - lastReceiveCall_) + " steps (GRADCOMM_GOSSIP_MAX_STALENESS=" +
                     std::to_string(maxStaleness_) + "); its peers may be slow or dead");
       isolatedWarned_ = true;
     }
   }
-  ++step_;
+  // The next step: one on, or half the staleness bound behind the newest
+  // step a peer already pushed (a rank within that margin keeps every step;
+  // one further behind skips ahead, and its pushes stay within the bound).
+  const uint64_t margin = maxStaleness_ / 2;
+  step_ = std::max(step_ + 1, newest > margin ? newest - margin : uint64_t{0});
+  ++calls_;
   scatter();
-  stats_.steps = step_;
+  stats_.steps = calls_;
+  stats_.clock = step_;
   stats_.weight = weight_;
   if (measureConsensus_) measureConsensus();
   if (timeline_) {
-    timeline_->span("gossip step " + std::to_string(step_ - 1), "gossip", started, Clock::now(),
-                    core::Timeline::kCompute, "\"mixed\": " + std::to_string(arrived.size()));
+    timeline_->span("gossip step " + std::to_string(clock), "gossip", started, Clock::now(), core::Timeline::kCompute,
+                    "\"call\": " + std::to_string(calls_ - 1) + ", \"mixed\": " + std::to_string(arrived.size()));
   }
 }
 
@@ -456,11 +450,15 @@ void GossipAveragerImpl::synchronize() {
                                        "), so there is no exact average over all ranks"),
                         "could not synchronize its GossipAverager");
   }
-  // Every rank is at step_ here, so every push still in flight belongs to an
-  // earlier step and would unbalance the exact average: those are dropped
-  // when they arrive (their receives stay posted, so nothing is left
-  // unmatched in the transport).
+  // Clocks differ by rank: agree on the newest, and start after it. Every
+  // push still in flight carries an earlier step and would unbalance the
+  // exact average: those are dropped when they arrive (their receives stay
+  // posted, so nothing is left unmatched in the transport).
+  int64_t mine = static_cast<int64_t>(step_), newest = 0;
+  comm_.allreduce(&mine, &newest, 1, DataType::kInt64, ReduceOp::kMax).wait();
+  step_ = static_cast<uint64_t>(newest) + 1;
   discardBelow_ = step_;
+  stats_.clock = step_;
   std::vector<Transfer> arrived;
   impl_.engine().withTransport([&](transport::Transport& t) {
     transfers_->advanceAll();
@@ -478,7 +476,7 @@ void GossipAveragerImpl::synchronize() {
   }
   weight_ = 1;
   stats_.weight = 1;
-  lastReceiveStep_ = step_;
+  lastReceiveCall_ = calls_;
   std::fill(lastHeard_.begin(), lastHeard_.end(), Clock::now());
 }
 

@@ -37,14 +37,14 @@ bool GossipTransfers::advanceTransfers(bool oldestReceiveOnly) {
   return moved;
 }
 
-void GossipTransfers::post(transport::Transport& transport, bool isSend, uint64_t step, int peer,
+void GossipTransfers::post(transport::Transport& transport, bool isSend, uint64_t seq, int peer,
                            std::shared_ptr<std::vector<char>> buffer) {
   Transfer t;
-  t.step = step;
+  t.seq = seq;
   t.peer = peer;
   t.buffer = std::move(buffer);
   transport::Tag tag;
-  tag.seq = step;
+  tag.seq = seq;
   tag.message = transport::Tag::kGossip;
   try {
     t.request = isSend ? transport.isend(peer, t.buffer->data(), t.buffer->size(), tag)

@@ -12,9 +12,11 @@
 namespace gradcomm::gossip {
 
 /// One gossip transfer: a push to a peer or a pre-posted receive from one,
-/// for one step, with the buffer it reads or fills.
+/// with the buffer it reads or fills. `seq` numbers the pushes of one sender
+/// to one receiver (its tag): the n-th receive posted for a sender matches
+/// its n-th push here, whatever the two ranks' gossip clocks are.
 struct Transfer {
-  uint64_t step = 0;
+  uint64_t seq = 0;
   int peer = 0;
   std::shared_ptr<std::vector<char>> buffer;  // shared by one step's pushes
   transport::RequestPtr request;
@@ -36,7 +38,7 @@ class GossipTransfers : public core::BackgroundTask {
   bool advanceAll();
   bool pending() const override { return inFlight_.load(std::memory_order_relaxed) > 0; }
 
-  void post(transport::Transport& transport, bool isSend, uint64_t step, int peer,
+  void post(transport::Transport& transport, bool isSend, uint64_t seq, int peer,
             std::shared_ptr<std::vector<char>> buffer);
   /// Finished receives (completed or failed), taken out.
   std::vector<Transfer> takeFinishedReceives();

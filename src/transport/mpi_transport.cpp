@@ -20,9 +20,10 @@ constexpr int kControlTag = 7;
 // Call checks (Tag::kCallCheck) travel on the control communicator too, where
 // no data message can match them; one per operation per pair, in order.
 constexpr int kCallCheckTag = 8;
-// Gossip pushes (Tag::kGossip) travel on the control communicator with the
-// step modulo kGossipSteps above this tag: never matched by data or control
-// messages, and the step window a receiver posts is far below the modulus.
+// Gossip pushes (Tag::kGossip) travel on the control communicator with their
+// push number modulo kGossipSteps above this tag: never matched by data or
+// control messages, and the window of receives a receiver posts per sender
+// is far below the modulus.
 constexpr int kGossipTagBase = 16;
 constexpr uint64_t kGossipSteps = 16384;
 

@@ -25,7 +25,7 @@ struct Tag {
   /// from data messages whatever their tag space (MPI: its own channel).
   static constexpr uint32_t kCallCheck = UINT32_MAX;
   /// The message index of gossip pushes (src/gossip): `seq` is then the
-  /// gossip step, and the fingerprint takes no part. Transports keep them
+  /// push's number on its sender-receiver pair, and the fingerprint takes no part. Transports keep them
   /// apart from collective messages and call checks, since gossip runs
   /// beside the operation FIFO and its messages may arrive at any time.
   static constexpr uint32_t kGossip = UINT32_MAX - 1;

@@ -515,18 +515,29 @@ TEST(Errors, APeersReasonWinsOverTheTransferItAbandoned) {
   auto world = transport::InProcWorld::create(2);
   std::string what[2];
   int code[2] = {-1, -1};
+  ThreadBarrier created(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      std::unique_ptr<transport::Transport> t = world->transport(r);
-      if (r == 1) t = std::make_unique<NoticeAfterAbandon>(std::move(t));
-      auto impl =
-          std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r), core::Config::resolve(quick()));
-      Communicator comm(impl);
-      std::vector<float> buf(1000, 1.0f);
-      CollectiveOptions o;
-      if (r == 0) o.compression = "fp17";  // rejected on rank 0, which tells rank 1
+      std::shared_ptr<detail::CommunicatorImpl> impl;
       try {
+        std::unique_ptr<transport::Transport> t = world->transport(r);
+        if (r == 1) t = std::make_unique<NoticeAfterAbandon>(std::move(t));
+        impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r),
+                                                          core::Config::resolve(quick()));
+      } catch (const Error& e) {
+        what[r] = std::string("creation failed: ") + e.what();
+      }
+      // Both ranks are past creation (its calibration exchange) before
+      // rank 0's notice goes out: the transfer it abandons is the
+      // allreduce's, not creation's (a slow TSan run once raced them).
+      created.wait();
+      if (!impl) return;
+      try {
+        Communicator comm(impl);
+        std::vector<float> buf(1000, 1.0f);
+        CollectiveOptions o;
+        if (r == 0) o.compression = "fp17";  // rejected on rank 0, which tells rank 1
         comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
       } catch (const Error& e) {
         what[r] = e.what();

@@ -118,6 +118,43 @@ TEST(Gossip, StepsNeverWaitForASlowPeerAndLatePushesAreDroppedAndCounted) {
   }, o);
 }
 
+TEST(Gossip, ASlowRankAdoptsTheGroupsClockSoItsPushesAreMixedNotDropped) {
+  Options o;
+  o.set("GOSSIP_MAX_STALENESS", "16");
+  std::atomic<size_t> droppedOfOthers{0};
+  runRanks(4, [&](RankContext& ctx) {
+    auto a = startValues(ctx.rank, 32);
+    GossipAverager g(ctx.comm, {{a.data(), a.size()}});
+    // Rank 3 steps once per round, the others three times: by step count it
+    // would end 40 steps behind, and with a bound of 16 every push of its
+    // second half would be dropped. On the clock it stays within a few
+    // steps (a round at most, and the bound leaves room for the barriers'
+    // jitter).
+    for (int round = 0; round < 20; ++round) {
+      for (int s = 0; s < (ctx.rank == 3 ? 1 : 3); ++s) g.step();
+      ctx.barrier->wait();
+    }
+    const auto st = g.stats();
+    EXPECT_EQ(st.steps, ctx.rank == 3 ? 20u : 60u);
+    if (ctx.rank == 3) {
+      // Within the margin (half the bound, 8) and a round (3) of the others.
+      EXPECT_GE(st.clock, 60u - 8 - 3 - 3) << "the slow rank did not adopt its peers' clock";
+    } else {
+      droppedOfOthers += st.dropped;
+    }
+    EXPECT_GT(st.received, 0u);
+    EXPECT_TRUE(st.removedPeers.empty());
+    ctx.barrier->wait();
+    // synchronize() works across different step counts and clocks.
+    g.synchronize();
+    std::vector<float> first(a.size());
+    ctx.comm.broadcast(a.data(), first.data(), a.size(), DataType::kFloat32, 0).wait();
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], first[i]);
+  }, o);
+  // Rank 3's pushes reach ranks 0 and 1: none was too late to mix.
+  EXPECT_EQ(droppedOfOthers.load(), 0u);
+}
+
 TEST(Gossip, CollectivesRunWhileGossipReceivesWaitForASilentPeer) {
   runRanks(3, [&](RankContext& ctx) {
     auto a = startValues(ctx.rank, 16);
@@ -215,9 +252,12 @@ TEST(Gossip, TimelineRecordsEveryStepAsValidJson) {
     std::stringstream text;
     text << f.rdbuf();
     EXPECT_EQ(JsonChecker(text.str()).check(), "") << path;
-    for (const char* needle : {"gossip step 0", "gossip step 4", "\"mixed\": "}) {
+    // One span per step() call, named by the gossip clock (which may skip
+    // a step when the peer is ahead), with the call's number.
+    for (const char* needle : {"gossip step 0", "\"call\": 0", "\"call\": 4", "\"mixed\": "}) {
       EXPECT_NE(text.str().find(needle), std::string::npos) << needle << " missing from " << path;
     }
+    EXPECT_EQ(text.str().find("\"call\": 5"), std::string::npos) << path;
     std::remove(path.c_str());
   }
   rmdir(dir);

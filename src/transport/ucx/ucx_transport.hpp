@@ -27,7 +27,7 @@ struct UcxTagLayout {
   static constexpr uint32_t kAbort = 0;
   static constexpr uint32_t kHello = 1;
   static constexpr uint32_t kCallCheck = 2;  ///< carries Tag::kCallCheck messages
-  static constexpr uint32_t kGossip = 3;     ///< carries Tag::kGossip messages (the gossip step in the sequence bits)
+  static constexpr uint32_t kGossip = 3;     ///< carries Tag::kGossip messages (the push number in the sequence bits)
   static uint64_t control(int source, uint32_t kind);
   /// Matches a control message of one kind from any source.
   static uint64_t controlKindMask();
