@@ -7,7 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 #include "kernels/reduce.hpp"
 
@@ -63,9 +63,9 @@ constexpr uint32_t kClassBase[2] = {16, 64};
 
 /// A list of sends, receives and callbacks run strictly in order; callbacks
 /// may insert further steps right after themselves.
-class SetupSchedule : public algorithms::Schedule {
+class SetupExchangeImpl : public SetupExchange {
  public:
-  SetupSchedule(transport::Transport& t, const transport::Tag& tag, const TopologyView& view, const SetupInput& in,
+  SetupExchangeImpl(transport::Transport& t, const transport::Tag& tag, const TopologyView& view, const SetupInput& in,
                 std::shared_ptr<SetupResult> result)
       : t_(t), tag_(tag), view_(view), in_(in), result_(std::move(result)) {
     // Rank 0 decides whom it probes (and tells them in the header).
@@ -110,10 +110,6 @@ class SetupSchedule : public algorithms::Schedule {
     const Step& s = steps_[next_];
     return std::string("calibration ") + (s.kind == Step::kSend ? "send to" : "recv from") + " rank " +
            std::to_string(s.peer) + " (message " + std::to_string(s.message) + ")";
-  }
-  std::vector<int> awaitedPeers() const override {
-    if (done() || steps_[next_].kind != Step::kRecv) return {};
-    return {steps_[next_].peer};
   }
 
  private:
@@ -292,19 +288,6 @@ class SetupSchedule : public algorithms::Schedule {
 
 }  // namespace
 
-CalibrationMode CalibrationMode::parse(const std::string& value) {
-  const std::string v(core::trim(value));
-  CalibrationMode m;
-  if (v == "0" || core::toLower(v) == "off") m.kind = Kind::kOff;
-  else if (v == "1" || core::toLower(v) == "on") m.kind = Kind::kRun;
-  else if (v.empty()) throw ConfigError("GRADCOMM_CALIBRATE is empty: expected 0, 1 or a file path");
-  else {
-    m.kind = Kind::kFile;
-    m.path = v;
-  }
-  return m;
-}
-
 MachineCosts measureLocalCosts() {
   // Once per process: the core does not change, and communicators are
   // created often (tests create hundreds).
@@ -405,24 +388,28 @@ MachineCosts parseCalibration(const std::string& text, const std::string& origin
   return c;
 }
 
-algorithms::SchedulePtr setupSchedule(transport::Transport& t, const transport::Tag& tag, const TopologyView& view,
-                                      const SetupInput& input, std::shared_ptr<SetupResult> result) {
-  return algorithms::SchedulePtr(new SetupSchedule(t, tag, view, input, std::move(result)),
-                                 algorithms::ScheduleDeleter{});
+std::unique_ptr<SetupExchange> setupExchange(transport::Transport& t, const transport::Tag& tag, const TopologyView& view,
+                                             const SetupInput& input, std::shared_ptr<SetupResult> result) {
+  return std::make_unique<SetupExchangeImpl>(t, tag, view, input, std::move(result));
 }
 
-TopologyView detect(const transport::Transport& t) {
+TopologyView detect(const transport::HostLayout& layout) {
   // Every rank's lowest host-mate, from the transport's host layout (equal
   // on every rank). A transport that does not know the other hosts gets a
   // host per rank: the same answer on every rank, which is what matters.
-  std::vector<int> leaders(static_cast<size_t>(t.size()));
-  for (int r = 0; r < t.size(); ++r) leaders[static_cast<size_t>(r)] = r;
-  for (const auto& host : t.hostLayout()) {
-    for (int r : host) leaders[static_cast<size_t>(r)] = host.front();
+  std::vector<int> leaders(static_cast<size_t>(layout.size));
+  for (int r = 0; r < layout.size; ++r) leaders[static_cast<size_t>(r)] = r;
+  for (const auto& host : layout.hosts) {
+    for (int r : host) {
+      if (r < 0 || r >= layout.size) {
+        throw InternalError("host layout names rank " + std::to_string(r) + " of " + std::to_string(layout.size));
+      }
+      leaders[static_cast<size_t>(r)] = host.front();
+    }
   }
   TopologyView view(leaders);
   view.setHardware(detectHardware());
-  view.setHostLabel(t.hostName());
+  view.setHostLabel(layout.hostName);
   return view;
 }
 

@@ -4,23 +4,12 @@
 #include <string>
 #include <vector>
 
-#include "algorithms/schedule.hpp"
+#include "base/calibration_mode.hpp"
 #include "topology/cost_model.hpp"
 #include "topology/topology_view.hpp"
 #include "transport/transport.hpp"
 
 namespace gradcomm::topology {
-
-/// GRADCOMM_CALIBRATE: 0 (use MachineCosts::defaults()), 1 (measure at
-/// communicator creation), or a path (load it if it exists and was written
-/// for this layout, else measure and write it).
-struct CalibrationMode {
-  enum class Kind { kOff, kRun, kFile };
-  Kind kind = Kind::kRun;
-  std::string path;
-  /// Throws ConfigError for an empty value.
-  static CalibrationMode parse(const std::string& value);
-};
 
 /// Copy and reduction cost per byte of this core: memcpy and the float32
 /// sum kernel over 8 MiB (beyond the caches), best of three passes, a few
@@ -55,17 +44,29 @@ struct SetupInput {
   SetupResult tuning;        ///< tuningPresent, tuningText and error only
 };
 
+/// A message exchange run once at communicator creation, before the
+/// progress engine exists: the creator calls advance() until done().
+class SetupExchange {
+ public:
+  virtual ~SetupExchange() = default;
+  /// Advances as far as possible without blocking; true when anything moved.
+  virtual bool advance() = 0;
+  virtual bool done() const = 0;
+  /// What it waits for, for the timeout message.
+  virtual std::string waitingFor() const = 0;
+};
+
 /// The collective run once at communicator creation: rank 0 sends its
 /// decisions (and the tuning file's text) to every rank, then, when asked,
 /// ping-pongs with one peer per link class (the next rank of its host; the
 /// first rank of the next host) within the budget, and sends the resulting
 /// costs to every rank. Every rank ends with rank 0's numbers, so every
-/// rank's selector decides alike; `result` is filled when the schedule is done.
-algorithms::SchedulePtr setupSchedule(transport::Transport& t, const transport::Tag& tag, const TopologyView& view,
-                                      const SetupInput& input, std::shared_ptr<SetupResult> result);
+/// rank's selector decides alike; `result` is filled when the exchange is done.
+std::unique_ptr<SetupExchange> setupExchange(transport::Transport& t, const transport::Tag& tag, const TopologyView& view,
+                                             const SetupInput& input, std::shared_ptr<SetupResult> result);
 
 /// The topology of the ranks of `t` (host of each rank from the transport,
 /// hardware of this host from hwloc).
-TopologyView detect(const transport::Transport& t);
+TopologyView detect(const transport::HostLayout& layout);
 
 }  // namespace gradcomm::topology

@@ -2,7 +2,7 @@
 
 #include <sstream>
 
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::topology {

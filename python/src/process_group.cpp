@@ -10,7 +10,7 @@
 #include <ATen/ATen.h>
 
 #include "core/communicator_impl.hpp"
-#include "core/timeline.hpp"
+#include "base/timeline.hpp"
 #include "gradcomm/error.hpp"
 #include "p2p_channel.hpp"
 #include "store_adapter.hpp"

@@ -58,6 +58,17 @@ struct RunContext {
   char* scratch(size_t bytes) const { return workspace->scratch(bytes); }
 };
 
+/// The ranks a call would run on, as the predicates that choose an
+/// algorithm see them: the transport (ranks, shared memory, native
+/// collectives) and the communicator's view of the hosts, the one source of
+/// which ranks share a host.
+struct Team {
+  const transport::Transport& transport;
+  const topology::TopologyView& topology;
+  /// Ranks of the team.
+  int size() const { return transport.size(); }
+};
+
 /// An algorithm for one collective: describes itself and creates the
 /// schedule for one call.
 class Algorithm {
@@ -65,10 +76,10 @@ class Algorithm {
   virtual ~Algorithm() = default;
   virtual const char* name() const = 0;
   virtual Collective collective() const = 0;
-  /// Empty when the algorithm can run this call on this transport, else why not.
-  virtual std::string unsupportedReason(const CollectiveCall& call, const transport::Transport& t) const {
+  /// Empty when the algorithm can run this call on this team, else why not.
+  virtual std::string unsupportedReason(const CollectiveCall& call, const Team& team) const {
     (void)call;
-    (void)t;
+    (void)team;
     return {};
   }
   virtual SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const = 0;
@@ -76,8 +87,8 @@ class Algorithm {
   /// (the engine then skips its call check, a message per operation).
   virtual bool checksCalls() const { return false; }
   /// unsupportedReason(...).empty(), without building a message (hot path).
-  virtual bool canRun(const CollectiveCall& call, const transport::Transport& t) const {
-    return unsupportedReason(call, t).empty();
+  virtual bool canRun(const CollectiveCall& call, const Team& team) const {
+    return unsupportedReason(call, team).empty();
   }
   /// The small-call fast path: runs `call` in the calling thread, without
   /// an operation in the engine's queue, for as long as `patience` polls

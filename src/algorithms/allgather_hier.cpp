@@ -35,11 +35,11 @@ class HierAllgather final : public Algorithm {
  public:
   const char* name() const override { return "hier"; }
   Collective collective() const override { return Collective::kAllgather; }
-  std::string unsupportedReason(const CollectiveCall&, const transport::Transport& t) const override {
-    return hier::layoutProblem(t, hier::Layout::of(t));
+  std::string unsupportedReason(const CollectiveCall&, const Team& team) const override {
+    return hier::layoutProblem(team.transport, hier::Layout::of(team.topology, team.transport.rank()));
   }
   SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
-    const hier::Layout l = hier::Layout::of(*ctx.transport);
+    const hier::Layout l = hier::Layout::of(*ctx.topology, ctx.transport->rank());
     const std::string problem = hier::layoutProblem(*ctx.transport, l);
     if (!problem.empty()) throw UnsupportedError("hierarchical allgather: " + problem);
     const size_t elem = dataTypeSize(call.type), n = call.count, L = l.localSize();

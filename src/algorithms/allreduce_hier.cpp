@@ -78,7 +78,7 @@ constexpr size_t kWaveSegments = 16;
 class HierAllreduceSchedule final : public Schedule {
  public:
   HierAllreduceSchedule(const CollectiveCall& call, const RunContext& ctx, const Algorithm* algorithm)
-      : call_(call), ctx_(ctx), layout_(hier::Layout::of(*ctx.transport)), elem_(dataTypeSize(call.type)) {
+      : call_(call), ctx_(ctx), layout_(hier::Layout::of(*ctx.topology, ctx.transport->rank())), elem_(dataTypeSize(call.type)) {
     const std::string problem = hier::layoutProblem(*ctx.transport, layout_);
     if (!problem.empty()) throw UnsupportedError("hierarchical allreduce: " + problem);
     in_ = static_cast<const char*>(call.input);
@@ -357,8 +357,8 @@ class HierAllreduce final : public Algorithm {
  public:
   const char* name() const override { return "hier"; }
   Collective collective() const override { return Collective::kAllreduce; }
-  std::string unsupportedReason(const CollectiveCall&, const transport::Transport& t) const override {
-    return hier::layoutProblem(t, hier::Layout::of(t));
+  std::string unsupportedReason(const CollectiveCall&, const Team& team) const override {
+    return hier::layoutProblem(team.transport, hier::Layout::of(team.topology, team.transport.rank()));
   }
   SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
     return makeSchedule<HierAllreduceSchedule>(ctx.workspace, call, ctx, this);

@@ -276,7 +276,8 @@ class ShmAllreduce final : public Algorithm {
  public:
   const char* name() const override { return "shm"; }
   Collective collective() const override { return Collective::kAllreduce; }
-  std::string unsupportedReason(const CollectiveCall&, const transport::Transport& t) const override {
+  std::string unsupportedReason(const CollectiveCall&, const Team& team) const override {
+    const transport::Transport& t = team.transport;
     auto& mt = const_cast<transport::Transport&>(t);
     if (t.size() < 2) return "it needs at least two ranks";
     const ShmGroup* g = mt.sharedMemory();
@@ -289,7 +290,8 @@ class ShmAllreduce final : public Algorithm {
     if (g->bufferBytes() / static_cast<size_t>(g->localSize()) < 8) return "its chunk is smaller than one element";
     return {};
   }
-  bool canRun(const CollectiveCall&, const transport::Transport& t) const override {
+  bool canRun(const CollectiveCall&, const Team& team) const override {
+    const transport::Transport& t = team.transport;
     const ShmGroup* g = const_cast<transport::Transport&>(t).sharedMemory();
     return g && t.size() >= 2 && g->localSize() == t.size() && g->localSize() <= 64 &&
            g->bufferBytes() / static_cast<size_t>(g->localSize()) >= 8;

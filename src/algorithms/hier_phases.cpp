@@ -11,14 +11,14 @@ namespace gradcomm::algorithms::hier {
 using transport::ShmGroup;
 using transport::ShmRankBlock;
 
-Layout Layout::of(const transport::Transport& t) {
+Layout Layout::of(const topology::TopologyView& view, int rank) {
   Layout l;
-  l.hosts = t.hostLayout();
+  for (int h = 0; h < view.numHosts(); ++h) l.hosts.push_back(view.ranksOnHost(h));
   for (size_t h = 0; h < l.hosts.size(); ++h) {
     const auto& ranks = l.hosts[h];
     l.slices = std::max(l.slices, ranks.size());
     for (size_t i = 0; i < ranks.size(); ++i) {
-      if (ranks[i] == t.rank()) {
+      if (ranks[i] == rank) {
         l.host = static_cast<int>(h);
         l.local = static_cast<int>(i);
       }
@@ -35,8 +35,8 @@ int Layout::hostOf(int rank) const {
 }
 
 std::string layoutProblem(const transport::Transport& t, const Layout& l) {
-  if (l.hosts.empty()) return "the transport does not know the other hosts' ranks";
-  if (l.host < 0) return "this rank is missing from the transport's host layout";
+  if (l.hosts.empty()) return "the communicator's topology view holds no hosts";
+  if (l.host < 0) return "this rank is missing from the communicator's topology view";
   if (l.hosts.size() < 2) return "all ranks share one host (use shm or a flat algorithm)";
   if (l.slices < 2) return "every host has one rank (use a flat algorithm)";
   if (l.slices > 64) return "it supports at most 64 ranks per host";

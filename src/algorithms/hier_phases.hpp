@@ -25,7 +25,8 @@ struct Layout {
   int local = -1;                       ///< index of this rank on it
   size_t slices = 0;                    ///< S: ranks on the largest host
 
-  static Layout of(const transport::Transport& t);
+  /// `rank`'s view of the hosts (from the communicator's TopologyView).
+  static Layout of(const topology::TopologyView& view, int rank);
   size_t localSize() const { return hosts[static_cast<size_t>(host)].size(); }
   /// Communicator rank that owns slice j on host h.
   int owner(size_t h, size_t j) const { return hosts[h][j % hosts[h].size()]; }

@@ -51,6 +51,14 @@ class StagedSchedule final : public Schedule {
   bool done_ = false;
 };
 
+/// Why `t` cannot run native collectives, or empty.
+std::string whyNot(const transport::Transport& t) {
+  if (const_cast<transport::Transport&>(t).native() == nullptr) {
+    return "the native algorithm needs MPI; transport '" + t.name() + "' has no native collectives";
+  }
+  return {};
+}
+
 class Native final : public Algorithm {
  public:
   explicit Native(Collective c) : collective_(c) {}
@@ -58,16 +66,13 @@ class Native final : public Algorithm {
   // Its first stage compares every rank's call signature.
   bool checksCalls() const override { return true; }
   Collective collective() const override { return collective_; }
-  std::string unsupportedReason(const CollectiveCall&, const transport::Transport& t) const override {
-    if (const_cast<transport::Transport&>(t).native() == nullptr) {
-      return "the native algorithm needs MPI; transport '" + t.name() + "' has no native collectives";
-    }
-    return {};
+  std::string unsupportedReason(const CollectiveCall&, const Team& team) const override {
+    return whyNot(team.transport);
   }
 
   SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
     transport::NativeCollectives* nat = ctx.transport->native();
-    if (!nat) throw UnsupportedError(unsupportedReason(call, *ctx.transport));
+    if (!nat) throw UnsupportedError(whyNot(*ctx.transport));
     if (!ctx.signature) throw InternalError("native " + std::string(toString(call.collective)) + " without a call signature");
     const transport::CallSignature sig = *ctx.signature;
     const std::string what = std::string(toString(call.collective)) + " #" + std::to_string(ctx.tag.seq) + " (" +

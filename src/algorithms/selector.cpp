@@ -5,35 +5,12 @@
 #include <cstdio>
 
 #include "algorithms/catalog.hpp"
-#include "core/units.hpp"
+#include "base/algo_rules.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::algorithms {
 namespace {
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> parts;
-  std::string cur;
-  for (char c : s) {
-    if (c == sep) {
-      parts.push_back(std::string(core::trim(cur)));
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  parts.push_back(std::string(core::trim(cur)));
-  return parts;
-}
-
-std::string allNames() {
-  std::string out;
-  for (int c = 0; c < kNumCollectives; ++c) {
-    out += std::string(c ? "; " : "") + toString(static_cast<Collective>(c)) + ": " +
-           algorithmNames(static_cast<Collective>(c));
-  }
-  return out;
-}
 
 std::string formatSeconds(double s) {
   char buf[32];
@@ -45,50 +22,8 @@ std::string formatSeconds(double s) {
 
 }  // namespace
 
-Selector::Selector(const std::string& spec, DefaultRule rule) : default_(rule) {
-  std::string s = core::toLower(core::trim(spec));
-  if (s.empty() || s == "auto" || s == "default") return;
-  for (const std::string& entry : split(s, ',')) {
-    if (entry.empty()) continue;
-    auto parts = split(entry, ':');
-    Rule r;
-    r.name = parts.back();
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      const std::string& part = parts[i];
-      auto dash = part.find('-');
-      if (dash != std::string::npos && part.find_first_of("0123456789") != std::string::npos) {
-        std::string lo = part.substr(0, dash), hi = part.substr(dash + 1);
-        r.lo = lo.empty() ? 0 : core::parseBytes(lo, "GRADCOMM_ALGO range start");
-        r.hi = (hi.empty() || hi == "inf") ? SIZE_MAX : core::parseBytes(hi, "GRADCOMM_ALGO range end");
-        if (r.hi <= r.lo) {
-          throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': empty size range (the end is exclusive)");
-        }
-      } else {
-        try {
-          r.collective = parseCollective(part);
-        } catch (const InvalidArgument&) {
-          throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': '" + part +
-                            "' is neither a collective nor a size range LO-HI; expected [COLL:][LO-HI:]NAME");
-        }
-      }
-    }
-    bool known = false;
-    for (int c = 0; c < kNumCollectives; ++c) {
-      auto coll = static_cast<Collective>(c);
-      if (r.collective && *r.collective != coll) continue;
-      known = known || findAlgorithm(coll, r.name) != nullptr;
-    }
-    if (!known) {
-      if (r.collective) {
-        throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': '" + r.name + "' is not a " +
-                          toString(*r.collective) + " algorithm; valid: " + algorithmNames(*r.collective));
-      }
-      throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': unknown algorithm '" + r.name + "'; valid: " +
-                        allNames());
-    }
-    rules_.push_back(r);
-  }
-}
+Selector::Selector(const std::string& spec, DefaultRule rule)
+    : rules_(core::parseAlgoRules(spec)), default_(rule) {}
 
 size_t Selector::callBytes(const CollectiveCall& call, int size) {
   size_t bytes = call.count * dataTypeSize(call.type);
@@ -113,7 +48,7 @@ void Selector::useModel(std::shared_ptr<const topology::CostModel> model,
 }
 
 std::vector<Selector::Prediction> Selector::predictions(const CollectiveCall& call,
-                                                        const transport::Transport& t) const {
+                                                        const Team& t) const {
   std::vector<Prediction> out;
   if (!model_) return out;
   const size_t bytes = callBytes(call, t.size());
@@ -126,7 +61,7 @@ std::vector<Selector::Prediction> Selector::predictions(const CollectiveCall& ca
   return out;
 }
 
-const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport::Transport& t,
+const Algorithm& Selector::byDefault(const CollectiveCall& call, const Team& t,
                                     std::string* why) const {
   auto because = [why](std::string text) {
     if (why) *why = std::move(text);
@@ -161,7 +96,7 @@ const Algorithm& Selector::byDefault(const CollectiveCall& call, const transport
   return bySizeRule(call, t, why);
 }
 
-const Algorithm& Selector::bySizeRule(const CollectiveCall& call, const transport::Transport& t,
+const Algorithm& Selector::bySizeRule(const CollectiveCall& call, const Team& t,
                                       std::string* why) const {
   auto because = [why](std::string text) {
     if (why) *why = std::move(text);
@@ -194,7 +129,7 @@ const Algorithm& Selector::bySizeRule(const CollectiveCall& call, const transpor
   return ringAllreduce();
 }
 
-Selector::Choice Selector::select(const CollectiveCall& call, const transport::Transport& t,
+Selector::Choice Selector::select(const CollectiveCall& call, const Team& t,
                                   const std::string& forced) const {
   if (!forced.empty()) {
     const Algorithm* a = findAlgorithm(call.collective, core::toLower(forced));

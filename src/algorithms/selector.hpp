@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "base/algo_rules.hpp"
 #include "topology/cost_model.hpp"
 #include "topology/tuning_file.hpp"
 
@@ -35,7 +36,7 @@ class Selector {
     std::string note;  ///< non-empty when a forced choice fell back
     std::string why;   ///< what decided: the per-call option, a GRADCOMM_ALGO rule or the default rule
   };
-  Choice select(const CollectiveCall& call, const transport::Transport& t, const std::string& forced) const;
+  Choice select(const CollectiveCall& call, const Team& t, const std::string& forced) const;
 
   /// Decide unforced calls by `tuning` (may be null) and then `model`.
   /// Throws ConfigError naming the file and line of a tuning entry whose
@@ -52,22 +53,17 @@ class Selector {
   };
   /// The model's predictions for every registered algorithm that can run
   /// `call` on `t`, fastest first (ties keep registry order); empty without a model.
-  std::vector<Prediction> predictions(const CollectiveCall& call, const transport::Transport& t) const;
+  std::vector<Prediction> predictions(const CollectiveCall& call, const Team& t) const;
 
   /// The bytes a rule's range is compared with: the whole buffer, as
   /// nccl-tests' "size" column (allgather: size * count elements).
   static size_t callBytes(const CollectiveCall& call, int size);
 
  private:
-  struct Rule {
-    std::optional<Collective> collective;
-    size_t lo = 0;
-    size_t hi = SIZE_MAX;
-    std::string name;
-  };
-  const Algorithm& byDefault(const CollectiveCall& call, const transport::Transport& t,
+  using Rule = core::AlgoRule;
+  const Algorithm& byDefault(const CollectiveCall& call, const Team& t,
                              std::string* why = nullptr) const;
-  const Algorithm& bySizeRule(const CollectiveCall& call, const transport::Transport& t, std::string* why) const;
+  const Algorithm& bySizeRule(const CollectiveCall& call, const Team& t, std::string* why) const;
   std::vector<Rule> rules_;
   DefaultRule default_;
   std::shared_ptr<const topology::CostModel> model_;

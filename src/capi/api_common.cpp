@@ -1,7 +1,7 @@
 #include "capi/api_common.hpp"
 
 #include "capi/cuda_probe.hpp"
-#include "core/log.hpp"
+#include "base/log.hpp"
 
 namespace gradcomm::capi {
 

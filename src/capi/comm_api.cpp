@@ -18,8 +18,8 @@
 #include "capi/forward.hpp"
 #include "capi/group.hpp"
 #include "core/communicator_impl.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
 #include "transport/inproc_transport.hpp"
 
 using namespace gradcomm;
@@ -272,7 +272,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
         threads.emplace_back([&, r] {
           try {
             made[static_cast<size_t>(r)]->host =
-                Communicator(std::make_shared<detail::CommunicatorImpl>(world->transport(r), config));
+                Communicator(std::make_shared<detail::CommunicatorImpl>(world->transport(r), world->hostLayout(r), config));
           } catch (...) {
             errors[static_cast<size_t>(r)] = std::current_exception();
           }

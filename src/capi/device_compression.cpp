@@ -9,8 +9,8 @@
 #include "capi/forward.hpp"
 #include "compression/compressor.hpp"
 #include "compression/cuda/compression_cuda.hpp"
-#include "core/log.hpp"
-#include "core/params.hpp"
+#include "base/log.hpp"
+#include "base/params.hpp"
 
 namespace gradcomm::capi {
 namespace {

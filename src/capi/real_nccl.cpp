@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 
 namespace gradcomm::capi {
 namespace {

@@ -1,7 +1,7 @@
 #pragma once
 #include <chrono>
 
-#include "core/params.hpp"
+#include "base/params.hpp"
 #include "gradcomm/config.hpp"
 #include "transport/bootstrap.hpp"
 

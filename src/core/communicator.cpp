@@ -1,16 +1,9 @@
-#include <mpi.h>
-
 #include <cstring>
 
 #include "algorithms/catalog.hpp"
 #include "compression/compression.hpp"
 #include "core/communicator_impl.hpp"
-#include "core/units.hpp"
-#include "gradcomm/mpi.hpp"
-#include "core/agreement.hpp"
-#include "transport/mpi_bootstrap.hpp"
-#include "transport/mpi_transport.hpp"
-#include "transport/ucx_factory.hpp"
+#include "base/units.hpp"
 
 namespace gradcomm {
 
@@ -70,31 +63,6 @@ size_t sizeOrZero(DataType type) {
 }
 
 }  // namespace
-
-Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
-  auto env = transport::MpiEnvironment::acquire();
-  if (env->threadLevel() < MPI_THREAD_SERIALIZED) {
-    throw UnsupportedError(
-        "MPI was initialised with a thread level below MPI_THREAD_SERIALIZED, but gradcomm drives MPI from its "
-        "progress thread: initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let gradcomm do it");
-  }
-  if (comm == MPI_COMM_NULL) throw InvalidArgument("communicatorFromMpi: the MPI communicator is MPI_COMM_NULL");
-
-  transport::MpiBootstrap boot(comm);
-  core::Config config = core::agreeOnConfiguration(options, boot);
-  if (config.transport == "ucx") {
-    // Bootstrapped through MPI, every byte through UCX.
-    return Communicator(std::make_shared<detail::CommunicatorImpl>(
-        transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, core::connectTimeout(config)),
-        std::move(config)));
-  }
-  auto t = std::make_unique<transport::MpiTransport>(comm, env, config.shm ? config.shmChunkBytes : 0);
-  return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), std::move(config)));
-}
-
-Communicator::Communicator() : Communicator(Options{}) {}
-
-Communicator::Communicator(const Options& options) : impl_(communicatorFromMpi(MPI_COMM_WORLD, options).impl_) {}
 
 Communicator::~Communicator() {
   // The last handle ends the communicator.
@@ -204,7 +172,7 @@ Communicator::Selection Communicator::explainSelection(Collective collective, si
   c.count = count;
   c.type = type;
   auto& impl = checked();
-  auto& t = impl.engine().transport();
+  const algorithms::Team t{impl.engine().transport(), impl.topology()};
   const auto choice = impl.selector().select(c, t, {});
   Selection out{choice.algorithm->name(), choice.why, {}};
   for (const auto& p : impl.selector().predictions(c, t)) out.predictedSeconds.emplace_back(p.algorithm->name(), p.seconds);

@@ -10,8 +10,8 @@
 
 #include "algorithms/catalog.hpp"
 #include "algorithms/compressed.hpp"
-#include "core/log.hpp"
-#include "core/units.hpp"
+#include "base/log.hpp"
+#include "base/units.hpp"
 #include "gradcomm/version.hpp"
 #include "kernels/reduce.hpp"
 #include "topology/calibration.hpp"
@@ -68,12 +68,13 @@ uint32_t callFingerprint(const CollectiveCall& call, const std::string& algorith
   return callSignature(call, algorithm, {}).fingerprint();
 }
 
-CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transport, core::Config config)
+CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transport,
+                                   const transport::HostLayout& hosts, core::Config config)
     : config_(std::move(config)),
       rank_(transport->rank()),
       size_(transport->size()),
       simd_(kernels::resolveSimd(config_.simd)),
-      view_(topology::detect(*transport)),
+      view_(topology::detect(hosts)),
       selector_(config_.algo, algorithms::DefaultRule{config_.smallMessageBytes, config_.treeMaxBytes}),
       defaultCompression_(compression::Spec::parse(config_.compression)) {
   core::setLogLevel(config_.logLevel);
@@ -119,7 +120,8 @@ transport::Tag setupTag() {
 /// notice is about a later operation, and this rank's last message may
 /// already have arrived) unless nothing moved for a second: then a peer
 /// may have failed during creation, and its reason is the error here.
-void runSetup(transport::Transport& t, algorithms::SchedulePtr schedule, std::chrono::nanoseconds timeout) {
+void runSetup(transport::Transport& t, std::unique_ptr<topology::SetupExchange> schedule,
+              std::chrono::nanoseconds timeout) {
   using Clock = std::chrono::steady_clock;
   auto lastProgress = Clock::now();
   while (!schedule->done()) {
@@ -212,7 +214,7 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
     result->tuningText = in.tuning.tuningText;
     result->error = in.tuning.error;
   } else {
-    runSetup(t, topology::setupSchedule(t, setupTag(), view_, in, result), config_.timeout);
+    runSetup(t, topology::setupExchange(t, setupTag(), view_, in, result), config_.timeout);
     // Every rank takes rank 0's host layout, so the ranks cannot choose
     // differently even if a transport answered differently on some rank.
     if (!result->hostLeaders.empty()) {
@@ -463,7 +465,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       validate(call);
       const compression::Spec spec = compressionFor(call, options);
       if (spec.kind != compression::Kind::kNone) return submitCompressed(call, spec, options);
-      choice = selector_.select(call, engine_->transport(), options.algorithm);
+      choice = selector_.select(call, {engine_->transport(), view_}, options.algorithm);
     } catch (const Error& err) {
       reject(err, call);
     }
@@ -522,7 +524,7 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
                       toString(inner.collective) + " algorithm); using the default");
     forced.clear();
   }
-  auto choice = selector_.select(inner, engine_->transport(), forced);
+  auto choice = selector_.select(inner, {engine_->transport(), view_}, forced);
   if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
   const algorithms::Algorithm* algo = choice.algorithm;
   compression::Residual* residual = nullptr;
@@ -580,7 +582,7 @@ Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
 }
 
 std::string CommunicatorImpl::algorithmFor(const CollectiveCall& call) const {
-  return selector_.select(call, engine_->transport(), {}).algorithm->name();
+  return selector_.select(call, {engine_->transport(), view_}, {}).algorithm->name();
 }
 
 }  // namespace gradcomm::detail

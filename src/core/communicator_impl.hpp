@@ -8,7 +8,7 @@
 #include "algorithms/algorithm.hpp"
 #include "algorithms/selector.hpp"
 #include "compression/compression.hpp"
-#include "core/params.hpp"
+#include "base/params.hpp"
 #include "core/progress_engine.hpp"
 #include "gradcomm/communicator.hpp"
 #include "topology/topology_view.hpp"
@@ -23,7 +23,10 @@ inline constexpr uint32_t kCalibrationFingerprint = 0x3c1b6d27u;
 /// The state behind every Communicator handle.
 class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
  public:
-  CommunicatorImpl(std::unique_ptr<transport::Transport> transport, core::Config config);
+  /// `hosts`: what the transport's set-up found about the hosts (the one
+  /// source of the communicator's TopologyView).
+  CommunicatorImpl(std::unique_ptr<transport::Transport> transport, const transport::HostLayout& hosts,
+                   core::Config config);
   ~CommunicatorImpl();
 
   int rank() const { return rank_; }

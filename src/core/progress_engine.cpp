@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "transport/shm_group.hpp"
 
 namespace gradcomm::core {

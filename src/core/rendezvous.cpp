@@ -9,7 +9,7 @@
 
 #include "core/agreement.hpp"
 #include "core/communicator_impl.hpp"
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/communicator.hpp"
 #include "gradcomm/store.hpp"
 #include "transport/bootstrap.hpp"
@@ -148,8 +148,9 @@ Communicator formThroughStore(transport::StoreBootstrap& boot, Store& scoped, co
     throw ConfigError("GRADCOMM_TRANSPORT=mpi needs a communicator formed from MPI (communicatorFromMpi, or "
                       "Communicator() under mpirun); a communicator formed through a store uses 'ucx' or 'auto'");
   }
-  auto t = transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, boot.timeout());
-  return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), std::move(config)));
+  transport::HostLayout hosts;
+  auto t = transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, boot.timeout(), &hosts);
+  return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config)));
 }
 
 /// Every rank counts itself out when it is done with the store; rank 0,

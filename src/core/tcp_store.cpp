@@ -50,7 +50,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm {

@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "core/communicator_impl.hpp"
-#include "core/log.hpp"
-#include "core/timeline.hpp"
+#include "base/log.hpp"
+#include "base/timeline.hpp"
 #include "gossip/gossip_transfers.hpp"
 #include "gossip/peer_graph.hpp"
 #include "gossip/push_sum.hpp"

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::kernels {

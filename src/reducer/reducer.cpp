@@ -10,9 +10,9 @@
 
 #include "core/communicator_impl.hpp"
 #include "compression/compression.hpp"
-#include "core/log.hpp"
-#include "core/timeline.hpp"
-#include "core/units.hpp"
+#include "base/log.hpp"
+#include "base/timeline.hpp"
+#include "base/units.hpp"
 #include "reducer/bucket_layout.hpp"
 
 namespace gradcomm {

@@ -101,12 +101,10 @@ class InProcTransport : public Transport {
     q.pop_front();
     return first;
   }
-  std::vector<int> hostLocalRanks() const override { return world_->hosts()[static_cast<size_t>(world_->hostOf(rank_))]; }
-  std::vector<std::vector<int>> hostLayout() const override { return world_->hosts(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   /// Maps this rank into its host's shared memory (created by the first rank).
   void attachSharedMemory() {
-    const auto ranks = hostLocalRanks();
+    const auto ranks = world_->hosts()[static_cast<size_t>(world_->hostOf(rank_))];
     const size_t chunk = world_->settings_.shmChunkBytes;
     if (chunk == 0 || ranks.size() < 2) return;
     const size_t bufferBytes = chunk * ranks.size();
@@ -126,7 +124,6 @@ class InProcTransport : public Transport {
     while (ranks[static_cast<size_t>(local)] != rank_) ++local;
     shm_ = std::make_unique<ShmGroup>(ranks, local, bufferBytes, memory.get(), memory);
   }
-  std::string hostName() const override { return "inproc-host" + std::to_string(world_->hostOf(rank_)); }
 
  private:
   void checkPeer(int peer) const {

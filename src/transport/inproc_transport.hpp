@@ -38,6 +38,8 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
   const std::vector<std::vector<int>>& hosts() const { return hosts_; }
   /// Index of the host of `rank`.
   int hostOf(int rank) const { return hostOf_[static_cast<size_t>(rank)]; }
+  /// What a communicator over `transport(rank)` is told about the hosts.
+  HostLayout hostLayout(int rank) const { return {size_, hosts_, "inproc-host" + std::to_string(hostOf(rank))}; }
   /// The transport of one rank (call once per rank).
   std::unique_ptr<Transport> transport(int rank);
 

@@ -52,9 +52,8 @@ class MpiTransport : public Transport {
   bool abandonedTransfersPending() override;
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
-  std::vector<int> hostLocalRanks() const override { return localRanks_; }
-  std::vector<std::vector<int>> hostLayout() const override { return hosts_; }
-  std::string hostName() const override { return hostName_; }
+  /// The hosts as the shared-memory split and an allgather found them.
+  HostLayout hostLayout() const { return {size(), hosts_, hostName_}; }
 
   MPI_Comm dataComm() const { return data_; }
   const MpiTagLayout& tagLayout() const { return layout_; }

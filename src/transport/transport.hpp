@@ -108,17 +108,19 @@ class Transport {
 
  public:
 
-  /// Ranks of this communicator that share this rank's host (itself
-  /// included, ascending), and a label for the host.
-  virtual std::vector<int> hostLocalRanks() const { return {rank()}; }
-  virtual std::string hostName() const { return "localhost"; }
+};
+
+/// Which ranks share a host, as a transport found out while it was set up
+/// (MPI's shared-memory split, UCX's host keys, the in-process world's
+/// settings). Its creator hands it to the communicator, which builds its
+/// TopologyView from it once; `Transport` itself answers no host questions.
+struct HostLayout {
+  int size = 0;  ///< ranks of the communicator
   /// Every host's ranks (each ascending, hosts ordered by their lowest
-  /// rank), equal on every rank; empty when this transport does not know
-  /// the other hosts.
-  virtual std::vector<std::vector<int>> hostLayout() const {
-    if (static_cast<int>(hostLocalRanks().size()) == size()) return {hostLocalRanks()};
-    return {};
-  }
+  /// rank), equal on every rank; empty when unknown (the view then puts
+  /// every rank on its own host).
+  std::vector<std::vector<int>> hosts;
+  std::string hostName = "localhost";  ///< a label for this rank's host
 };
 
 /// Groups ranks into hosts: `hostOf[r]` is any value equal for exactly the

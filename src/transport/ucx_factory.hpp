@@ -9,10 +9,10 @@
 
 namespace gradcomm::transport {
 
-/// A UcxTransport over `boot` (collective); UnsupportedError in a build
-/// without UCX.
+/// A UcxTransport over `boot` (collective), and in `*hosts` the host layout
+/// its host keys gave; UnsupportedError in a build without UCX.
 std::unique_ptr<Transport> makeUcxTransport(Bootstrap& boot, size_t shmChunkBytes,
-                                            std::chrono::milliseconds connectTimeout);
+                                            std::chrono::milliseconds connectTimeout, HostLayout* hosts);
 /// True when this build has the UCX transport.
 bool haveUcx();
 /// UCX's version, and the transport/device pairs UCX finds here (or why not).

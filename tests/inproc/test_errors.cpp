@@ -523,7 +523,8 @@ TEST(Errors, APeersReasonWinsOverTheTransferItAbandoned) {
       try {
         std::unique_ptr<transport::Transport> t = world->transport(r);
         if (r == 1) t = std::make_unique<NoticeAfterAbandon>(std::move(t));
-        impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), core::Config::resolve(quick()));
+        impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r),
+                                                          core::Config::resolve(quick()));
       } catch (const Error& e) {
         what[r] = std::string("creation failed: ") + e.what();
       }
@@ -662,9 +663,6 @@ class LostNotices : public transport::Transport {
   void broadcastAbort(const std::string&) override {}
   std::optional<std::string> pollAbort() override { return std::nullopt; }
   transport::ShmGroup* sharedMemory() override { return inner_->sharedMemory(); }
-  std::vector<int> hostLocalRanks() const override { return inner_->hostLocalRanks(); }
-  std::vector<std::vector<int>> hostLayout() const override { return inner_->hostLayout(); }
-  std::string hostName() const override { return inner_->hostName(); }
 
  private:
   std::unique_ptr<transport::Transport> inner_;
@@ -685,7 +683,7 @@ TEST(Errors, ALatePeerOnTheHostFailsAfterTheOtherTimedOutEvenWithoutItsNotice) {
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       auto impl = std::make_shared<detail::CommunicatorImpl>(std::make_unique<LostNotices>(world->transport(r)),
-                                                             core::Config::resolve(quick("300ms")));
+                                                             world->hostLayout(r), core::Config::resolve(quick("300ms")));
       Communicator comm(impl);
       std::vector<float> buf(100, 1.0f);
       CollectiveOptions o;

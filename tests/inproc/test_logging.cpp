@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/log.hpp"
+#include "base/log.hpp"
 #include "gradcomm/reducer.hpp"
 #include "support/inproc.hpp"
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "gradcomm/error.hpp"
-#include "core/units.hpp"
+#include "base/units.hpp"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/communicator_impl.hpp"
-#include "core/params.hpp"
+#include "base/params.hpp"
 #include "gradcomm/communicator.hpp"
 #include "transport/inproc_transport.hpp"
 
@@ -42,7 +42,8 @@ class ThreadBarrier {
 
 inline Communicator makeInProcCommunicator(const std::shared_ptr<transport::InProcWorld>& world, int rank,
                                            const Options& options) {
-  auto impl = std::make_shared<detail::CommunicatorImpl>(world->transport(rank), core::Config::resolve(options));
+  auto impl = std::make_shared<detail::CommunicatorImpl>(world->transport(rank), world->hostLayout(rank),
+                                                         core::Config::resolve(options));
   return Communicator(impl);
 }
 

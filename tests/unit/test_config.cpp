@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/params.hpp"
-#include "core/units.hpp"
+#include "base/params.hpp"
+#include "base/units.hpp"
 #include "gradcomm/config.hpp"
 #include "gradcomm/error.hpp"
 #include "gradcomm/types.hpp"

@@ -12,7 +12,9 @@
 #include "algorithms/patterns/binomial_tree.hpp"
 #include "algorithms/patterns/partition.hpp"
 #include "algorithms/selector.hpp"
+#include "base/algo_rules.hpp"
 #include "gradcomm/error.hpp"
+#include "topology/calibration.hpp"
 #include "transport/inproc_transport.hpp"
 
 using namespace gradcomm;
@@ -180,7 +182,7 @@ TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
     for (int n : layout.sizes) size += n;
     auto world = transport::InProcWorld::create(size, settings);
     std::vector<hier::Layout> ranks;
-    for (int r = 0; r < size; ++r) ranks.push_back(hier::Layout::of(*world->transport(r)));
+    for (int r = 0; r < size; ++r) ranks.push_back(hier::Layout::of(topology::detect(world->hostLayout(r)), r));
     for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast, Collective::kAllgather}) {
       for (size_t count : {size_t{1}, size_t{2}, static_cast<size_t>(size + 1), size_t{37}, size_t{70}}) {
         for (int root : {0, size - 1}) {
@@ -246,15 +248,15 @@ TEST(Selector, DefaultRuleUsesSharedMemoryWhenEveryRankIsLocal) {
   auto t = world->transport(0);
   Selector sel("auto", DefaultRule{16 * 1024, 0});
   auto call = makeCall(Collective::kAllreduce, 100, false, ReduceOp::kSum, 0);
-  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "shm");
+  EXPECT_STREQ(sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "shm");
   call.count = 1 << 20;
-  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "shm");
+  EXPECT_STREQ(sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "shm");
   transport::InProcWorld::Settings twoHosts;
   twoHosts.ranksPerHost = 2;
   auto split = transport::InProcWorld::create(4, twoHosts);
   auto t2 = split->transport(0);
-  EXPECT_STREQ(sel.select(call, *t2, "").algorithm->name(), "ring");
-  auto forced = sel.select(call, *t2, "shm");
+  EXPECT_STREQ(sel.select(call, {*t2, topology::detect(split->hostLayout(0))}, "").algorithm->name(), "ring");
+  auto forced = sel.select(call, {*t2, topology::detect(split->hostLayout(0))}, "shm");
   EXPECT_STREQ(forced.algorithm->name(), "ring");
   EXPECT_NE(forced.note.find("the ranks span several hosts"), std::string::npos) << forced.note;
 }
@@ -266,11 +268,11 @@ TEST(Selector, DefaultRuleUsesRecursiveDoublingForSmallAndRingForLarge) {
   auto t = world->transport(0);
   Selector sel("auto", DefaultRule{16 * 1024, 0});
   auto call = makeCall(Collective::kAllreduce, 100, false, ReduceOp::kSum, 0);
-  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "rd");
+  EXPECT_STREQ(sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "rd");
   call.count = 1 << 20;
-  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "ring");
+  EXPECT_STREQ(sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "ring");
   auto bc = makeCall(Collective::kBroadcast, 10, false, ReduceOp::kSum, 1);
-  EXPECT_STREQ(sel.select(bc, *t, "").algorithm->name(), "tree");
+  EXPECT_STREQ(sel.select(bc, {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "tree");
 }
 
 TEST(Selector, RulesMatchCollectiveAndSizeRangeInOrder) {
@@ -278,12 +280,12 @@ TEST(Selector, RulesMatchCollectiveAndSizeRangeInOrder) {
   auto t = world->transport(0);
   Selector sel("allreduce:0-64K:tree, allreduce:hd, ring", DefaultRule{});
   auto call = makeCall(Collective::kAllreduce, 1000, false, ReduceOp::kSum, 0);  // 4000 bytes
-  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "tree");
+  EXPECT_STREQ(sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "tree");
   call.count = 1 << 20;
-  EXPECT_STREQ(sel.select(call, *t, "").algorithm->name(), "hd");
+  EXPECT_STREQ(sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "hd");
   auto ag = makeCall(Collective::kAllgather, 10, false, ReduceOp::kSum, 0);
-  EXPECT_STREQ(sel.select(ag, *t, "").algorithm->name(), "ring");
-  EXPECT_STREQ(sel.select(call, *t, "rd").algorithm->name(), "rd");  // per-call beats rules
+  EXPECT_STREQ(sel.select(ag, {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "ring");
+  EXPECT_STREQ(sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "rd").algorithm->name(), "rd");  // per-call beats rules
 }
 
 TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
@@ -300,7 +302,21 @@ TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
   auto t = world->transport(0);
   Selector sel("auto", DefaultRule{});
   auto call = makeCall(Collective::kAllreduce, 10, false, ReduceOp::kSum, 0);
-  EXPECT_THROW(sel.select(call, *t, "bogus"), InvalidArgument);
+  EXPECT_THROW(sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "bogus"), InvalidArgument);
+}
+
+// GRADCOMM_ALGO is checked in src/base (below the algorithms) against a
+// list of names; it must name exactly the registered algorithms, in order.
+TEST(AlgorithmRegistry, NamesEqualTheListThatGradcommAlgoIsCheckedAgainst) {
+  for (int c = 0; c < kNumCollectives; ++c) {
+    const auto coll = static_cast<Collective>(c);
+    std::vector<std::string> registered;
+    for (const Algorithm* a : allAlgorithms()) {
+      if (a->collective() == coll) registered.push_back(a->name());
+    }
+    EXPECT_EQ(registered, core::algorithmNamesOf(coll)) << toString(coll);
+    EXPECT_EQ(algorithmNames(coll), core::algorithmNameList(coll)) << toString(coll);
+  }
 }
 
 TEST(Selector, HierIsForcedOnlyAndSaysWhyItCannotRun) {
@@ -309,7 +325,7 @@ TEST(Selector, HierIsForcedOnlyAndSaysWhyItCannotRun) {
   auto pick = [&](transport::InProcWorld::Settings s, int size, const char* forced) {
     auto world = transport::InProcWorld::create(size, s);
     auto t = world->transport(0);
-    return sel.select(call, *t, forced);
+    return sel.select(call, {*t, topology::detect(world->hostLayout(0))}, forced);
   };
   transport::InProcWorld::Settings twoByTwo;
   twoByTwo.hostSizes = {2, 2};
@@ -345,15 +361,15 @@ TEST(InProcWorld, HostSizesMustCoverTheWorld) {
   EXPECT_THROW(transport::InProcWorld::create(5, s), InvalidArgument);
   s.hostSizes = {1, 3};
   auto world = transport::InProcWorld::create(4, s);
-  EXPECT_EQ(world->transport(2)->hostLocalRanks(), (std::vector<int>{1, 2, 3}));
-  EXPECT_EQ(world->transport(0)->hostLayout(), (std::vector<std::vector<int>>{{0}, {1, 2, 3}}));
+  EXPECT_EQ(world->hosts()[static_cast<size_t>(world->hostOf(2))], (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(world->hostLayout(0).hosts, (std::vector<std::vector<int>>{{0}, {1, 2, 3}}));
   EXPECT_EQ(world->transport(0)->sharedMemory(), nullptr);  // alone on its host
   transport::InProcWorld::Settings roundRobin;
   roundRobin.hostOfRank = {0, 1, 0};
   EXPECT_THROW(transport::InProcWorld::create(4, roundRobin), InvalidArgument);
   auto rr = transport::InProcWorld::create(3, roundRobin);
-  EXPECT_EQ(rr->transport(2)->hostLocalRanks(), (std::vector<int>{0, 2}));
-  EXPECT_EQ(rr->transport(1)->hostLayout(), (std::vector<std::vector<int>>{{0, 2}, {1}}));
+  EXPECT_EQ(rr->hosts()[static_cast<size_t>(rr->hostOf(2))], (std::vector<int>{0, 2}));
+  EXPECT_EQ(rr->hostLayout(1).hosts, (std::vector<std::vector<int>>{{0, 2}, {1}}));
 }
 
 TEST(Selector, NativeFallsBackLoudlyWithoutMpi) {
@@ -361,7 +377,7 @@ TEST(Selector, NativeFallsBackLoudlyWithoutMpi) {
   auto t = world->transport(0);
   Selector sel("native", DefaultRule{});
   auto call = makeCall(Collective::kAllreduce, 10, false, ReduceOp::kSum, 0);
-  auto choice = sel.select(call, *t, "");
+  auto choice = sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "");
   EXPECT_STREQ(choice.algorithm->name(), "shm");  // the default for two local ranks
   EXPECT_NE(choice.note.find("cannot run this call"), std::string::npos) << choice.note;
 }

@@ -87,7 +87,7 @@ TEST(TopologyView, InProcTransportReportsHostLeaders) {
   transport::InProcWorld::Settings s;
   s.ranksPerHost = 2;
   auto world = transport::InProcWorld::create(5, s);
-  auto view = detect(*world->transport(3));
+  auto view = detect(world->hostLayout(3));
   EXPECT_EQ(view.numHosts(), 3);
   EXPECT_EQ(view.hostLocalRanks(3), (std::vector<int>{2, 3}));
   EXPECT_EQ(view.hostLabel(), "inproc-host1");
@@ -279,14 +279,14 @@ TEST(Selector, ModelChoosesByLayoutAndExplainsWhy) {
   auto world = transport::InProcWorld::create(4, fourHosts);
   auto t = world->transport(0);
   algorithms::Selector sel("auto", algorithms::DefaultRule{});
-  sel.useModel(std::make_shared<CostModel>(detect(*t), chosenCosts()));
-  auto small = sel.select(allreduce(64), *t, "");
+  sel.useModel(std::make_shared<CostModel>(detect(world->hostLayout(0)), chosenCosts()));
+  auto small = sel.select(allreduce(64), {*t, topology::detect(world->hostLayout(0))}, "");
   EXPECT_STREQ(small.algorithm->name(), "rd");
   EXPECT_EQ(small.why.rfind("cost model (test): rd ", 0), 0u) << small.why;
   EXPECT_NE(small.why.find(" < "), std::string::npos) << small.why;
-  auto mid = sel.select(allreduce(32 * 1024), *t, "");
+  auto mid = sel.select(allreduce(32 * 1024), {*t, topology::detect(world->hostLayout(0))}, "");
   EXPECT_STREQ(mid.algorithm->name(), "hd") << mid.why;
-  auto ranked = sel.predictions(allreduce(kLarge), *t);
+  auto ranked = sel.predictions(allreduce(kLarge), {*t, topology::detect(world->hostLayout(0))});
   ASSERT_GE(ranked.size(), 3u);
   for (size_t i = 1; i < ranked.size(); ++i) EXPECT_LE(ranked[i - 1].seconds, ranked[i].seconds);
   for (const auto& p : ranked) EXPECT_STRNE(p.algorithm->name(), "shm");  // cannot run across hosts
@@ -294,9 +294,9 @@ TEST(Selector, ModelChoosesByLayoutAndExplainsWhy) {
   auto local = transport::InProcWorld::create(4);
   auto lt = local->transport(0);
   algorithms::Selector one("auto", algorithms::DefaultRule{});
-  one.useModel(std::make_shared<CostModel>(detect(*lt), chosenCosts()));
-  EXPECT_STREQ(one.select(allreduce(64), *lt, "").algorithm->name(), "shm");
-  EXPECT_STREQ(one.select(allreduce(kLarge), *lt, "").algorithm->name(), "shm");
+  one.useModel(std::make_shared<CostModel>(detect(local->hostLayout(0)), chosenCosts()));
+  EXPECT_STREQ(one.select(allreduce(64), {*lt, topology::detect(local->hostLayout(0))}, "").algorithm->name(), "shm");
+  EXPECT_STREQ(one.select(allreduce(kLarge), {*lt, topology::detect(local->hostLayout(0))}, "").algorithm->name(), "shm");
 }
 
 TEST(Selector, PrecedenceIsForcedThenRulesThenTuningFileThenModel) {
@@ -304,31 +304,31 @@ TEST(Selector, PrecedenceIsForcedThenRulesThenTuningFileThenModel) {
   fourHosts.ranksPerHost = 1;
   auto world = transport::InProcWorld::create(4, fourHosts);
   auto t = world->transport(0);
-  auto model = std::make_shared<CostModel>(detect(*t), chosenCosts());
+  auto model = std::make_shared<CostModel>(detect(world->hostLayout(0)), chosenCosts());
   auto tuning = std::make_shared<TuningTable>(
       TuningTable::parse("allreduce 0-1M tree\nallreduce 1M-inf shm\n", "tune.txt"));
 
   algorithms::Selector sel("allreduce:0-1K:ring", algorithms::DefaultRule{});
   sel.useModel(model, tuning);
   // A GRADCOMM_ALGO rule beats the tuning file.
-  auto ruled = sel.select(allreduce(512), *t, "");
+  auto ruled = sel.select(allreduce(512), {*t, topology::detect(world->hostLayout(0))}, "");
   EXPECT_STREQ(ruled.algorithm->name(), "ring");
   EXPECT_NE(ruled.why.find("GRADCOMM_ALGO"), std::string::npos) << ruled.why;
   // The per-call option beats the rule.
-  EXPECT_STREQ(sel.select(allreduce(512), *t, "hd").algorithm->name(), "hd");
+  EXPECT_STREQ(sel.select(allreduce(512), {*t, topology::detect(world->hostLayout(0))}, "hd").algorithm->name(), "hd");
   // The tuning file beats the model (which picks rd at 4 KiB).
-  auto tuned = sel.select(allreduce(4096), *t, "");
+  auto tuned = sel.select(allreduce(4096), {*t, topology::detect(world->hostLayout(0))}, "");
   EXPECT_STREQ(tuned.algorithm->name(), "tree");
   EXPECT_NE(tuned.why.find("tuning file tune.txt line 1"), std::string::npos) << tuned.why;
   // An entry that cannot run here leaves the call to the model, and says so.
-  auto fallback = sel.select(allreduce(kLarge), *t, "");
+  auto fallback = sel.select(allreduce(kLarge), {*t, topology::detect(world->hostLayout(0))}, "");
   EXPECT_STRNE(fallback.algorithm->name(), "shm");
   EXPECT_NE(fallback.why.find("cost model"), std::string::npos) << fallback.why;
   EXPECT_NE(fallback.why.find("'shm' (line 2) cannot run"), std::string::npos) << fallback.why;
   // Without the tuning file the model decides.
   algorithms::Selector plain("auto", algorithms::DefaultRule{});
   plain.useModel(model);
-  EXPECT_STREQ(plain.select(allreduce(4096), *t, "").algorithm->name(), "rd");
+  EXPECT_STREQ(plain.select(allreduce(4096), {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "rd");
 }
 
 TEST(Selector, TwoHostsOfTwoChooseHierarchicalForLargeAllreduces) {
@@ -338,9 +338,9 @@ TEST(Selector, TwoHostsOfTwoChooseHierarchicalForLargeAllreduces) {
   auto t = world->transport(0);
   ASSERT_NE(algorithms::findAlgorithm(Collective::kAllreduce, "hier"), nullptr);
   algorithms::Selector sel("auto", algorithms::DefaultRule{});
-  sel.useModel(std::make_shared<CostModel>(detect(*t), chosenCosts()));
-  EXPECT_STREQ(sel.select(allreduce(kSmall), *t, "").algorithm->name(), "rd");
-  auto large = sel.select(allreduce(kLarge), *t, "");
+  sel.useModel(std::make_shared<CostModel>(detect(world->hostLayout(0)), chosenCosts()));
+  EXPECT_STREQ(sel.select(allreduce(kSmall), {*t, topology::detect(world->hostLayout(0))}, "").algorithm->name(), "rd");
+  auto large = sel.select(allreduce(kLarge), {*t, topology::detect(world->hostLayout(0))}, "");
   EXPECT_STREQ(large.algorithm->name(), "hier") << large.why;
   EXPECT_EQ(large.why.rfind("cost model (test): hier ", 0), 0u) << large.why;
 }

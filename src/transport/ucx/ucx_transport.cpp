@@ -484,8 +484,7 @@ UcxTransport::~UcxTransport() {
 int UcxTransport::rank() const { return state_->rank; }
 int UcxTransport::size() const { return state_->size; }
 ShmGroup* UcxTransport::sharedMemory() { return shm_.get(); }
-std::vector<int> UcxTransport::hostLocalRanks() const { return state_->localRanks; }
-std::vector<std::vector<int>> UcxTransport::hostLayout() const { return state_->hosts; }
+HostLayout UcxTransport::hostLayout() const { return {size(), state_->hosts, state_->hostName}; }
 
 bool UcxTransport::abandonedTransfersPending() {
   State& st = *state_;
@@ -499,7 +498,6 @@ bool UcxTransport::abandonedTransfersPending() {
   st.abandoned.erase(std::remove_if(st.abandoned.begin(), st.abandoned.end(), done), st.abandoned.end());
   return !st.abandoned.empty();
 }
-std::string UcxTransport::hostName() const { return state_->hostName; }
 
 RequestPtr UcxTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
   auto req = std::make_unique<UcxRequest>(state_, false, peer, bytes);

@@ -68,9 +68,8 @@ class UcxTransport : public Transport {
   std::optional<std::string> pollAbort() override;
   ShmGroup* sharedMemory() override;
   bool abandonedTransfersPending() override;
-  std::vector<int> hostLocalRanks() const override;
-  std::vector<std::vector<int>> hostLayout() const override;
-  std::string hostName() const override;
+  /// The hosts as the exchanged host keys say.
+  HostLayout hostLayout() const;
 
   struct State;
 

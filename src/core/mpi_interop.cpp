@@ -1,15 +1,21 @@
-// storeFromMpi: a TcpStore served by rank 0, its address handed out through MPI.
+// gradcomm/mpi.hpp: communicators formed over an MPI communicator (MPI
+// bootstrap, MPI or UCX transport), and storeFromMpi, a TcpStore served by
+// rank 0 whose address is handed out through MPI.
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 
 #include <sstream>
 
+#include "core/agreement.hpp"
+#include "core/communicator_impl.hpp"
 #include "gradcomm/error.hpp"
 #include "gradcomm/mpi.hpp"
 #include "transport/bootstrap.hpp"
 #include "transport/mpi_bootstrap.hpp"
 #include "transport/mpi_env.hpp"
+#include "transport/mpi_transport.hpp"
+#include "transport/ucx_factory.hpp"
 
 namespace gradcomm {
 namespace {
@@ -85,5 +91,32 @@ std::shared_ptr<Store> storeFromMpi(MPI_Comm comm, std::chrono::milliseconds tim
   }
   return store;
 }
+
+Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
+  auto env = transport::MpiEnvironment::acquire();
+  if (env->threadLevel() < MPI_THREAD_SERIALIZED) {
+    throw UnsupportedError(
+        "MPI was initialised with a thread level below MPI_THREAD_SERIALIZED, but gradcomm drives MPI from its "
+        "progress thread: initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let gradcomm do it");
+  }
+  if (comm == MPI_COMM_NULL) throw InvalidArgument("communicatorFromMpi: the MPI communicator is MPI_COMM_NULL");
+
+  transport::MpiBootstrap boot(comm);
+  core::Config config = core::agreeOnConfiguration(options, boot);
+  if (config.transport == "ucx") {
+    // Bootstrapped through MPI, every byte through UCX.
+    transport::HostLayout hosts;
+    auto t = transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, core::connectTimeout(config),
+                                         &hosts);
+    return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config)));
+  }
+  auto t = std::make_unique<transport::MpiTransport>(comm, env, config.shm ? config.shmChunkBytes : 0);
+  const transport::HostLayout hosts = t->hostLayout();
+  return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config)));
+}
+
+Communicator::Communicator() : Communicator(Options{}) {}
+
+Communicator::Communicator(const Options& options) : impl_(communicatorFromMpi(MPI_COMM_WORLD, options).impl_) {}
 
 }  // namespace gradcomm

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "compression/compression.hpp"
-#include "core/units.hpp"
+#include "base/compression_spec.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::compression {

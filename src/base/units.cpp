@@ -1,4 +1,4 @@
-#include "core/units.hpp"
+#include "base/units.hpp"
 
 #include <cctype>
 #include <cerrno>

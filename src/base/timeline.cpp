@@ -1,4 +1,4 @@
-#include "core/timeline.hpp"
+#include "base/timeline.hpp"
 
 #include <cerrno>
 #include <cstring>

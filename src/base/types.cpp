@@ -1,7 +1,7 @@
 #include <array>
 #include <string>
 
-#include "core/units.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 #include "gradcomm/types.hpp"
 

@@ -1,4 +1,4 @@
-#include "core/params.hpp"
+#include "base/params.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -9,11 +9,11 @@
 
 #include <unistd.h>
 
-#include "algorithms/selector.hpp"
-#include "compression/compression.hpp"
-#include "core/log.hpp"
-#include "core/units.hpp"
-#include "topology/calibration.hpp"
+#include "base/algo_rules.hpp"
+#include "base/calibration_mode.hpp"
+#include "base/compression_spec.hpp"
+#include "base/log.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::core {
@@ -110,7 +110,7 @@ const std::vector<ParamDef>& registry() {
         [](Config& c, const std::string& v, const std::string&) {
           // Parsed here as the communicator will parse it, so gradcomm-info
           // and every early reader reject a bad rule with the same message.
-          algorithms::Selector check(v, algorithms::DefaultRule{});
+          parseAlgoRules(v);
           c.algo = std::string(trim(v));
         },
         [](const Config& c) { return c.algo; }});

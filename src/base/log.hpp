@@ -1,7 +1,7 @@
 #pragma once
 #include <string>
 
-#include "core/params.hpp"
+#include "base/params.hpp"
 
 namespace gradcomm::core {
 
