@@ -1,7 +1,10 @@
 """gradcomm.torch.GossipAverager and GossipDataParallel, each test a multi-process job."""
+import os
+import subprocess
+
 import pytest
 
-from harness import assert_all_ok, run_job
+from harness import HERE, PYTHON, assert_all_ok, base_env, free_port, run_job
 
 
 def test_gossip_averager_reaches_consensus_and_synchronize_gives_the_exact_mean(tmp_path):
@@ -80,3 +83,16 @@ def test_gossip_refuses_tensors_whose_storage_moved(tmp_path, kind):
         assert msg.startswith("RuntimeError") and "no longer has the storage it was registered with" in msg, msg
         if kind == "wrapper-moved":
             assert "parameter '0.weight'" in msg, msg
+
+
+def test_example_script_runs_in_gossip_mode_under_torchrun(tmp_path):
+    example = os.path.join(HERE, "..", "..", "examples", "pytorch_ddp.py")
+    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), example, "--steps", "5", "--mode",
+           "gossip"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env(), cwd=str(tmp_path))
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-4000:]
+    assert "backend gradcomm  mode gossip  hook none  ranks 2" in out, out[-4000:]
+    for rank in (0, 1):
+        assert f"rank {rank}: gossip sent 5  mixed " in out, out[-4000:]
