@@ -12,10 +12,10 @@ def test_gossip_averager_reaches_consensus_and_synchronize_gives_the_exact_mean(
     for r in results:
         res = r.result
         d = res["distances"]
-        # Push-sum contracts the distance from the mean geometrically (about 2x a step on 3 ranks);
-        # float32 rounding leaves ~1e-5 of an initial ~300.
-        assert d[0] < res["dist0"], res
-        assert d[9] < d[0] / 10, d
+        # Push-sum contracts the distance from the mean geometrically (about 2x a step on 3 ranks,
+        # not monotonically: a step in which nothing has arrived yet mixes nothing); float32
+        # rounding leaves ~1e-5 of an initial ~300.
+        assert d[9] < res["dist0"] / 10, d
         assert d[-1] < 1e-4 * res["dist0"], d
         # Nothing dropped (staleness bound 16, ranks in step), so the de-biased values approach the
         # mean of the initial values, not merely some consensus.
@@ -38,16 +38,17 @@ def test_gossip_data_parallel_sgd_reaches_the_loss_of_allreduce_sgd(tmp_path):
         initial, ar, gossip, local = res["initial"], res["allreduce"], res["gossip"], res["local_then_average"]
         assert ar < initial / 10, res  # the problem is learned: the comparison means something
         # SGP's averaged model follows the averaged-gradient dynamics up to a consensus error that
-        # shrinks geometrically each step, so after 100 steps gossip lands where allreduce SGD does
-        # (measured: within ~12%, on either side). Worse than allreduce by more than 5% is a failure;
-        # better by more than 25% would mean it solved something else.
-        assert gossip <= 1.05 * ar, res
-        assert gossip >= 0.75 * ar, res
+        # shrinks geometrically each step, plus the error of pushes mixed a few steps late (which
+        # drag a rank back by about lr x gradient x lateness; how late depends on scheduling, so this
+        # part varies run to run). With lr 0.05 and 200 steps gossip ended 2-8% above allreduce in 4
+        # unloaded runs (at lr 0.1 and 100 steps it spread from -17% to +100%: too noisy to test).
+        # 15% leaves room for a loaded machine.
+        assert 0.85 * ar <= gossip <= 1.15 * ar, res
         # The control: the same local steps with no mixing, averaged once at the end, is far worse
-        # on this non-iid data (measured ~1.9x), so the mixing is what closes the gap.
-        assert local > 1.4 * ar, res
+        # on this non-iid data (measured 2.9x), so the mixing is what closes the gap.
+        assert local > 2 * ar, res
         st = res["stats"]
-        assert st["steps"] == 100 and st["sent"] == 100 and st["received"] > 50 and st["failed"] == 0, st
+        assert st["steps"] == 200 and st["sent"] == 200 and st["received"] > 100 and st["failed"] == 0, st
 
 
 @pytest.mark.parametrize("kind", ["dtype", "noncontiguous", "device", "sizes", "option", "empty", "wrapper-dtype"])

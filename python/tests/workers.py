@@ -758,7 +758,7 @@ def _train_gossip(rank, steps, lr, mix=True, **options):
 def scenario_gossip_train(rank, world, init_method, outdir):
     """GossipDataParallel + SGD vs. allreduce data parallelism on the same problem."""
     init(rank, world, init_method)
-    steps, lr = 100, 0.1
+    steps, lr = 200, 0.05
     initial = _global_loss(_model(), rank)
     ref = gradcomm.torch.DistributedDataParallel(_model())
     opt = torch.optim.SGD(ref.parameters(), lr=lr)
@@ -775,6 +775,7 @@ def scenario_gossip_train(rank, world, init_method, outdir):
     local_then_average = _global_loss(local.module, rank)
     result({"initial": initial, "allreduce": allreduce, "gossip": gossip, "local_then_average": local_then_average,
             "stats": st})
+    del model, local, ref, opt
     dist.destroy_process_group()
 
 
