@@ -6,6 +6,7 @@ Each scenario raises AssertionError when a check fails; the process then
 exits non-zero and the test prints its output.
 """
 import contextlib
+import gc
 import datetime
 import json
 import os
@@ -775,7 +776,11 @@ def scenario_gossip_train(rank, world, init_method, outdir):
     local_then_average = _global_loss(local.module, rank)
     result({"initial": initial, "allreduce": allreduce, "gossip": gossip, "local_then_average": local_then_average,
             "stats": st})
+    # gradcomm's DistributedDataParallel sits in a reference cycle (its autograd hooks hold it), so
+    # without a collection its group would outlive destroy_process_group() until interpreter exit,
+    # where the group's completion thread can die releasing a tensor (a known backend issue).
     del model, local, ref, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
