@@ -1,5 +1,6 @@
 // gradcomm.torch._C: the ProcessGroupGradcomm class (a subclass of
-// torch.distributed's ProcessGroup) and gradcomm's ErrorFeedback.
+// torch.distributed's ProcessGroup), gradcomm's ErrorFeedback, the Reducer
+// and the GossipAverager over tensors.
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,10 +9,12 @@
 #include "gradcomm/communicator.hpp"
 #include "gradcomm/version.hpp"
 #include "process_group.hpp"
+#include "torch_gossip.hpp"
 #include "torch_reducer.hpp"
 
 namespace py = pybind11;
 using gradcomm::torch_backend::ProcessGroupGradcomm;
+using gradcomm::torch_backend::TorchGossip;
 using gradcomm::torch_backend::TorchReducer;
 
 PYBIND11_MODULE(_C, m) {
@@ -89,6 +92,49 @@ PYBIND11_MODULE(_C, m) {
         d["bytes"] = s.bytes;
         return d;
       });
+
+  py::class_<TorchGossip>(m, "GossipAverager",
+                          "gradcomm's GossipAverager (push-sum gossip, SGP) over float32 CPU tensors, averaged in "
+                          "place; keeps the tensors alive. Construction is collective.")
+      .def(py::init([](const c10::intrusive_ptr<ProcessGroupGradcomm>& pg, std::vector<at::Tensor> tensors,
+                       int64_t peersPerStep, int64_t maxStaleness, double peerTimeout, bool consensusDistance,
+                       const std::string& timelinePath) {
+             gradcomm::torch_backend::TorchGossipOptions o{peersPerStep, maxStaleness, peerTimeout, consensusDistance,
+                                                           timelinePath};
+             py::gil_scoped_release release;  // collective: waits for every rank
+             return std::make_unique<TorchGossip>(pg, std::move(tensors), o);
+           }),
+           py::arg("process_group"), py::arg("tensors"), py::arg("peers_per_step") = 0, py::arg("max_staleness") = 0,
+           py::arg("peer_timeout") = 0.0, py::arg("consensus_distance") = false, py::arg("timeline_path") = "",
+           "peers_per_step, max_staleness (steps) and peer_timeout (seconds): 0 takes GRADCOMM_GOSSIP_PEERS, "
+           "GRADCOMM_GOSSIP_MAX_STALENESS and GRADCOMM_GOSSIP_PEER_TIMEOUT. consensus_distance: measure it every "
+           "step (two blocking allreduces). timeline_path: Chrome trace of the steps (rank inserted).")
+      .def("step", &TorchGossip::step, py::call_guard<py::gil_scoped_release>(),
+           "Pushes this step's share to the step's peer(s), mixes what arrived, leaves the de-biased values in the "
+           "tensors. Never waits for a peer.")
+      .def("synchronize", &TorchGossip::synchronize, py::call_guard<py::gil_scoped_release>(),
+           "Exact average over all ranks (allreduce); collective. Weights reset to 1.")
+      .def("weight", &TorchGossip::weight, "This rank's push-sum weight.")
+      .def("numel", &TorchGossip::numel, "Float32 elements averaged.")
+      .def("__len__", &TorchGossip::size)
+      .def("stats",
+           [](const TorchGossip& g) {
+             const auto s = g.stats();
+             py::dict d;
+             d["steps"] = s.steps;
+             d["sent"] = s.sent;
+             d["received"] = s.received;
+             d["late"] = s.late;
+             d["dropped"] = s.dropped;
+             d["failed"] = s.failed;
+             d["isolated_steps"] = s.isolatedSteps;
+             d["weight"] = s.weight;
+             d["consensus_distance"] = s.consensusDistance;
+             d["removed_peers"] = s.removedPeers;
+             return d;
+           },
+           "Counters since construction: steps, sent, received, late, dropped, failed, isolated_steps, weight, "
+           "consensus_distance (-1: not measured), removed_peers.");
 
   m.attr("__version__") = GRADCOMM_VERSION_STRING;
 }

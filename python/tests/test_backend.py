@@ -151,7 +151,7 @@ def test_example_script_runs_under_torchrun_with_a_hook(tmp_path):
                        cwd=str(tmp_path))
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]
-    assert "backend gradcomm  hook topk:0.01  ranks 2" in out, out[-4000:]
+    assert "backend gradcomm  mode ddp  hook topk:0.01  ranks 2" in out, out[-4000:]
     assert "allreduce[topk:0.01] calls        5" in out, out[-4000:]
 
 

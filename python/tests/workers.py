@@ -6,6 +6,7 @@ Each scenario raises AssertionError when a check fails; the process then
 exits non-zero and the test prints its output.
 """
 import contextlib
+import gc
 import datetime
 import json
 import os
@@ -667,6 +668,168 @@ def scenario_p2p_bad(rank, world, init_method, outdir, kind):
         result({"error": str(e), "seconds": time.monotonic() - start, "recv": t.tolist() if rank else None})
         os._exit(0)
     raise AssertionError(f"rank {rank}: {kind} mismatch returned {t}")
+
+
+def _gathered(t):
+    """Every rank's copy of t, stacked (float64)."""
+    parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, t)
+    return torch.stack(parts).double()
+
+
+def scenario_gossip_average(rank, world, init_method, outdir):
+    """GossipAverager over different per-rank tensors, no training: the ranks
+    reach consensus, and synchronize() is the exact mean."""
+    init(rank, world, init_method)
+    pg = gradcomm.torch.get_backend_group()
+    seed = 1234
+    print(f"seed {seed}", flush=True)
+    g = torch.Generator().manual_seed(seed + rank)
+    tensors = [torch.randn(1000, generator=g) * 4 + 10 * rank, torch.randn(3, 5, generator=g) - rank,
+               torch.zeros(0)]
+    flat0 = torch.cat([t.reshape(-1) for t in tensors])
+    all0 = _gathered(flat0)
+    mean0 = all0.mean(0)
+    spread0 = (all0 - mean0).abs().max().item()
+    # RMS over ranks of the distance from the mean, as GossipStats measures it
+    dist0 = (all0 - mean0).pow(2).sum(1).mean().sqrt().item()
+    # Large staleness bound: on a loaded machine a push may arrive a few steps late; it must still be mixed.
+    ptrs = [t.data_ptr() for t in tensors]
+    avg = gradcomm.torch.GossipAverager(pg, tensors, max_staleness=16, consensus_distance=True)
+    assert len(avg) == 3 and avg.numel() == 1015 and avg.weight() == 1.0
+    distances = []
+    for _ in range(30):
+        avg.step()  # consensus_distance: two allreduces per step keep the ranks within a step of each other
+        distances.append(avg.stats()["consensus_distance"])
+    st = avg.stats()
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    # mixed in the tensors' own storage
+    assert [t.data_ptr() for t in tensors] == ptrs, "the averager replaced the tensors' storage"
+    before_sync = _gathered(flat)
+    worst_from_mean0 = (flat.double() - mean0).abs().max().item()
+    avg.synchronize()
+    flat_sync = torch.cat([t.reshape(-1) for t in tensors])
+    exact = before_sync.mean(0)
+    sync_err = (flat_sync.double() - exact).abs().max().item()
+    lo, hi = flat_sync.clone(), flat_sync.clone()
+    dist.all_reduce(lo, op=R.MIN)
+    dist.all_reduce(hi, op=R.MAX)
+    assert torch.equal(lo, hi), "ranks differ after synchronize()"
+    result({"dist0": dist0, "distances": distances, "spread0": spread0, "worst_from_mean0": worst_from_mean0,
+            "sync_err": sync_err, "scale": exact.abs().max().item(), "stats": st, "weight_after": avg.weight(),
+            "stats_after": avg.stats()})
+    dist.destroy_process_group()
+
+
+def _shard(rank):
+    """Non-iid per-rank data: each rank sees its own region of input space,
+    so training on one rank's data alone fits a different function."""
+    g = torch.Generator().manual_seed(50 + rank)
+    x = torch.randn(64, 16, generator=g) * 0.7 + (rank - 1) * 1.5
+    return x, _target(x)
+
+
+def _global_loss(module, rank):
+    """The data-parallel objective: the mean over ranks of the local loss."""
+    x, y = _shard(rank)
+    with torch.no_grad():
+        loss = torch.nn.functional.mse_loss(module(x), y).reshape(1)
+    dist.all_reduce(loss)
+    return loss.item() / dist.get_world_size()
+
+
+def _train_gossip(rank, steps, lr, mix=True, **options):
+    model = gradcomm.torch.GossipDataParallel(_model(), **options)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    x, y = _shard(rank)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        if mix:
+            model.gossip_step()
+            # Pace the ranks as DDP's allreduce would (gossip itself never waits): on a loaded
+            # machine a free-running rank could finish before its peers start, which tests nothing.
+            dist.barrier()
+    before = model.stats()
+    model.synchronize()
+    return model, before
+
+
+def scenario_gossip_train(rank, world, init_method, outdir):
+    """GossipDataParallel + SGD vs. allreduce data parallelism on the same problem."""
+    init(rank, world, init_method)
+    steps, lr = 200, 0.05
+    initial = _global_loss(_model(), rank)
+    ref = gradcomm.torch.DistributedDataParallel(_model())
+    opt = torch.optim.SGD(ref.parameters(), lr=lr)
+    x, y = _shard(rank)
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ref(x), y).backward()
+        opt.step()
+    allreduce = _global_loss(ref.module, rank)
+    model, st = _train_gossip(rank, steps, lr)
+    gossip = _global_loss(model.module, rank)
+    # Control: the same local training with no mixing, averaged once at the end.
+    local, _ = _train_gossip(rank, steps, lr, mix=False)
+    local_then_average = _global_loss(local.module, rank)
+    result({"initial": initial, "allreduce": allreduce, "gossip": gossip, "local_then_average": local_then_average,
+            "stats": st})
+    # gradcomm's DistributedDataParallel sits in a reference cycle (its autograd hooks hold it), so
+    # without a collection its group would outlive destroy_process_group() until interpreter exit,
+    # where the group's completion thread can die releasing a tensor (a known backend issue).
+    del model, local, ref, opt
+    gc.collect()
+    dist.destroy_process_group()
+
+
+def scenario_gossip_bad(rank, world, init_method, outdir, kind):
+    """Bad input to the gossip averager: an error on every rank, and the group stays usable."""
+    init(rank, world, init_method, timeout_s=30)
+    pg = gradcomm.torch.get_backend_group()
+    good = [torch.ones(8), torch.ones(2, 3)]
+    start = time.monotonic()
+    error = None
+    try:
+        if kind == "dtype":
+            gradcomm.torch.GossipAverager(pg, [good[0], good[1].double() if rank == 1 else good[1]])
+        elif kind == "noncontiguous":
+            gradcomm.torch.GossipAverager(pg, [good[0], torch.ones(3, 2).t() if rank == 1 else good[1]])
+        elif kind == "device":
+            gradcomm.torch.GossipAverager(pg, [torch.ones(8, device="meta") if rank == 1 else good[0], good[1]])
+        elif kind == "sizes":
+            gradcomm.torch.GossipAverager(pg, [torch.ones(8 + rank), good[1]])
+        elif kind == "option":
+            gradcomm.torch.GossipAverager(pg, good, max_staleness=-1 if rank == 0 else 0)
+        elif kind == "empty":
+            gradcomm.torch.GossipAverager(pg, [])
+        elif kind == "wrapper-dtype":
+            gradcomm.torch.GossipDataParallel(_model().double() if rank == 1 else _model())
+        elif kind == "moved":
+            t = torch.ones(8)
+            avg = gradcomm.torch.GossipAverager(pg, [t])
+            avg.step()
+            t.resize_(1 << 20)  # reallocates: the averager's pointer is stale
+            avg.step()
+        elif kind == "wrapper-moved":
+            model = gradcomm.torch.GossipDataParallel(_model())
+            model.gossip_step()
+            first = next(model.module.parameters())
+            first.data = first.data.clone()
+            model.gossip_step()
+        else:
+            raise ValueError(kind)
+    except (RuntimeError, ValueError) as e:
+        error = f"{type(e).__name__}: {e}"
+    seconds = time.monotonic() - start
+    assert error is not None, f"rank {rank}: {kind} was accepted"
+    # still usable: the checks agreed before anything else was collective
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    assert t.tolist() == [world * (world + 1) / 2] * 4, t
+    result({"error": error, "seconds": seconds})
+    dist.destroy_process_group()
 
 
 SCENARIOS = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}

@@ -53,3 +53,8 @@ __all__ = ["BACKEND_NAME", "ErrorFeedback", "ProcessGroupGradcomm", "get_backend
 from .parallel import DistributedDataParallel  # noqa: E402  (needs get_backend_group above)
 
 __all__.append("DistributedDataParallel")
+
+from ._C import GossipAverager  # noqa: E402,F401
+from .gossip import GossipDataParallel  # noqa: E402
+
+__all__ += ["GossipAverager", "GossipDataParallel"]
