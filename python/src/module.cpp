@@ -122,6 +122,7 @@ PYBIND11_MODULE(_C, m) {
              const auto s = g.stats();
              py::dict d;
              d["steps"] = s.steps;
+             d["clock"] = s.clock;
              d["sent"] = s.sent;
              d["received"] = s.received;
              d["late"] = s.late;
@@ -133,7 +134,7 @@ PYBIND11_MODULE(_C, m) {
              d["removed_peers"] = s.removedPeers;
              return d;
            },
-           "Counters since construction: steps, sent, received, late, dropped, failed, isolated_steps, weight, "
+           "Counters since construction: steps, clock, sent, received, late, dropped, failed, isolated_steps, weight, "
            "consensus_distance (-1: not measured), removed_peers.");
 
   m.attr("__version__") = GRADCOMM_VERSION_STRING;

@@ -160,6 +160,7 @@ def test_wrapper_gives_ddps_gradients_including_no_sync(tmp_path):
     for r in results:
         assert r.result["steps"] == 10 and r.result["buckets"] >= 2, r.result
         assert r.result["max_grad_diff"] <= 1e-6, r.result
+        assert r.result["collected"], "the wrapper outlived its last reference (a cycle through its hooks)"
 
 
 @pytest.mark.parametrize("script,args", [

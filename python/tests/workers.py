@@ -7,6 +7,7 @@ exits non-zero and the test prints its output.
 """
 import contextlib
 import gc
+import weakref
 import datetime
 import json
 import os
@@ -392,7 +393,15 @@ def scenario_wrapper(rank, world, init_method, outdir):
         steps += 1
     st = ours.last_step_stats()
     assert st["buckets"] >= 2 and st["bytes"] > 0, st
-    result({"max_grad_diff": worst, "steps": steps, "buckets": len(ours.buckets()), "stats": st})
+    buckets = len(ours.buckets())
+    # No reference cycle through the autograd hooks: the wrapper goes as soon
+    # as its last reference does, without the garbage collector.
+    gone = weakref.ref(ours)
+    gc.disable()
+    del ours, opt_ours, model, opt  # (the loop's variables held it too)
+    collected = gone() is None
+    gc.enable()
+    result({"max_grad_diff": worst, "steps": steps, "buckets": buckets, "stats": st, "collected": collected})
     dist.destroy_process_group()
 
 

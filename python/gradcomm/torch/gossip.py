@@ -101,8 +101,10 @@ class GossipDataParallel(torch.nn.Module):
     def gossip_step(self):
         """Pushes a share of the parameters to this step's peer(s), mixes the
         pushes that arrived, and leaves the de-biased parameters in place.
-        Never waits for a peer; every rank must call it equally often
-        between synchronize() calls."""
+        Never waits for a peer. A slow rank's gossip clock skips ahead, so
+        ranks may call it different numbers of times; to train for N steps,
+        stop when stats()["clock"] reaches N (a rank that stops early looks
+        dead to the others after the peer timeout)."""
         self._check_storage("gossip_step")
         self._gossip.step()
 
@@ -128,7 +130,7 @@ class GossipDataParallel(torch.nn.Module):
         return self._gossip.weight()
 
     def stats(self):
-        """Counters since construction: steps, sent, received, late, dropped,
+        """Counters since construction: steps, clock, sent, received, late, dropped,
         failed, isolated_steps, weight, consensus_distance (-1: not
         measured), removed_peers."""
         return self._gossip.stats()

@@ -13,6 +13,7 @@ Per-step statistics (``last_step_stats()``, or GRADCOMM_STATS=1) and the
 timeline (GRADCOMM_TIMELINE) are the Reducer's, as in C++.
 """
 import contextlib
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -55,7 +56,17 @@ class DistributedDataParallel(torch.nn.Module):
             w.wait()
 
     def _make_hook(self, i, p):
+        # The hook lives on the parameter's AccumulateGrad node, which this
+        # wrapper keeps: a strong reference back would make a cycle through
+        # C++ that Python's collector cannot see, keeping the wrapper (and its
+        # process group) alive until interpreter shutdown, where destroying
+        # the group's threads can abort the process.
+        owner = weakref.ref(self)
+
         def hook(*_):
+            self = owner()
+            if self is None:
+                return
             if not self._sync:
                 return  # no_sync(): autograd accumulates into p.grad; the next synchronised step sends the sum
             if not self._step_open:
