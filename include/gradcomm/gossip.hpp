@@ -24,7 +24,7 @@ struct GossipBuffer {
 /// GossipAverager settings. Zeros take the matching GRADCOMM_GOSSIP_* parameter.
 struct GossipOptions {
   size_t peersPerStep = 0;                 ///< GRADCOMM_GOSSIP_PEERS (1)
-  int maxStaleness = 0;                    ///< GRADCOMM_GOSSIP_MAX_STALENESS (4 steps)
+  int maxStaleness = 0;                    ///< GRADCOMM_GOSSIP_MAX_STALENESS (16 steps)
   std::chrono::milliseconds peerTimeout{0};  ///< GRADCOMM_GOSSIP_PEER_TIMEOUT (10 s)
   /// Measure the consensus distance every step (two blocking allreduces:
   /// for diagnostics, not for speed; every rank must then call step() equally often).

@@ -199,9 +199,9 @@ const std::vector<ParamDef>& registry() {
     d.push_back(choiceParam("GRADCOMM_TRANSPORT", "auto", &Config::transport, {"auto", "mpi", "ucx"},
                             "What moves the bytes: 'mpi' (needs a communicator made from MPI), 'ucx', or 'auto' "
                             "(MPI when the communicator came from MPI, else UCX)"));
-    d.push_back(intParam("GRADCOMM_GOSSIP_MAX_STALENESS", "4", &Config::gossipMaxStaleness, 1, 1000,
-                         "Gossip: mix a push at most this many steps after its own step; later ones are dropped "
-                         "(counted), and a rank that received nothing for this many steps is reported"));
+    d.push_back(intParam("GRADCOMM_GOSSIP_MAX_STALENESS", "16", &Config::gossipMaxStaleness, 1, 1000,
+                         "Gossip: mix a push at most this many steps behind the receiver's clock; later ones are "
+                         "dropped (counted), and a rank that received nothing for this many steps is reported"));
     d.push_back(durationParam("GRADCOMM_GOSSIP_PEER_TIMEOUT", "10s", &Config::gossipPeerTimeout,
                               "Gossip: a peer more than MAX_STALENESS steps behind that sent no push for this long (or "
                               "whose transfer failed) is removed from the gossip graph; the others keep going"));

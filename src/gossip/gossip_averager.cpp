@@ -219,9 +219,23 @@ void GossipAveragerImpl::postReceives(transport::Transport& t) {
 }
 
 void GossipAveragerImpl::gather() {
+  // What the caller changed since the last step (its optimizer's update) is
+  // applied to the push-sum numerator x = w z, as SGP does: z += (p - z) / w.
+  // A plain copy would apply it to z, i.e. scale every update by w, and
+  // while pushes are in flight the ranks hold less than all the weight
+  // (measured: the average model then learned about a third slower). A rank
+  // whose pushes keep leaving while none arrive has a small w: its update is
+  // taken at most kMaxUpdateScale times, so its own model cannot run away.
+  constexpr double kMaxUpdateScale = 4;
+  const float scale = static_cast<float>(std::min(1 / weight_, kMaxUpdateScale));
   size_t off = 0;
   for (const auto& p : params_) {
-    std::memcpy(z_.data() + off, p.data, p.count * sizeof(float));
+    float* z = z_.data() + off;
+    if (scale == 1.0f) {
+      std::memcpy(z, p.data, p.count * sizeof(float));
+    } else {
+      for (size_t i = 0; i < p.count; ++i) z[i] += (p.data[i] - z[i]) * scale;
+    }
     off += p.count;
   }
 }

@@ -155,6 +155,36 @@ TEST(Gossip, ASlowRankAdoptsTheGroupsClockSoItsPushesAreMixedNotDropped) {
   EXPECT_EQ(droppedOfOthers.load(), 0u);
 }
 
+TEST(Gossip, TheCallersUpdateIsAppliedToThePushSumNumeratorAsInSgp) {
+  Options o;
+  o.set("GOSSIP_PEER_TIMEOUT", "60s");
+  runRanks(2, [&](RankContext& ctx) {
+    std::vector<float> a(8, ctx.rank == 0 ? 1.0f : 5.0f);
+    GossipAverager g(ctx.comm, {{a.data(), a.size()}});
+    if (ctx.rank == 0) {
+      // Rank 1 never steps, so nothing arrives here: the first step pushes
+      // half of this rank's weight away and keeps z.
+      g.step();
+      ASSERT_DOUBLE_EQ(g.weight(), 0.5);
+      for (float v : a) ASSERT_EQ(v, 1.0f);
+      // An update of +0.25 to z with half the weight is +0.125 to the
+      // numerator x = w z in a plain copy; SGP applies it to x whole, so
+      // z moves by 0.25 / 0.5.
+      for (auto& v : a) v += 0.25f;
+      g.step();
+      for (float v : a) EXPECT_FLOAT_EQ(v, 1.5f);
+      EXPECT_DOUBLE_EQ(g.weight(), 0.25);
+      // Beyond 4x (weight 1/8 here) the update is taken at 4x.
+      g.step();
+      ASSERT_DOUBLE_EQ(g.weight(), 0.125);
+      for (auto& v : a) v += 0.25f;
+      g.step();
+      for (float v : a) EXPECT_FLOAT_EQ(v, 1.5f + 4 * 0.25f);
+    }
+    ctx.barrier->wait();
+  }, o);
+}
+
 TEST(Gossip, CollectivesRunWhileGossipReceivesWaitForASilentPeer) {
   runRanks(3, [&](RankContext& ctx) {
     auto a = startValues(ctx.rank, 16);

@@ -55,7 +55,7 @@ class GossipDataParallel(torch.nn.Module):
 
     Options (0 takes the GRADCOMM_GOSSIP_* parameter): ``peers_per_step``
     (GRADCOMM_GOSSIP_PEERS, 1), ``max_staleness`` in steps
-    (GRADCOMM_GOSSIP_MAX_STALENESS, 4), ``peer_timeout`` in seconds or a
+    (GRADCOMM_GOSSIP_MAX_STALENESS, 16), ``peer_timeout`` in seconds or a
     timedelta (GRADCOMM_GOSSIP_PEER_TIMEOUT, 10 s), ``consensus_distance``
     (measure it every step: two blocking allreduces, diagnostics only),
     ``timeline_path`` (a Chrome trace of the gossip steps).
