@@ -4,6 +4,8 @@
 #include "topology/topology_view.hpp"
 
 #include <dirent.h>
+#include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <string>
@@ -54,6 +56,26 @@ HostHardware load() {
 }
 
 }  // namespace
+
+int cpusAvailable() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
+}
+
+WaitPolicy decideWait(const std::string& mode, int ranksOnHost, int cpus) {
+  const std::string counts = std::to_string(ranksOnHost) + " rank(s) on this host, " + std::to_string(cpus) +
+                             " CPU(s) available to each";
+  if (mode == "spin") return {false, "spin (GRADCOMM_WAIT=spin; " + counts + ")"};
+  if (mode == "yield") return {true, "yield (GRADCOMM_WAIT=yield; " + counts + ")"};
+  if (ranksOnHost > cpus) return {true, "yield (ranks outnumber CPUs: " + counts + ")"};
+  return {false, "spin (" + counts + ")"};
+}
 
 HostHardware detectHardware() {
   // Loading takes milliseconds (it scans PCI devices): once per process.

@@ -74,4 +74,19 @@ class TopologyView {
 /// hwloc's view of this host; `detected` false (and no error) without hwloc.
 HostHardware detectHardware();
 
+/// CPUs this process may run on (its affinity mask; the online CPUs when
+/// the mask cannot be read).
+int cpusAvailable();
+
+/// How waiting ranks behave (GRADCOMM_WAIT): `yield` is true when they
+/// hand the core over between polls; `why` says what decided it.
+struct WaitPolicy {
+  bool yield = false;
+  std::string why;
+};
+/// `mode` is auto, spin or yield. auto yields when the host's ranks
+/// outnumber the CPUs one of them may run on: a spinning rank would then
+/// hold the core its peer needs to make the progress it waits for.
+WaitPolicy decideWait(const std::string& mode, int ranksOnHost, int cpus);
+
 }  // namespace gradcomm::topology

@@ -90,12 +90,19 @@ class Algorithm {
   virtual bool canRun(const CollectiveCall& call, const Team& team) const {
     return unsupportedReason(call, team).empty();
   }
+  /// How long the small-call fast path polls, and how it waits between
+  /// polls: pause instructions, or sched_yield() when ranks outnumber cores.
+  struct InlinePatience {
+    int polls = 256;
+    bool yield = false;
+  };
   /// The small-call fast path: runs `call` in the calling thread, without
-  /// an operation in the engine's queue, for as long as `patience` polls
+  /// an operation in the engine's queue, for as long as `patience.polls` polls
   /// of the peers allow. True when it completed; false when it did not
   /// start (`*rest` stays empty: schedule it as usual) or when peers were
   /// late (`*rest` holds a schedule that carries on from where it stopped).
-  virtual bool runInline(const CollectiveCall& call, const RunContext& ctx, int patience, SchedulePtr* rest) const {
+  virtual bool runInline(const CollectiveCall& call, const RunContext& ctx, InlinePatience patience,
+                         SchedulePtr* rest) const {
     (void)call;
     (void)ctx;
     (void)patience;

@@ -15,6 +15,7 @@
 // input and reduces the whole vector itself, in rank order, so every rank
 // still computes identical bits.
 #include <immintrin.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -305,14 +306,19 @@ class ShmAllreduce final : public Algorithm {
   }
   // The whole call is one staged mailbox per rank and a reduction: no
   // operation object, queue or heap schedule is needed unless a peer is late.
-  bool runInline(const CollectiveCall& call, const RunContext& ctx, int patience, SchedulePtr* rest) const override {
+  bool runInline(const CollectiveCall& call, const RunContext& ctx, InlinePatience patience,
+                 SchedulePtr* rest) const override {
     ShmGroup* g = ctx.transport->sharedMemory();
     if (!g || call.count * dataTypeSize(call.type) > ShmAllreduceSchedule::kDirectMaxBytes) return false;
     ShmAllreduceSchedule s(call, ctx, *g);  // takes this call's round: no way back from here
-    for (int i = 0; i < patience && s.direct(); ++i) {
+    for (int i = 0; i < patience.polls && s.direct(); ++i) {
       s.advance();
       if (s.done()) return true;
-      _mm_pause();
+      if (patience.yield) {
+        sched_yield();
+      } else {
+        _mm_pause();
+      }
     }
     *rest = makeSchedule<ShmAllreduceSchedule>(ctx.workspace, std::move(s));
     return false;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -84,7 +85,7 @@ ParamDef choiceParam(const char* name, const char* def, std::string Config::*fie
                      std::vector<std::string> choices, const char* doc) {
   std::string units = "one of ";
   for (size_t i = 0; i < choices.size(); ++i) units += (i ? "|" : "") + choices[i];
-  static std::vector<std::string> keepAlive;  // ParamDef holds const char*
+  static std::deque<std::string> keepAlive;  // ParamDef holds const char*; a deque never moves its elements
   keepAlive.push_back(units);
   return ParamDef{name, def, keepAlive.back().c_str(), doc,
                   [field, choices, units](Config& c, const std::string& v, const std::string& n) {
@@ -148,6 +149,12 @@ const std::vector<ParamDef>& registry() {
                             "over the cost model; read by rank 0 (empty: none)"));
     d.push_back(intParam("GRADCOMM_POLL_SPINS", "200", &Config::pollSpins, 0, 1000000,
                          "Idle polls of the progress loop before it starts to yield and then sleep"));
+    d.push_back(choiceParam("GRADCOMM_WAIT", "auto", &Config::wait, {"auto", "spin", "yield"},
+                            "How a rank waits for its peers: spin polls with pause instructions between polls "
+                            "(fastest with a core per rank), yield hands the core to other threads between "
+                            "polls (needed when ranks outnumber cores: a spinning rank takes the core its peer "
+                            "needs), auto yields when this host has more ranks than cores this process may run "
+                            "on"));
     d.push_back(durationParam("GRADCOMM_POLL_MAX_SLEEP", "200us", &Config::pollMaxSleep,
                               "Longest sleep between polls while an operation waits on the network"));
     d.push_back(durationParam("GRADCOMM_POLL_LINGER", "5ms", &Config::pollLinger,

@@ -25,6 +25,7 @@ struct Config {
   int pollSpins = 0;                      // GRADCOMM_POLL_SPINS
   std::chrono::nanoseconds pollMaxSleep{};  // GRADCOMM_POLL_MAX_SLEEP
   std::chrono::nanoseconds pollLinger{};    // GRADCOMM_POLL_LINGER
+  std::string wait;                       // GRADCOMM_WAIT: auto, spin or yield
   LogLevel logLevel = LogLevel::kWarn;    // GRADCOMM_LOG_LEVEL
   std::string simd;                       // GRADCOMM_SIMD
   bool shm = true;                        // GRADCOMM_SHM

@@ -83,6 +83,9 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
   settings.pollSpins = config_.pollSpins;
   settings.pollMaxSleep = config_.pollMaxSleep;
   settings.linger = config_.pollLinger;
+  wait_ = topology::decideWait(config_.wait, static_cast<int>(view_.hostLocalRanks(rank_).size()),
+                               topology::cpusAvailable());
+  settings.yieldWhenIdle = wait_.yield;
   setUpSelection(*transport);
   engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), settings);
   engine_->start();
@@ -289,6 +292,7 @@ void CommunicatorImpl::logStartup() const {
   if (t.name().find("ucx") != std::string::npos) line += "; UCX transports: " + transport::ucxTransportsText();
   core::log(core::LogLevel::kInfo, rank_, line);
   core::log(core::LogLevel::kInfo, rank_, "topology: " + view_.describe() + "; " + view_.hardware().describe());
+  core::log(core::LogLevel::kInfo, rank_, "waiting: " + wait_.why);
   if (const auto* model = selector_.model()) {
     core::log(core::LogLevel::kInfo, rank_, "cost model: " + model->costs().describe());
   }

@@ -36,6 +36,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   core::ProgressEngine& engine() { return *engine_; }
   /// Which ranks share a host (identical on every rank).
   const topology::TopologyView& topology() const { return view_; }
+  const topology::WaitPolicy& waitPolicy() const { return wait_; }
   /// The selector, with its cost model once creation finished.
   const algorithms::Selector& selector() const { return selector_; }
   std::shared_ptr<core::ProgressEngine> enginePtr() { return engine_; }
@@ -89,6 +90,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   int size_;
   kernels::SimdLevel simd_;
   topology::TopologyView view_;
+  topology::WaitPolicy wait_;  ///< GRADCOMM_WAIT resolved for this host
   algorithms::Selector selector_;
   std::shared_ptr<core::ProgressEngine> engine_;
   Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,

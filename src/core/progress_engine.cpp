@@ -161,7 +161,7 @@ bool ProgressEngine::runInline(const std::shared_ptr<OperationState>& op) {
   algorithms::SchedulePtr rest;
   try {
     transport_->announce(op->signature);
-    if (op->algo->runInline(op->call, op->ctx, kInlinePatience, &rest)) {
+    if (op->algo->runInline(op->call, op->ctx, {kInlinePatience, settings_.yieldWhenIdle}, &rest)) {
       op->finish(nullptr);
       return true;
     }
@@ -442,7 +442,7 @@ bool ProgressEngine::waitFor(OperationState& op, Clock::time_point deadline) {
     explicit Waiting(std::atomic<int>& c) : n(c) { ++n; }
     ~Waiting() { --n; }
   } waiting(waiters_);
-  Backoff backoff(settings_.pollSpins, 10000, settings_.pollMaxSleep);
+  Backoff backoff(spinsBeforeYield(), 10000, settings_.pollMaxSleep);
   while (!op.finished()) {
     if (Clock::now() >= deadline) return false;
     driveOrBackOff(backoff);
@@ -467,7 +467,7 @@ void ProgressEngine::threadMain() {
   // Short sleeps must be short: the default timer slack would stretch a
   // 1 us back-off sleep to about 50 us. Affects this thread only.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-  Backoff backoff(settings_.pollSpins, 16, settings_.pollMaxSleep);
+  Backoff backoff(spinsBeforeYield(), 16, settings_.pollMaxSleep);
   auto idleSince = Clock::now();
   while (!stop_.load()) {
     if (!busy_.load()) {

@@ -22,6 +22,9 @@ namespace gradcomm::core {
 struct EngineSettings {
   std::chrono::nanoseconds timeout{std::chrono::seconds(300)};  ///< 0: none
   int pollSpins = 200;
+  /// Between polls that find nothing, hand the core over (sched_yield)
+  /// instead of spinning: set when ranks outnumber cores (GRADCOMM_WAIT).
+  bool yieldWhenIdle = false;
   std::chrono::nanoseconds pollMaxSleep{std::chrono::microseconds(200)};
   /// How long the idle thread keeps polling before it blocks.
   std::chrono::nanoseconds linger{std::chrono::milliseconds(5)};
@@ -116,8 +119,11 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// active operation with the rest of its schedule. Requires driveMu_.
   bool runInline(const std::shared_ptr<detail::OperationState>& op);
   /// Polls of the peers an inline call makes before it hands its schedule
-  /// to the engine (a few microseconds).
+  /// to the engine (a few microseconds when spinning).
   static constexpr int kInlinePatience = 256;
+  /// Spins before a waiting thread starts to yield: none when ranks
+  /// outnumber cores.
+  int spinsBeforeYield() const { return settings_.yieldWhenIdle ? 0 : settings_.pollSpins; }
   bool driveBackground();  // requires driveMu_
   bool backgroundPending() const;
   /// One step of whoever polls: drive if the lock is free, then back off

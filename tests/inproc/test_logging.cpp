@@ -61,6 +61,7 @@ TEST(Logging, InfoTellsBuildTopologyAlgorithmsAndBuckets) {
   EXPECT_NE(err.find("(cost model (calibrated): "), std::string::npos) << err;
   EXPECT_NE(err.find("info: topology: 2 rank(s) on 1 host(s) (1x2)"), std::string::npos) << err;
   EXPECT_NE(err.find("info: cost model: same-host "), std::string::npos) << err;
+  EXPECT_NE(err.find("info: waiting: "), std::string::npos) << err;
   EXPECT_NE(err.find("info: Reducer: 2 gradients, "), std::string::npos) << err;
   EXPECT_NE(err.find("bucket 0: 2 gradients"), std::string::npos) << err;
   // Algorithm and bucket lines come from rank 0 only: every rank chooses alike.

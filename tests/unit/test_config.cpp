@@ -127,6 +127,16 @@ TEST(Parameters, OutOfRangeValuesAreRejected) {
   EXPECT_THROW(Config::resolve(b), ConfigError);
 }
 
+TEST(Parameters, WaitModeIsOneOfAutoSpinYield) {
+  Options o;
+  o.set("WAIT", "Yield");
+  EXPECT_EQ(Config::resolve(o).wait, "yield");
+  Options bad;
+  bad.set("GRADCOMM_WAIT", "sleep");
+  std::string msg = errorOf([&] { Config::resolve(bad); });
+  EXPECT_NE(msg.find("GRADCOMM_WAIT='sleep' is not valid: expected one of auto|spin|yield"), std::string::npos) << msg;
+}
+
 TEST(Parameters, UnknownOptionNameListsKnownParameters) {
   Options o;
   std::string msg = errorOf([&] { o.set("GRADCOMM_TIMEOUTS", "1s"); });

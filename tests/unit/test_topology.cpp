@@ -93,6 +93,20 @@ TEST(TopologyView, InProcTransportReportsHostLeaders) {
   EXPECT_EQ(view.hostLabel(), "inproc-host1");
 }
 
+TEST(WaitPolicy, AutoYieldsOnlyWhenTheHostsRanksOutnumberItsCpus) {
+  EXPECT_TRUE(decideWait("auto", 4, 2).yield);
+  EXPECT_FALSE(decideWait("auto", 2, 2).yield);
+  EXPECT_FALSE(decideWait("auto", 1, 1).yield);
+  EXPECT_NE(decideWait("auto", 4, 2).why.find("ranks outnumber CPUs: 4 rank(s) on this host, 2 CPU(s)"),
+            std::string::npos)
+      << decideWait("auto", 4, 2).why;
+  // Forcing wins either way.
+  EXPECT_FALSE(decideWait("spin", 8, 2).yield);
+  EXPECT_TRUE(decideWait("yield", 1, 64).yield);
+  EXPECT_NE(decideWait("yield", 1, 64).why.find("GRADCOMM_WAIT=yield"), std::string::npos);
+  EXPECT_GE(cpusAvailable(), 1);
+}
+
 TEST(CostModel, OneHostOfFourPrefersSharedMemoryAtEverySize) {
   CostModel m(TopologyView::uniform(1, 4), chosenCosts());
   for (size_t bytes = kSmall; bytes <= kLarge; bytes *= 4) {
