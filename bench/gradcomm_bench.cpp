@@ -55,6 +55,7 @@ struct Args {
   std::vector<std::string> transports;  // empty: the default of the launch
   bool noMpi = false;
   bool quiet = false;
+  bool median = false;  ///< --median: each rank's median call time, not the mean
 };
 
 struct Row {
@@ -186,6 +187,8 @@ void usage() {
       "  --tune FILE             measure every algorithm (implies --algo all) and write, per size, the\n"
       "                          fastest (out-of-place time) as a GRADCOMM_TUNING_FILE for this layout\n"
       "  -q, --quiet             no progress on stderr\n"
+      "  --median                time each call and report the median (the slowest rank's), not the\n"
+      "                          mean of the whole run: robust to a rare long stall on a busy host\n"
       "Sizes are bytes of the whole buffer as in nccl-tests (allgather: the output,\n"
       "reducescatter: the input). busbw = algbw * 2(n-1)/n (allreduce), (n-1)/n\n"
       "(allgather, reducescatter), 1 (broadcast, baselines memcpy and p2p).\n");
@@ -271,6 +274,8 @@ Args parseArgs(int argc, char** argv) {
       a.tune = next();
     } else if (k == "-q" || k == "--quiet") {
       a.quiet = true;
+    } else if (k == "--median") {
+      a.median = true;
     } else {
       usage();
       die("unknown option '" + k + "'");
@@ -628,6 +633,19 @@ double timeCalls(const Context& ctx, Buffers& b, bool inPlace, const Geometry& g
     call(i % b.sets, in, out);
   }
   ctx.control.barrier();
+  if (ctx.args.median) {
+    std::vector<double> each(static_cast<size_t>(ctx.args.iters));
+    for (int i = 0; i < ctx.args.iters; ++i) {
+      auto [in, out] = callBuffers(ctx, b, i % b.sets, inPlace, g, elem);
+      const auto start = std::chrono::steady_clock::now();
+      call(i % b.sets, in, out);
+      each[static_cast<size_t>(i)] =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    }
+    auto mid = each.begin() + static_cast<std::ptrdiff_t>(each.size() / 2);
+    std::nth_element(each.begin(), mid, each.end());
+    return ctx.control.max(*mid);
+  }
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < ctx.args.iters; ++i) {
     auto [in, out] = callBuffers(ctx, b, i % b.sets, inPlace, g, elem);

@@ -13,12 +13,6 @@ int floorPow2(int p) {
   return p2;
 }
 
-int ceilLog2(int p) {
-  int k = 0;
-  while ((1 << k) < p) ++k;
-  return k;
-}
-
 std::string linkText(const char* name, const LinkCost& l) {
   char buf[128];
   std::snprintf(buf, sizeof buf, "%s %.2fus %.2fGB/s", name, l.alphaSeconds * 1e6,
@@ -53,9 +47,9 @@ CostModel::CostModel(TopologyView view, MachineCosts costs, ModelSettings settin
 std::vector<std::string> CostModel::modelled(Collective collective) {
   switch (collective) {
     case Collective::kAllreduce: return {"ring", "rd", "hd", "tree", "shm", "hier", "native"};
-    case Collective::kBroadcast: return {"tree", "native"};
+    case Collective::kBroadcast: return {"tree", "hier", "native"};
     case Collective::kReduce: return {"tree", "native"};
-    case Collective::kAllgather: return {"ring", "native"};
+    case Collective::kAllgather: return {"ring", "hier", "native"};
     case Collective::kReduceScatter: return {"ring", "native"};
     case Collective::kBarrier: return {"dissemination", "native"};
   }
@@ -156,23 +150,72 @@ double CostModel::halvingDoubling(const std::vector<int>& g, double bytes) const
 }
 
 double CostModel::binomialTree(const std::vector<int>& g, double bytes, bool reduce) const {
+  return binomialTrees({g}, bytes, reduce);
+}
+
+double CostModel::binomialTrees(const std::vector<std::vector<int>>& groups, double bytes, bool reduce) const {
+  const TreeStream s = treeStream(groups, bytes, reduce);
+  return s.fill + (s.segments - 1) * s.perSegment;
+}
+
+double CostModel::treeAllreduce(const std::vector<int>& g, double bytes) const {
+  // allreduce_tree.cpp pipelines both halves: a segment goes down as soon
+  // as it is reduced at the root, so the reduction's stream (towards the
+  // root) and the broadcast's (away from it) overlap on full-duplex links.
+  const TreeStream up = treeStream({g}, bytes, true), down = treeStream({g}, bytes, false);
+  return up.fill + down.fill + (up.segments - 1) * std::max(up.perSegment, down.perSegment);
+}
+
+CostModel::TreeStream CostModel::treeStream(const std::vector<std::vector<int>>& groups, double bytes,
+                                            bool reduce) const {
   // Segmented binomial tree: the first segment crosses every level (one
-  // round per level), the others follow one level behind each other; the
-  // root handles one child per level per segment, which bounds the rate.
-  const int p = static_cast<int>(g.size());
-  if (p < 2) return 0;
+  // round per level); the others stream behind it, each level busy with a
+  // different segment. The stream's rate is set by the busiest resource
+  // per segment over all levels: a host's network link (every level's
+  // messages that leave or enter that host share it), or a rank that
+  // sends or receives at several levels through shared memory (or, when
+  // reducing, its reduction kernel). Trees of several groups run side by
+  // side: each round holds the messages of every group's level.
+  int p = 0;
+  for (const auto& g : groups) p = std::max(p, static_cast<int>(g.size()));
+  if (p < 2) return {};
   const double seg = std::min(bytes, static_cast<double>(std::max<size_t>(settings_.segmentBytes, 1)));
   const double segments = seg > 0 ? std::ceil(bytes / seg) : 1;
-  const int levels = ceilLog2(p);
-  double fill = 0, slowestLevel = 0;
+  std::vector<int> hostOut(static_cast<size_t>(view_.numHosts()), 0), hostIn(hostOut.size(), 0);
+  std::vector<int> rankSameHost(static_cast<size_t>(view_.size()), 0), rankMessages(rankSameHost.size(), 0);
+  double fill = 0;
   for (int dist = 1; dist < p; dist *= 2) {
     Pairs round;
-    for (int i = 0; i + dist < p; i += 2 * dist) round.emplace_back(g[static_cast<size_t>(i + dist)], g[static_cast<size_t>(i)]);
-    const double r = roundSeconds(round, seg) + (reduce ? seg * costs_.reduceSecondsPerByte : 0);
-    fill += r;
-    slowestLevel = std::max(slowestLevel, r);
+    for (const auto& g : groups) {
+      const int n = static_cast<int>(g.size());
+      for (int i = 0; i + dist < n; i += 2 * dist) {
+        const int child = g[static_cast<size_t>(i + dist)], parent = g[static_cast<size_t>(i)];
+        round.emplace_back(child, parent);
+        ++rankMessages[static_cast<size_t>(child)];
+        ++rankMessages[static_cast<size_t>(parent)];
+        if (view_.linkClass(child, parent) == LinkClass::kInterHost) {
+          ++hostOut[static_cast<size_t>(view_.hostOf(child))];
+          ++hostIn[static_cast<size_t>(view_.hostOf(parent))];
+        } else {
+          ++rankSameHost[static_cast<size_t>(child)];
+          ++rankSameHost[static_cast<size_t>(parent)];
+        }
+      }
+    }
+    fill += roundSeconds(round, seg) + (reduce ? seg * costs_.reduceSecondsPerByte : 0);
   }
-  return fill + (segments - 1) * levels * slowestLevel;
+  const int linkLoad = std::max(*std::max_element(hostOut.begin(), hostOut.end()),
+                                *std::max_element(hostIn.begin(), hostIn.end()));
+  const int sameHostLoad = *std::max_element(rankSameHost.begin(), rankSameHost.end());
+  const int messagesPerRank = *std::max_element(rankMessages.begin(), rankMessages.end());
+  double perSegment = std::max(linkLoad * seg * costs_.interHost.betaSecondsPerByte,
+                               sameHostLoad * seg * costs_.sameHost.betaSecondsPerByte);
+  // Each message a rank takes part in costs its fixed overhead once per
+  // segment, and the root of a reduction sums what each child sent.
+  const double alpha = linkLoad > 0 ? costs_.interHost.alphaSeconds : costs_.sameHost.alphaSeconds;
+  perSegment += messagesPerRank * (alpha + settings_.roundOverheadSeconds);
+  if (reduce) perSegment += messagesPerRank * seg * costs_.reduceSecondsPerByte;
+  return {fill, perSegment, segments};
 }
 
 double CostModel::dissemination(const std::vector<int>& g) const {
@@ -201,6 +244,50 @@ double CostModel::sharedMemoryAllreduce(int local, double bytes) const {
   }
   return rounds * 3 * costs_.shmSyncSeconds +
          (l - 1) / l * bytes * (2 * costs_.copySecondsPerByte + costs_.reduceSecondsPerByte);
+}
+
+std::vector<std::vector<int>> CostModel::sameLocalIndex() const {
+  std::vector<std::vector<int>> groups(static_cast<size_t>(view_.maxRanksPerHost()));
+  for (int h = 0; h < view_.numHosts(); ++h) {
+    const auto& ranks = view_.ranksOnHost(h);
+    for (size_t i = 0; i < ranks.size(); ++i) groups[i].push_back(ranks[i]);
+  }
+  return groups;
+}
+
+double CostModel::hierarchicalBroadcast(double bytes) const {
+  // broadcast_hier.cpp: the root's host fans the vector out through shared
+  // memory (each local rank copies all of it), L binomial trees over the
+  // hosts carry one slice of bytes / L each (side by side, sharing each
+  // host's link), then every other host's owners fan their slices out (each
+  // rank copies the (L - 1) / L it does not own). The model knows no root:
+  // the trees are rooted at the first host.
+  const double l = view_.maxRanksPerHost();
+  double t = costs_.shmSyncSeconds + bytes * costs_.copySecondsPerByte;
+  if (view_.numHosts() > 1) {
+    t += binomialTrees(sameLocalIndex(), bytes / l, false);
+    t += costs_.shmSyncSeconds + (l - 1) / l * bytes * costs_.copySecondsPerByte;
+  }
+  return t;
+}
+
+double CostModel::hierarchicalAllgather(double bytes) const {
+  // allgather_hier.cpp: every rank sends its block (bytes / p) straight to
+  // one rank of each other host, all in one round (each host link carries
+  // L (H - 1) blocks each way), then each rank copies through shared memory
+  // the blocks its host's other ranks hold: (L - 1) / L of the result.
+  const int p = view_.size(), hosts = view_.numHosts();
+  const double l = view_.maxRanksPerHost();
+  const double block = bytes / p;
+  Pairs round;
+  for (int r = 0; r < p; ++r) {
+    for (int h = 0; h < hosts; ++h) {
+      if (h == view_.hostOf(r)) continue;
+      const auto& ranks = view_.ranksOnHost(h);
+      round.emplace_back(r, ranks[static_cast<size_t>(view_.localIndex(r)) % ranks.size()]);
+    }
+  }
+  return roundSeconds(round, block) + costs_.shmSyncSeconds + (l - 1) / l * bytes * costs_.copySecondsPerByte;
 }
 
 double CostModel::hierarchical(double bytes) const {
@@ -245,7 +332,7 @@ std::optional<double> CostModel::predict(Collective collective, const std::strin
       if (algorithm == "ring") return ringAllreduce(all, bytes);
       if (algorithm == "rd") return recursiveDoubling(all, bytes);
       if (algorithm == "hd") return halvingDoubling(all, bytes);
-      if (algorithm == "tree") return binomialTree(all, bytes, true) + binomialTree(all, bytes, false);
+      if (algorithm == "tree") return treeAllreduce(all, bytes);
       if (algorithm == "shm") {
         if (view_.numHosts() != 1) return std::nullopt;
         return sharedMemoryAllreduce(p, bytes);
@@ -258,6 +345,10 @@ std::optional<double> CostModel::predict(Collective collective, const std::strin
       return std::nullopt;
     case Collective::kBroadcast:
       if (algorithm == "tree") return binomialTree(all, bytes, false);
+      if (algorithm == "hier") {
+        if (!view_.uniformHosts() || view_.maxRanksPerHost() < 2 || view_.numHosts() < 2) return std::nullopt;
+        return hierarchicalBroadcast(bytes);
+      }
       if (algorithm == "native") return native(binomialTree(all, bytes, false));
       return std::nullopt;
     case Collective::kReduce:
@@ -266,6 +357,10 @@ std::optional<double> CostModel::predict(Collective collective, const std::strin
       return std::nullopt;
     case Collective::kAllgather:
       if (algorithm == "ring") return ringPass(all, bytes, false);
+      if (algorithm == "hier") {
+        if (!view_.uniformHosts() || view_.maxRanksPerHost() < 2 || view_.numHosts() < 2) return std::nullopt;
+        return hierarchicalAllgather(bytes);
+      }
       if (algorithm == "native") return native(ringPass(all, bytes, false));
       return std::nullopt;
     case Collective::kReduceScatter:

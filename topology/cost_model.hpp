@@ -82,9 +82,24 @@ class CostModel {
   double recursiveDoubling(const std::vector<int>& group, double bytes) const;
   double halvingDoubling(const std::vector<int>& group, double bytes) const;
   double binomialTree(const std::vector<int>& group, double bytes, bool reduce) const;
+  /// Binomial trees on each of `groups` at once (their rounds share links).
+  double binomialTrees(const std::vector<std::vector<int>>& groups, double bytes, bool reduce) const;
+  /// A segmented tree: the first segment's trip through every level, then
+  /// the time per further segment, set by the busiest link or rank.
+  struct TreeStream {
+    double fill = 0;
+    double perSegment = 0;
+    double segments = 1;
+  };
+  TreeStream treeStream(const std::vector<std::vector<int>>& groups, double bytes, bool reduce) const;
+  double treeAllreduce(const std::vector<int>& group, double bytes) const;
   double dissemination(const std::vector<int>& group) const;
   double sharedMemoryAllreduce(int localRanks, double bytes) const;
   double hierarchical(double bytes) const;
+  double hierarchicalBroadcast(double bytes) const;
+  double hierarchicalAllgather(double bytes) const;
+  /// groups[i]: the rank of local index i on every host (uniform hosts).
+  std::vector<std::vector<int>> sameLocalIndex() const;
   /// The folding of non-power-of-two groups (rd, hd): the odd rank of each
   /// of the first 2(p - p2) pairs sends to the even one, and back at the end.
   double foldSeconds(const std::vector<int>& group, double bytes, bool reduce) const;

@@ -153,6 +153,40 @@ TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
   EXPECT_EQ(fastest(m, Collective::kAllreduce, kSmall, kFlat), "rd");
 }
 
+TEST(CostModel, HierarchicalBroadcastAndAllgatherWinLargeOnTwoByTwo) {
+  const MachineCosts c = chosenCosts();
+  CostModel m(TopologyView::uniform(2, 2), c);
+  // allgather of 64 MiB in all (16 MiB per rank): the flat ring crosses a
+  // host link with one block in each of its 3 steps, hier sends each of the
+  // host's 2 blocks across once, then copies the other local rank's half.
+  const double block = kLarge / 4.0;
+  const double expectedHier = (c.interHost.alphaSeconds + 2 * block * c.interHost.betaSecondsPerByte) +
+                              ModelSettings{}.roundOverheadSeconds + c.shmSyncSeconds +
+                              0.5 * kLarge * c.copySecondsPerByte;
+  const double hier = *m.predict(Collective::kAllgather, "hier", kLarge);
+  EXPECT_NEAR(hier, expectedHier, expectedHier * 1e-9);
+  EXPECT_LT(hier, *m.predict(Collective::kAllgather, "ring", kLarge) / 1.3);
+  // broadcast: the flat tree 0-1-2-3 crosses the host link once per
+  // segment, as the two half-vector trees of hier do together: neither
+  // wins by much (measured on 2 x 2 at 1 Gbit/s: within 7% of each other).
+  const double tree = *m.predict(Collective::kBroadcast, "tree", kLarge);
+  const double hierBroadcast = *m.predict(Collective::kBroadcast, "hier", kLarge);
+  EXPECT_NEAR(tree, kLarge * c.interHost.betaSecondsPerByte, 0.05 * tree);
+  EXPECT_NEAR(hierBroadcast, tree, 0.1 * tree);
+  // On 4 hosts of 2 the flat tree's root host sends every segment to two
+  // hosts; hier's 2 trees of half the vector put the same load on it.
+  CostModel fourByTwo(TopologyView::uniform(4, 2), c);
+  EXPECT_LT(*fourByTwo.predict(Collective::kBroadcast, "hier", kLarge),
+            *fourByTwo.predict(Collective::kBroadcast, "tree", kLarge) * 1.1);
+  // Neither exists on one host (the flat ones cover it) or on one rank per host.
+  CostModel oneHost(TopologyView::uniform(1, 4), c);
+  EXPECT_FALSE(oneHost.predict(Collective::kBroadcast, "hier", kLarge));
+  EXPECT_FALSE(oneHost.predict(Collective::kAllgather, "hier", kLarge));
+  CostModel flat(TopologyView::uniform(4, 1), c);
+  EXPECT_FALSE(flat.predict(Collective::kBroadcast, "hier", kLarge));
+  EXPECT_FALSE(flat.predict(Collective::kAllgather, "hier", kLarge));
+}
+
 TEST(CostModel, HierarchicalNeedsEvenHostsAndSharedMemoryNeedsOneHost) {
   CostModel uneven(TopologyView({0, 0, 0, 3, 3}), chosenCosts());
   EXPECT_FALSE(uneven.predict(Collective::kAllreduce, "hier", 1024));
