@@ -64,8 +64,7 @@ class CostModel {
   /// for that name or the algorithm cannot apply to this topology (shm
   /// across hosts; hier on uneven hosts).
   std::optional<double> predict(Collective collective, const std::string& algorithm, size_t bytes) const;
-  /// Names with a formula for `collective` (whether registered or not: the
-  /// hierarchical allreduce "hier" is modelled before it exists).
+  /// Names with a formula for `collective`.
   static std::vector<std::string> modelled(Collective collective);
 
   const TopologyView& view() const { return view_; }
