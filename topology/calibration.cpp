@@ -257,13 +257,10 @@ class SetupExchangeImpl : public SetupExchange {
   }
 
   void conclude(int c) {
-    const double alpha = rtt_[c][0] / 2;
     const bool large = large_[c];
-    const double oneWay = (large ? rtt_[c][2] : rtt_[c][1]) / 2;
-    const double bytes = large ? kLargeBytes : kMediumBytes;
     LinkCost& l = c == 0 ? costs_.sameHost : costs_.interHost;
-    l.alphaSeconds = alpha;
-    l.betaSecondsPerByte = std::max((oneWay - alpha) / bytes, 1e-13);
+    l = fitLink(rtt_[c][0], large ? rtt_[c][2] : rtt_[c][1], large ? kLargeBytes : kMediumBytes,
+                costs_.copySecondsPerByte);
   }
 
   transport::Transport& t_;
@@ -287,6 +284,17 @@ class SetupExchangeImpl : public SetupExchange {
 };
 
 }  // namespace
+
+LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, double copySecondsPerByte) {
+  const double oneWay = bulkRoundTrip / 2;
+  // On a loaded machine a ping can lose its core for milliseconds: a small
+  // message then "takes" longer than a large one, and the plain fit gave
+  // a negative beta (shown as 10000 GB/s) that made message algorithms
+  // look free. Neither bound loses anything on an idle machine.
+  const double alpha = std::min(smallRoundTrip / 2, oneWay);
+  const double floorBeta = std::max(copySecondsPerByte, 1e-13);
+  return {alpha, std::max((oneWay - alpha) / static_cast<double>(bulkBytes), floorBeta)};
+}
 
 MachineCosts measureLocalCosts() {
   // Once per process: the core does not change, and communicators are

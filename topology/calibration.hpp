@@ -16,6 +16,13 @@ namespace gradcomm::topology {
 /// milliseconds once per process. Other fields are the defaults.
 MachineCosts measureLocalCosts();
 
+/// Fits a link class's latency and bandwidth to the least small-message
+/// round trip and a bulk round trip of `bulkBytes`. Bounded so that noise
+/// cannot make a link look faster than physics: alpha is at most the bulk
+/// one-way time, and no link moves a byte faster than one memory copy
+/// (`copySecondsPerByte`, this core's memcpy rate).
+LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, double copySecondsPerByte);
+
 /// The text of a calibration file for `layout` ("HxL").
 std::string formatCalibration(const MachineCosts& costs, const std::string& layout);
 /// Parses a calibration file. Throws ConfigError "ORIGIN line N: ..." for a

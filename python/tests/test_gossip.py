@@ -38,12 +38,13 @@ def test_gossip_data_parallel_sgd_reaches_the_loss_of_allreduce_sgd(tmp_path):
         initial, ar, gossip, local = res["initial"], res["allreduce"], res["gossip"], res["local_then_average"]
         assert ar < initial / 10, res  # the problem is learned: the comparison means something
         # SGP's averaged model follows the averaged-gradient dynamics up to a consensus error that
-        # shrinks geometrically each step, plus the error of pushes mixed a few steps late (which
-        # drag a rank back by about lr x gradient x lateness; how late depends on scheduling, so this
-        # part varies run to run). With lr 0.05 and 200 steps gossip ended 2-8% above allreduce in 4
-        # unloaded runs (at lr 0.1 and 100 steps it spread from -17% to +100%: too noisy to test).
-        # 15% leaves room for a loaded machine.
-        assert 0.85 * ar <= gossip <= 1.15 * ar, res
+        # shrinks geometrically each step, plus the error of pushes mixed a few steps late. With the
+        # caller's update on the push-sum numerator (z += (p - z) / w), a rank whose incoming pushes
+        # are late has a small weight and takes a larger step, so lateness moves the result both
+        # ways: gossip / allreduce was 0.88-0.93 in 6 idle runs and 0.87-1.32 in 11 runs beside 2-3
+        # busy loops (lr 0.05, 200 steps; 1 of those 11 was outside the earlier 0.85-1.15 bound). The bound
+        # leaves room for that spread; the control below (2.9x) is what mixing must close.
+        assert 0.75 * ar <= gossip <= 1.6 * ar, res
         # The control: the same local steps with no mixing, averaged once at the end, is far worse
         # on this non-iid data (measured 2.9x), so the mixing is what closes the gap.
         assert local > 2 * ar, res

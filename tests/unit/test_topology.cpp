@@ -93,6 +93,27 @@ TEST(TopologyView, InProcTransportReportsHostLeaders) {
   EXPECT_EQ(view.hostLabel(), "inproc-host1");
 }
 
+TEST(Calibration, FitsAlphaAndBetaFromTwoRoundTrips) {
+  // 10 us small round trip, 1 MiB in 2 ms round trip: alpha 5 us, the
+  // rest of the 1 ms one-way time is bandwidth.
+  const LinkCost l = fitLink(10e-6, 2e-3, 1 << 20, 1e-11);
+  EXPECT_DOUBLE_EQ(l.alphaSeconds, 5e-6);
+  EXPECT_NEAR(l.betaSecondsPerByte, (1e-3 - 5e-6) / (1 << 20), 1e-18);
+}
+
+TEST(Calibration, ANoisyPingCannotMakeALinkFasterThanAMemoryCopy) {
+  // Seen on a loaded machine: every small ping lost its core (5.9 ms
+  // round trip) while the bulk one did not. The plain fit made the link
+  // move bytes for free; bounded, alpha is the bulk one-way time and beta
+  // no faster than memcpy.
+  const double copy = 1.0 / 25e9;
+  const LinkCost l = fitLink(11.8e-3, 1e-3, 64 * 1024, copy);
+  EXPECT_DOUBLE_EQ(l.alphaSeconds, 0.5e-3);
+  EXPECT_DOUBLE_EQ(l.betaSecondsPerByte, copy);
+  // A plausible fit is left alone by the bound.
+  EXPECT_GT(fitLink(10e-6, 2e-3, 1 << 20, copy).betaSecondsPerByte, 10 * copy);
+}
+
 TEST(WaitPolicy, AutoYieldsOnlyWhenTheHostsRanksOutnumberItsCpus) {
   EXPECT_TRUE(decideWait("auto", 4, 2).yield);
   EXPECT_FALSE(decideWait("auto", 2, 2).yield);
