@@ -79,38 +79,89 @@ void abandon(std::vector<MPI_Request>& requests, bool isRecv, Graveyard& graveya
   if (!pending.empty()) graveyard.bury(std::move(pending));
 }
 
+}  // namespace
+
+class MpiRequest;
+
+/// One progress pass for all of a transport's transfers. Every MPI_Test of
+/// an incomplete request runs the library's progress engine once (with the
+/// TCP transport, a poll() system call), so testing each of an operation's
+/// transfers in turn paid that several times per look (an operation's
+/// send, its receive and the call check's two). Here the first
+/// test in a look runs one MPI_Testsome over every open transfer and the
+/// others read its results: a request asked again before any other request
+/// started a new pass starts one itself, so a lone request still progresses
+/// on every test.
+class MpiProgress {
+ public:
+  struct Part {
+    MPI_Request request = MPI_REQUEST_NULL;
+    size_t expected = 0;  ///< bytes
+    bool done = false;
+    int error = MPI_SUCCESS;
+    int count = 0;  ///< bytes received
+  };
+  void enlist(MpiRequest* r) { live_.push_back(r); }
+  void discharge(MpiRequest* r) {
+    auto it = std::find(live_.begin(), live_.end(), r);
+    if (it == live_.end()) return;
+    *it = live_.back();
+    live_.pop_back();
+  }
+  uint64_t pass() const { return pass_; }
+  void run();
+
+ private:
+  std::vector<MpiRequest*> live_;
+  std::vector<MPI_Request> handles_;
+  std::vector<Part*> owners_;
+  std::vector<int> indices_;
+  std::vector<MPI_Status> statuses_;
+  uint64_t pass_ = 0;
+};
+
 /// One logical transfer, split into parts of at most kMaxPartBytes.
 class MpiRequest : public Request {
  public:
-  MpiRequest(bool isRecv, int peer, int myRank, Graveyard& graveyard)
-      : isRecv_(isRecv), peer_(peer), myRank_(myRank), graveyard_(graveyard) {}
-  ~MpiRequest() override {
-    if (!done_) abandon(requests_, isRecv_, graveyard_);
+  MpiRequest(bool isRecv, int peer, int myRank, Graveyard& graveyard, std::shared_ptr<MpiProgress> progress)
+      : isRecv_(isRecv), peer_(peer), myRank_(myRank), graveyard_(graveyard), progress_(std::move(progress)) {
+    seen_ = progress_->pass();
+    progress_->enlist(this);
   }
-  void add(MPI_Request r, size_t bytes) {
-    requests_.push_back(r);
-    expected_.push_back(bytes);
+  ~MpiRequest() override {
+    progress_->discharge(this);
+    if (done_) return;
+    std::vector<MPI_Request> open;
+    for (const auto& p : parts_) open.push_back(p.request);
+    abandon(open, isRecv_, graveyard_);
+  }
+  void add(MPI_Request r, size_t bytes) { parts_.push_back({r, bytes}); }
+  /// The parts still in flight, for MpiProgress::run().
+  void collectOpen(std::vector<MPI_Request>& handles, std::vector<MpiProgress::Part*>& owners) {
+    for (auto& p : parts_) {
+      if (p.done || p.request == MPI_REQUEST_NULL) continue;
+      handles.push_back(p.request);
+      owners.push_back(&p);
+    }
   }
   bool test() override {
     if (done_) return true;
-    for (size_t i = 0; i < requests_.size(); ++i) {
-      if (requests_[i] == MPI_REQUEST_NULL) continue;
-      int flag = 0;
-      MPI_Status status;
-      int rc = MPI_Test(&requests_[i], &flag, &status);
-      if (rc != MPI_SUCCESS) fail(rc);
-      if (!flag) return false;
-      if (isRecv_) {
-        int count = 0;
-        MPI_Get_count(&status, MPI_BYTE, &count);
-        if (static_cast<size_t>(count) != expected_[i]) {
-          throw MismatchError("rank " + std::to_string(myRank_) + " received " + std::to_string(count) +
-                               " bytes from rank " + std::to_string(peer_) + " where " +
-                               std::to_string(expected_[i]) +
-                               " were expected: the ranks called the collective with different counts");
-        }
+    if (seen_ == progress_->pass()) progress_->run();
+    seen_ = progress_->pass();
+    bool all = true;
+    for (const auto& p : parts_) {
+      if (!p.done) {
+        all = false;
+        continue;
+      }
+      if (p.error != MPI_SUCCESS) fail(p.error);
+      if (isRecv_ && static_cast<size_t>(p.count) != p.expected) {
+        throw MismatchError("rank " + std::to_string(myRank_) + " received " + std::to_string(p.count) +
+                            " bytes from rank " + std::to_string(peer_) + " where " + std::to_string(p.expected) +
+                            " were expected: the ranks called the collective with different counts");
       }
     }
+    if (!all) return false;
     done_ = true;
     return true;
   }
@@ -131,12 +182,42 @@ class MpiRequest : public Request {
   int peer_;
   int myRank_;
   Graveyard& graveyard_;  // the transport's, which outlives its requests
+  std::shared_ptr<MpiProgress> progress_;
+  uint64_t seen_ = 0;  ///< the last pass whose results this request read
   bool done_ = false;
-  std::vector<MPI_Request> requests_;
-  std::vector<size_t> expected_;
+  std::vector<MpiProgress::Part> parts_;
 };
 
-}  // namespace
+void MpiProgress::run() {
+  ++pass_;
+  handles_.clear();
+  owners_.clear();
+  for (MpiRequest* r : live_) r->collectOpen(handles_, owners_);
+  if (handles_.empty()) return;
+  const int n = static_cast<int>(handles_.size());
+  indices_.resize(handles_.size());
+  statuses_.resize(handles_.size());
+  int completed = 0;
+  const int rc = MPI_Testsome(n, handles_.data(), &completed, indices_.data(), statuses_.data());
+  // MPI frees what completed (its handle is now MPI_REQUEST_NULL).
+  for (size_t i = 0; i < handles_.size(); ++i) owners_[i]->request = handles_[i];
+  if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+    // The call itself failed: every open transfer reports it when tested.
+    for (MpiProgress::Part* p : owners_) {
+      p->done = true;
+      p->error = rc;
+    }
+    return;
+  }
+  if (completed == MPI_UNDEFINED) return;
+  for (int k = 0; k < completed; ++k) {
+    MpiProgress::Part* p = owners_[static_cast<size_t>(indices_[static_cast<size_t>(k)])];
+    const MPI_Status& st = statuses_[static_cast<size_t>(k)];
+    p->done = true;
+    p->error = rc == MPI_ERR_IN_STATUS ? st.MPI_ERROR : MPI_SUCCESS;
+    if (p->error == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &p->count);
+  }
+}
 
 MPI_Datatype mpiDatatype(DataType type) {
   switch (type) {
@@ -223,6 +304,7 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
   hostName_ = std::string(name, static_cast<size_t>(len)) + "/node-of-rank" + std::to_string(localRanks_.front());
 
   graveyard_ = std::make_shared<Graveyard>();
+  progress_ = std::make_shared<MpiProgress>();
   native_ = makeMpiNative(data_, graveyard_);
   postControlReceive();
 }
@@ -301,7 +383,7 @@ void MpiTransport::postControlReceive() {
 }
 
 RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
-  auto req = std::make_unique<MpiRequest>(false, peer, rank_, *graveyard_);
+  auto req = std::make_unique<MpiRequest>(false, peer, rank_, *graveyard_, progress_);
   const bool check = tag.message == Tag::kCallCheck || tag.message == Tag::kGossip;
   const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
   MPI_Comm comm = check ? control_ : data_;
@@ -321,7 +403,7 @@ RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const T
 }
 
 RequestPtr MpiTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
-  auto req = std::make_unique<MpiRequest>(true, peer, rank_, *graveyard_);
+  auto req = std::make_unique<MpiRequest>(true, peer, rank_, *graveyard_, progress_);
   const bool check = tag.message == Tag::kCallCheck || tag.message == Tag::kGossip;
   const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
   MPI_Comm comm = check ? control_ : data_;

@@ -27,6 +27,7 @@ struct MpiTagLayout {
 };
 
 class Graveyard;
+class MpiProgress;
 
 /// Point-to-point over MPI on a private duplicate of the caller's
 /// communicator, plus a second duplicate that carries abort notices.
@@ -79,6 +80,7 @@ class MpiTransport : public Transport {
   std::vector<std::vector<int>> hosts_;
   std::string hostName_;
   std::shared_ptr<Graveyard> graveyard_;  // requests abandoned in flight (see mpi_transport.cpp)
+  std::shared_ptr<MpiProgress> progress_;    // one MPI_Testsome per look at the open transfers (ditto)
   std::unique_ptr<NativeCollectives> native_;
   std::unique_ptr<ShmGroup> shm_;
 };
