@@ -150,6 +150,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::atomic<bool> busy_{false};     // an operation is active or queued
   std::atomic<bool> blocked_{false};  // the thread sleeps on queueCv_ (set under queueMu_)
   std::atomic<int> waiters_{0};       // callers inside waitFor(): they drive, the thread stands aside
+  std::atomic<bool> standingAside_{false};  // the thread sleeps on queueCv_ until waiters_ is 0 (yield mode)
   /// When a caller last drove (an eager submission or the end of a wait),
   /// in steady-clock nanoseconds: the thread leaves the next step to that
   /// caller for a short while, since it is about to wait or submit again.

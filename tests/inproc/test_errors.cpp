@@ -274,6 +274,39 @@ TEST(Work, WaitWithTimeoutReturnsFalseUntilThePeersArrive) {
   });
 }
 
+// With GRADCOMM_WAIT=yield the background thread sleeps while a caller
+// waits (and drives). A caller whose wait times out leaves the operation
+// to that thread: it must wake and finish it with nobody driving.
+TEST(Work, AfterATimedOutWaitTheBackgroundThreadFinishesTheCallWhenRanksOutnumberCores) {
+  Options o;
+  o.set("WAIT", "yield");
+  o.set("TIMEOUT", "30s");
+  runRanks(
+      2,
+      [](RankContext& ctx) {
+        std::vector<float> buf(1 << 16, static_cast<float>(ctx.rank + 1));  // 256 KiB: not an inline call
+        if (ctx.rank == 0) {
+          Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+          EXPECT_FALSE(w.wait(std::chrono::milliseconds(5)));  // rank 1 has not called yet
+          ctx.barrier->wait();
+          // Nobody on this rank drives from here on: endTime() only reads.
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (w.endTime() == std::chrono::steady_clock::time_point{} &&
+                 std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          ASSERT_NE(w.endTime(), std::chrono::steady_clock::time_point{}) << "the background thread never finished it";
+          w.wait();
+        } else {
+          ctx.barrier->wait();
+          ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+        }
+        EXPECT_EQ(buf.front(), 3.0f);
+        EXPECT_EQ(buf.back(), 3.0f);
+      },
+      o);
+}
+
 TEST(Work, ManyOutstandingOperationsCompleteInIssueOrder) {
   runRanks(4, [](RankContext& ctx) {
     const int n = 40;
