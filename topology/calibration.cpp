@@ -60,6 +60,11 @@ constexpr size_t kLargeBytes = 1024 * 1024;
 // link class its own block after that.
 constexpr uint32_t kHeaderMessage = 0, kTextMessage = 1, kFinalMessage = 2, kLeadersMessage = 3;
 constexpr uint32_t kClassBase[2] = {16, 64};
+// The loaded round: every rank sends 8 bytes to the next rank and receives
+// from the previous, kRingRounds times, each round after the last one's
+// receive; rank 0 times all but the first.
+constexpr uint32_t kRingBase = 128;
+constexpr int kRingRounds = 9;
 
 /// A list of sends, receives and callbacks run strictly in order; callbacks
 /// may insert further steps right after themselves.
@@ -80,6 +85,15 @@ class SetupExchangeImpl : public SetupExchange {
 
   bool advance() override {
     bool moved = false;
+    for (size_t i = 0; i < detached_.size();) {
+      if (detached_[i]->test()) {
+        detached_[i] = std::move(detached_.back());
+        detached_.pop_back();
+        moved = true;
+      } else {
+        ++i;
+      }
+    }
     while (next_ < steps_.size()) {
       if (!current_ && steps_[next_].kind != Step::kCall) {
         Step& s = steps_[next_];
@@ -87,6 +101,9 @@ class SetupExchangeImpl : public SetupExchange {
         tag.message = s.message;
         current_ = s.kind == Step::kSend ? t_.isend(s.peer, s.data, s.bytes, tag) : t_.irecv(s.peer, s.data, s.bytes, tag);
         moved = true;
+        // A detached send is not waited for here (the next step, its
+        // round's receive, runs beside it); done() waits for it.
+        if (s.detach) detached_.push_back(std::move(current_));
       }
       if (current_) {
         // Ping-pong replies are awaited by spinning (bounded) so the
@@ -104,9 +121,10 @@ class SetupExchangeImpl : public SetupExchange {
     }
     return moved;
   }
-  bool done() const override { return next_ >= steps_.size(); }
+  bool done() const override { return next_ >= steps_.size() && detached_.empty(); }
   std::string waitingFor() const override {
     if (done()) return "nothing";
+    if (next_ >= steps_.size()) return "calibration sends of the loaded round to complete";
     const Step& s = steps_[next_];
     return std::string("calibration ") + (s.kind == Step::kSend ? "send to" : "recv from") + " rank " +
            std::to_string(s.peer) + " (message " + std::to_string(s.message) + ")";
@@ -121,6 +139,7 @@ class SetupExchangeImpl : public SetupExchange {
     uint32_t message = 0;
     bool spin = false;
     std::function<void()> then;
+    bool detach = false;  ///< a send the exchange does not wait for before the next step
   };
   void add(Step s) { steps_.insert(steps_.begin() + static_cast<std::ptrdiff_t>(insertAt_++), std::move(s)); }
   void send(int peer, void* data, size_t bytes, uint32_t message, std::function<void()> then = {}) {
@@ -150,6 +169,7 @@ class SetupExchangeImpl : public SetupExchange {
       for (int c = 0; c < 2; ++c) {
         if (probes_[c] >= 0) call([this, c] { initiate(c); });
       }
+      call([this] { ring(); });
       call([this] {
         costs_.source = "calibrated";
         pack(costs_, &final_);
@@ -176,6 +196,7 @@ class SetupExchangeImpl : public SetupExchange {
         for (int c = 0; c < 2; ++c) {
           if (probes_[c] == t_.rank()) call([this, c] { respond(c); });
         }
+        call([this] { ring(); });
         recv(0, &final_, sizeof final_, kFinalMessage, [this] { costs_ = unpack(final_); });
       }
       call([this] { finish(header_.flags); });
@@ -233,6 +254,39 @@ class SetupExchangeImpl : public SetupExchange {
     });
   }
 
+  /// Every rank: rounds of one 8-byte message to the next rank and one from
+  /// the previous, all ranks at once, as in a collective's rounds. A lone
+  /// ping-pong between two otherwise idle ranks misses what such rounds
+  /// cost where ranks share cores or links; rank 0 raises the slowest link
+  /// class's alpha to what a round took (fitLoadedAlpha). Receives are not
+  /// spun on: the creator's loop yields between polls, as waiting ranks do.
+  void ring() {
+    const int p = t_.size(), r = t_.rank();
+    ringOut_.assign(8, 0);
+    ringIn_.assign(8, 0);
+    for (int i = 0; i < kRingRounds; ++i) {
+      // Detached: every rank's send and receive of a round are in flight
+      // together (a transport may complete a send only once it is matched).
+      Step out;
+      out.kind = Step::kSend;
+      out.peer = (r + 1) % p;
+      out.data = ringOut_.data();
+      out.bytes = ringOut_.size();
+      out.message = kRingBase + static_cast<uint32_t>(i);
+      out.detach = true;
+      add(std::move(out));
+      recv((r + p - 1) % p, ringIn_.data(), ringIn_.size(), kRingBase + static_cast<uint32_t>(i), [this, i, r] {
+        if (r != 0) return;
+        if (i == 0) ringStart_ = Clock::now();
+        if (i == kRingRounds - 1) {
+          const double round = secondsSince(ringStart_) / (kRingRounds - 1);
+          LinkCost& l = view_.numHosts() > 1 ? costs_.interHost : costs_.sameHost;
+          l.alphaSeconds = fitLoadedAlpha(l.alphaSeconds, round, ModelSettings{}.roundOverheadSeconds);
+        }
+      });
+    }
+  }
+
   /// The probe's half: echo every message; the last medium ping says
   /// whether a large one follows.
   void respond(int c) {
@@ -273,12 +327,13 @@ class SetupExchangeImpl : public SetupExchange {
   size_t next_ = 0;
   size_t insertAt_ = 0;
   transport::RequestPtr current_;
+  std::vector<transport::RequestPtr> detached_;  ///< sends in flight that no step waits for
   Wire header_, final_;
   std::string text_;
   MachineCosts costs_;
-  std::vector<char> small_, medium_, big_;
+  std::vector<char> small_, medium_, big_, ringOut_, ringIn_;
   std::vector<int32_t> leaders_;  ///< rank 0's view of the hosts (sent, or received)
-  Clock::time_point start_, t0_;
+  Clock::time_point start_, t0_, ringStart_;
   std::array<double, 3> rtt_[2] = {};
   bool large_[2] = {false, false};
 };
@@ -294,6 +349,10 @@ LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, 
   const double alpha = std::min(smallRoundTrip / 2, oneWay);
   const double floorBeta = std::max(copySecondsPerByte, 1e-13);
   return {alpha, std::max((oneWay - alpha) / static_cast<double>(bulkBytes), floorBeta)};
+}
+
+double fitLoadedAlpha(double pingAlpha, double roundSeconds, double roundOverheadSeconds) {
+  return std::max(pingAlpha, roundSeconds - roundOverheadSeconds);
 }
 
 MachineCosts measureLocalCosts() {

@@ -23,6 +23,14 @@ MachineCosts measureLocalCosts();
 /// (`copySecondsPerByte`, this core's memcpy rate).
 LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, double copySecondsPerByte);
 
+/// A link class's alpha once a round with every rank sending at once took
+/// `roundSeconds`: the model charges a round alpha plus its per-round
+/// overhead, so alpha is raised to the difference (never lowered below the
+/// ping-pong's). On 4 emulated hosts on 2 cores a lone ping-pong gave
+/// 14 us while a round of a collective took about 100 us, and the model
+/// chose more, smaller messages than it should have.
+double fitLoadedAlpha(double pingAlpha, double roundSeconds, double roundOverheadSeconds);
+
 /// The text of a calibration file for `layout` ("HxL").
 std::string formatCalibration(const MachineCosts& costs, const std::string& layout);
 /// Parses a calibration file. Throws ConfigError "ORIGIN line N: ..." for a
@@ -66,8 +74,10 @@ class SetupExchange {
 /// The collective run once at communicator creation: rank 0 sends its
 /// decisions (and the tuning file's text) to every rank, then, when asked,
 /// ping-pongs with one peer per link class (the next rank of its host; the
-/// first rank of the next host) within the budget, and sends the resulting
-/// costs to every rank. Every rank ends with rank 0's numbers, so every
+/// first rank of the next host) within the budget, times rounds in which
+/// every rank sends 8 bytes around a ring at once (the loaded round, which
+/// can raise the slowest class's alpha), and sends the resulting costs to
+/// every rank. Every rank ends with rank 0's numbers, so every
 /// rank's selector decides alike; `result` is filled when the exchange is done.
 std::unique_ptr<SetupExchange> setupExchange(transport::Transport& t, const transport::Tag& tag, const TopologyView& view,
                                              const SetupInput& input, std::shared_ptr<SetupResult> result);

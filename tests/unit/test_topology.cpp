@@ -114,6 +114,14 @@ TEST(Calibration, ANoisyPingCannotMakeALinkFasterThanAMemoryCopy) {
   EXPECT_GT(fitLink(10e-6, 2e-3, 1 << 20, copy).betaSecondsPerByte, 10 * copy);
 }
 
+TEST(Calibration, ALoadedRoundRaisesAlphaButNeverLowersIt) {
+  // 4 emulated hosts on 2 cores: ping-pong 14 us, a round with every rank
+  // active 100 us; the model adds 2 us per round on top of alpha.
+  EXPECT_DOUBLE_EQ(fitLoadedAlpha(14e-6, 100e-6, 2e-6), 98e-6);
+  // Dedicated cores: rounds cost what the ping-pong said, alpha stays.
+  EXPECT_DOUBLE_EQ(fitLoadedAlpha(14e-6, 12e-6, 2e-6), 14e-6);
+}
+
 TEST(WaitPolicy, AutoYieldsOnlyWhenTheHostsRanksOutnumberItsCpus) {
   EXPECT_TRUE(decideWait("auto", 4, 2).yield);
   EXPECT_FALSE(decideWait("auto", 2, 2).yield);
