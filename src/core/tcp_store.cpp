@@ -1057,8 +1057,12 @@ Attempt connectOnce(const std::string& host, uint16_t port, uint64_t channel, Cl
       continue;
     }
     if (loadU32(answer) != kMagic) {
+      // Another service holds the port: retrying until the connect timeout
+      // cannot help (it kept retrying, and a last attempt cut short by the
+      // deadline then reported "no reply" instead of this).
       result.error = "something that is not a gradcomm store answers there";
-      continue;
+      result.fatal = true;
+      return result;
     }
     uint16_t version = loadU16(answer + 4);
     if (version != kVersion) {
