@@ -54,6 +54,12 @@ struct RunContext {
   /// Phases the schedule times (filled in by the engine; may be null).
   std::vector<std::pair<std::string, std::pair<std::chrono::steady_clock::time_point,
                                                 std::chrono::steady_clock::time_point>>>* phases = nullptr;
+  /// Signed messages (set by the engine where Algorithm::signsMessages()):
+  /// every message goes on the call-check channel, prefixed with
+  /// `*signature`, and every receive compares the sender's signature with
+  /// this rank's before it takes the data. The engine's call check, a
+  /// message of its own per operation, is then not needed.
+  bool signedMessages = false;
   /// At least `bytes` of 64-byte aligned scratch, reused between operations.
   char* scratch(size_t bytes) const { return workspace->scratch(bytes); }
 };
@@ -86,6 +92,18 @@ class Algorithm {
   /// True when the schedule itself compares every rank's call fingerprint
   /// (the engine then skips its call check, a message per operation).
   virtual bool checksCalls() const { return false; }
+  /// True when this call (on `ranks` ranks) runs with signed messages (see
+  /// RunContext::signedMessages) instead of the engine's call check. Only
+  /// for calls whose messages pair up the same way whatever the other
+  /// ranks' calls (peers and message order depend on the ranks alone), at
+  /// most one per ordered pair of ranks, carrying at most
+  /// kSignedPayloadLimit bytes, and linking all ranks: wherever calls
+  /// differ, some rank then receives a differing signature.
+  virtual bool signsMessages(const transport::CallSignature& call, int ranks) const {
+    (void)call;
+    (void)ranks;
+    return false;
+  }
   /// unsupportedReason(...).empty(), without building a message (hot path).
   virtual bool canRun(const CollectiveCall& call, const Team& team) const {
     return unsupportedReason(call, team).empty();

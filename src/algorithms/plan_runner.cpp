@@ -25,6 +25,22 @@ PlanRunner::PlanRunner(std::shared_ptr<const CompiledPlan> plan, const Collectiv
   buf_->readyCompute.clear();
   buf_->active.clear();
   const size_t n = plan_->plan.steps.size();
+  if (ctx_.signedMessages) {
+    // A slot per transfer: the signature, then the data (a receive holds
+    // the most any peer's signed message can carry).
+    constexpr size_t kSig = sizeof(transport::CallSignature);
+    auto& slotOf = buf_->slotOf;
+    slotOf.assign(n, 0);
+    size_t total = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const Step& s = steps_[i];
+      if (!isComm(s.kind)) continue;
+      slotOf[i] = total;
+      const size_t data = s.kind == StepKind::kSend ? s.a.count * elemSize_ : transport::kSignedPayloadLimit;
+      total += (kSig + data + 63) / 64 * 64;
+    }
+    if (buf_->staging.size() < total) buf_->staging.resize(total);
+  }
   for (size_t i = 0; i < n; ++i) {
     if (buf_->remaining[i] == 0) {
       (isComm(steps_[i].kind) ? buf_->readyComm : buf_->readyCompute).push_back(static_cast<uint32_t>(i));
@@ -39,7 +55,57 @@ char* PlanRunner::address(const Span& s) const {
   return base ? base + s.offset * elemSize_ : nullptr;
 }
 
+void PlanRunner::startSigned(uint32_t id) {
+  const Step& s = steps_[id];
+  const transport::CallSignature& mine = *ctx_.signature;
+  transport::Tag tag;
+  tag.seq = mine.seq;
+  tag.message = transport::Tag::kCallCheck;
+  char* slot = buf_->staging.data() + buf_->slotOf[id];
+  constexpr size_t kSig = sizeof mine;
+  if (s.kind == StepKind::kSend) {
+    const size_t bytes = s.a.count * elemSize_;
+    if (bytes > transport::kSignedPayloadLimit) {
+      throw InternalError("signed message of " + std::to_string(bytes) + " bytes, above the limit");
+    }
+    std::memcpy(slot, &mine, kSig);
+    if (bytes) std::memcpy(slot + kSig, address(s.a), bytes);
+    buf_->active.push_back({id, ctx_.transport->isend(s.peer, slot, kSig + bytes, tag)});
+  } else {
+    buf_->active.push_back(
+        {id, ctx_.transport->irecv(s.peer, slot, kSig + transport::kSignedPayloadLimit, tag)});
+  }
+}
+
+void PlanRunner::acceptSigned(uint32_t id, const transport::Request& r) {
+  const Step& s = steps_[id];
+  if (s.kind != StepKind::kRecv) return;
+  const transport::CallSignature& mine = *ctx_.signature;
+  const char* slot = buf_->staging.data() + buf_->slotOf[id];
+  const size_t got = r.received(), bytes = s.dst.count * elemSize_;
+  const int me = ctx_.transport->rank();
+  transport::CallSignature theirs;
+  if (got < sizeof theirs) {
+    throw MismatchError("rank " + std::to_string(me) + ": a message of " + std::to_string(got) + " bytes from rank " +
+                        std::to_string(s.peer) +
+                        " carries no call signature: the ranks run different versions of the library");
+  }
+  std::memcpy(&theirs, slot, sizeof theirs);
+  if (!theirs.sameCall(mine) || theirs.seq != mine.seq) throw SignedCallMismatch(me, s.peer, mine, theirs);
+  if (got != sizeof theirs + bytes) {
+    // Equal calls make equal plans: a size that differs is a bug, not a user's mismatch.
+    throw InternalError("rank " + std::to_string(me) + " received " + std::to_string(got - sizeof theirs) +
+                        " bytes of data from rank " + std::to_string(s.peer) + " where its plan expects " +
+                        std::to_string(bytes));
+  }
+  if (bytes) std::memcpy(address(s.dst), slot + sizeof theirs, bytes);
+}
+
 void PlanRunner::start(uint32_t id) {
+  if (ctx_.signedMessages) {
+    startSigned(id);
+    return;
+  }
   const Step& s = steps_[id];
   transport::Tag tag = ctx_.tag;
   tag.message = s.message;
@@ -98,6 +164,7 @@ bool PlanRunner::advance() {
     for (size_t i = 0; i < active.size();) {
       if (active[i].request->test()) {
         const uint32_t id = active[i].step;
+        if (ctx_.signedMessages) acceptSigned(id, *active[i].request);
         active[i] = std::move(active.back());
         active.pop_back();
         complete(id);

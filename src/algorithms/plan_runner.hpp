@@ -3,8 +3,22 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "gradcomm/error.hpp"
 
 namespace gradcomm::algorithms {
+
+/// Thrown where a signed message shows that `peer` made another call; the
+/// engine rethrows it as a MismatchError that names the operation.
+class SignedCallMismatch : public MismatchError {
+ public:
+  SignedCallMismatch(int myRank, int peer, const transport::CallSignature& mine,
+                     const transport::CallSignature& theirs)
+      : MismatchError(transport::mismatchMessage(myRank, "the operation", mine, peer, &theirs)),
+        peer(peer),
+        theirs(theirs) {}
+  int peer;
+  transport::CallSignature theirs;
+};
 
 /// The generic executor of a Plan: posts sends and receives as soon as their
 /// dependencies complete, runs reductions on the calling thread, and never
@@ -24,6 +38,9 @@ class PlanRunner : public Schedule {
  private:
   char* address(const Span& s) const;
   void start(uint32_t id);
+  void startSigned(uint32_t id);
+  /// Checks a signed receive's signature and moves its data into place.
+  void acceptSigned(uint32_t id, const transport::Request& r);
   void complete(uint32_t id);
   void runCompute(uint32_t id);
 

@@ -58,6 +58,9 @@ struct RunnerBuffers {
     transport::RequestPtr request;
   };
   std::vector<Active> active;
+  /// Signed messages: a slot per communication step (signature + data).
+  std::vector<char> staging;
+  std::vector<size_t> slotOf;
 };
 
 /// Per-communicator memory reused across operations: scratch, compiled

@@ -1,5 +1,7 @@
 #include "core/call_check.hpp"
 
+#include <cstring>
+
 #include "gradcomm/error.hpp"
 #include "transport/shm_group.hpp"
 
@@ -20,7 +22,12 @@ void CallCheck::start(transport::Transport& t, const transport::CallSignature& m
   transport::Tag tag;
   tag.seq = mine.seq;
   tag.message = transport::Tag::kCallCheck;
-  if (previousLocal_ < 0) recv_ = t.irecv(previous_, &theirs_, sizeof theirs_, tag);
+  if (previousLocal_ < 0) {
+    // Room for a signed message: a previous rank whose call differs may
+    // have sent one (its signature first).
+    inbox_.resize(sizeof theirs_ + transport::kSignedPayloadLimit);
+    recv_ = t.irecv(previous_, inbox_.data(), inbox_.size(), tag);
+  }
   if (nextLocal_ < 0) send_ = t.isend(next_, mine_, sizeof *mine_, tag);
 }
 
@@ -37,6 +44,14 @@ bool CallCheck::advance(const std::string& what) {
   }
   if (recvPending_) {
     const bool arrived = previousLocal_ >= 0 ? shm_->takeCheck(previousLocal_, mine_->seq, &theirs_) : recv_->test();
+    if (arrived && previousLocal_ < 0) {
+      if (recv_->received() < sizeof theirs_) {
+        throw MismatchError(what + ": the call check from rank " + std::to_string(previous_) + " has " +
+                            std::to_string(recv_->received()) +
+                            " bytes, less than a call signature: the ranks run different versions of the library");
+      }
+      std::memcpy(&theirs_, inbox_.data(), sizeof theirs_);
+    }
     if (arrived) {
       recv_.reset();
       recvPending_ = false;

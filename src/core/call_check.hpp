@@ -8,6 +8,7 @@
 // (a slot in the sender's control block, a few cache lines), otherwise as a
 // message that transports keep apart from data (Tag::kCallCheck).
 #include <string>
+#include <vector>
 
 #include "transport/call_signature.hpp"
 #include "transport/transport.hpp"
@@ -37,6 +38,9 @@ class CallCheck {
   bool sendPending_ = false, recvPending_ = false;
   transport::RequestPtr send_, recv_;
   transport::CallSignature theirs_;
+  /// The message from the previous rank: its signature, or a signed
+  /// message (signature + data) when its call runs signed messages.
+  std::vector<char> inbox_;
 };
 
 }  // namespace gradcomm::core

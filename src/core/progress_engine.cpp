@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "algorithms/plan_runner.hpp"
 #include "base/units.hpp"
 #include "transport/shm_group.hpp"
 
@@ -323,8 +324,13 @@ bool ProgressEngine::drive() {
       }
       if (!active_->pointToPoint) {
         transport_->announce(active_->signature);
-        // Algorithms that compare every rank's call themselves skip the check.
-        if (!active_->algo || !active_->algo->checksCalls()) check_.start(*transport_, active_->signature);
+        // Algorithms that compare every rank's call themselves, or whose
+        // messages carry the signature, skip the check.
+        const auto* algo = active_->algo;
+        active_->ctx.signedMessages = algo && algo->signsMessages(active_->signature, transport_->size());
+        if (!algo || (!algo->checksCalls() && !active_->ctx.signedMessages)) {
+          check_.start(*transport_, active_->signature);
+        }
       }
       active_->schedule = active_->makeSchedule();
       lastProgress_ = now;
@@ -334,6 +340,9 @@ bool ProgressEngine::drive() {
     bool moved = !check_.done() && check_.advance(active_->describe());
     try {
       moved = active_->schedule->advance() || moved;
+    } catch (const algorithms::SignedCallMismatch& m) {
+      throw MismatchError(transport::mismatchMessage(transport_->rank(), active_->describe(), active_->signature,
+                                                     m.peer, &m.theirs));
     } catch (const MismatchError&) {
       nameMismatch();
       throw;

@@ -36,6 +36,11 @@ struct CallSignature {
 };
 static_assert(sizeof(CallSignature) == 64, "CallSignature is a wire format of one cache line");
 
+/// The most data a signed message carries after its signature (see
+/// Tag::kCallCheck and RunContext::signedMessages): receives on the
+/// call-check channel hold this much, so a peer's message always fits.
+constexpr size_t kSignedPayloadLimit = 16 * 1024;
+
 /// "root differs: this rank 0 passed root 0, rank 1 passed root 1" (every
 /// differing field, "; "-separated), or empty when the calls match.
 std::string describeDifference(const CallSignature& mine, int myRank, const CallSignature& theirs, int theirRank);

@@ -42,6 +42,7 @@ class NativeRequest : public Request {
     }
   }
   NativeState& state() { return *state_; }
+  size_t received() const override { return 0; }  // a collective: no receive of its own
   std::string agreeWhat_;
   bool isAgree_ = false;
   int rank_ = 0;

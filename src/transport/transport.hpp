@@ -23,6 +23,12 @@ struct Tag {
   /// CallSignature to the next rank (fingerprint 0, so mismatched calls
   /// still match). Algorithms never use it; transports must keep it apart
   /// from data messages whatever their tag space (MPI: its own channel).
+  /// Receives on this channel accept a message shorter than their buffer
+  /// (Request::received() says how long), and every message on it starts
+  /// with the sender's CallSignature: the check's own, or an algorithm's
+  /// signed message (a signature followed by data, see RunContext), so a
+  /// receiver can always name the call its peer made. At most one message
+  /// per ordered pair of ranks per operation.
   static constexpr uint32_t kCallCheck = UINT32_MAX;
   /// The message index of gossip pushes (src/gossip): `seq` is then the
   /// push's number on its sender-receiver pair, and the fingerprint takes no part. Transports keep them
@@ -39,6 +45,9 @@ class Request {
   /// True once complete; never blocks. Throws TransportError when the
   /// transfer failed (a size mismatch, a peer that went away).
   virtual bool test() = 0;
+  /// The bytes a completed receive got: its size, except on the call-check
+  /// channel (Tag::kCallCheck), where a message may be shorter.
+  virtual size_t received() const = 0;
 };
 using RequestPtr = std::unique_ptr<Request>;
 

@@ -531,6 +531,7 @@ class NoticeAfterAbandon : public transport::Transport {
       }
       return inner_->test();
     }
+    size_t received() const override { return inner_->received(); }
     NoticeAfterAbandon& t_;
     transport::RequestPtr inner_;
   };
@@ -736,4 +737,113 @@ TEST(Errors, ALatePeerOnTheHostFailsAfterTheOtherTimedOutEvenWithoutItsNotice) {
   EXPECT_EQ(code[0], static_cast<int>(ErrorCode::kTimeout)) << what[0];
   EXPECT_EQ(code[1], static_cast<int>(ErrorCode::kRemote)) << what[1];
   EXPECT_TRUE(contains(what[1], "rank 0 on this host failed")) << what[1];
+}
+
+// A small rd call carries its signature in its messages (no call check of
+// its own); a larger one does not. Ranks that pass different counts across
+// that limit run one each: every rank must still fail, naming the count,
+// not hang until the timeout.
+TEST(Errors, SignedAndUnsignedRdCallsThatDifferFailOnEveryRankAndNameTheCount) {
+  const size_t small = 100, large = transport::kSignedPayloadLimit;  // floats: 400 B and 64 KiB
+  for (int p : {2, 3, 4, 5}) {
+    for (int odd : {0, p - 1}) {
+      transport::InProcWorld::Settings layout;
+      layout.ranksPerHost = 1;
+      auto out = perRank(
+          p,
+          [&](RankContext& ctx) {
+            std::vector<float> buf(large, 1.0f);
+            CollectiveOptions o;
+            o.algorithm = "rd";
+            const size_t n = ctx.rank == odd ? small : large;
+            ctx.comm.allreduce(buf.data(), buf.data(), n, DataType::kFloat32, ReduceOp::kSum, o).wait();
+            ctx.comm.barrier().wait();
+          },
+          quick(), layout);
+      SCOPED_TRACE(std::to_string(p) + " ranks, rank " + std::to_string(odd) + " passes the small count");
+      bool named = false;
+      for (int r = 0; r < p; ++r) {
+        const std::string& w = out.what[static_cast<size_t>(r)];
+        const int code = out.code[static_cast<size_t>(r)];
+        EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
+            << "rank " << r << ": " << w;
+        EXPECT_LT(out.seconds[static_cast<size_t>(r)], 5.0) << "rank " << r << ": " << w;
+        named = named || (contains(w, "count differs") && contains(w, "count " + std::to_string(small)) &&
+                          contains(w, "count " + std::to_string(large)));
+      }
+      EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1];
+    }
+  }
+}
+
+namespace {
+
+/// Counts the messages a rank sends on the call-check channel and on the
+/// data channel.
+class CountingTransport : public transport::Transport {
+ public:
+  explicit CountingTransport(std::unique_ptr<transport::Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string name() const override { return inner_->name(); }
+  transport::RequestPtr isend(int peer, const void* data, size_t bytes, const transport::Tag& tag) override {
+    ++(tag.message == transport::Tag::kCallCheck ? checkSends : dataSends);
+    return inner_->isend(peer, data, bytes, tag);
+  }
+  transport::RequestPtr irecv(int peer, void* data, size_t bytes, const transport::Tag& tag) override {
+    return inner_->irecv(peer, data, bytes, tag);
+  }
+  bool probeMismatch(int peer, const transport::Tag& expected) override { return inner_->probeMismatch(peer, expected); }
+  void broadcastAbort(const std::string& reason) override { inner_->broadcastAbort(reason); }
+  std::optional<std::string> pollAbort() override { return inner_->pollAbort(); }
+  std::atomic<int> checkSends{0}, dataSends{0};
+
+ private:
+  std::unique_ptr<transport::Transport> inner_;
+};
+
+}  // namespace
+
+// The call check costs a message per operation: a small rd call puts the
+// signature in front of its data instead, so it sends exactly its plan's
+// messages (one per round on two ranks); above the limit the check is back.
+TEST(Work, ASmallRdCallSendsItsSignatureWithItsDataAndNoCallCheck) {
+  transport::InProcWorld::Settings layout;
+  layout.ranksPerHost = 1;
+  auto world = transport::InProcWorld::create(2, layout);
+  int checks[2][2] = {}, data[2][2] = {};
+  float result[2][2] = {};
+  ThreadBarrier created(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto counting = std::make_unique<CountingTransport>(world->transport(r));
+      CountingTransport* c = counting.get();
+      auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(counting), world->hostLayout(r),
+                                                             core::Config::resolve(quick()));
+      created.wait();
+      Communicator comm(impl);
+      CollectiveOptions o;
+      o.algorithm = "rd";
+      const size_t sizes[2] = {100, transport::kSignedPayloadLimit / sizeof(float) + 1};
+      for (int k = 0; k < 2; ++k) {
+        std::vector<float> buf(sizes[k], static_cast<float>(r + 1));
+        const int c0 = c->checkSends, d0 = c->dataSends;
+        comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+        checks[r][k] = c->checkSends - c0;
+        data[r][k] = c->dataSends - d0;
+        result[r][k] = buf.back();
+      }
+      comm.barrier().wait();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(checks[r][0], 1) << "rank " << r << ": the signed exchange";
+    EXPECT_EQ(data[r][0], 0) << "rank " << r;
+    EXPECT_EQ(checks[r][1], 1) << "rank " << r << ": the call check";
+    EXPECT_EQ(data[r][1], 1) << "rank " << r << ": the exchange";
+    EXPECT_EQ(result[r][0], 3.0f);
+    EXPECT_EQ(result[r][1], 3.0f);
+  }
 }

@@ -231,8 +231,8 @@ namespace {
 
 class UcxRequest : public Request {
  public:
-  UcxRequest(std::shared_ptr<UcxTransport::State> st, bool isRecv, int peer, size_t bytes)
-      : st_(std::move(st)), isRecv_(isRecv), peer_(peer), expected_(bytes) {}
+  UcxRequest(std::shared_ptr<UcxTransport::State> st, bool isRecv, int peer, size_t bytes, bool upTo = false)
+      : st_(std::move(st)), isRecv_(isRecv), upTo_(upTo), peer_(peer), expected_(bytes) {}
   ~UcxRequest() override {
     if (!request_) return;
     // A send goes on in the background (UCX releases the request once it
@@ -283,11 +283,12 @@ class UcxRequest : public Request {
     finish(s);
     return true;
   }
+  size_t received() const override { return isRecv_ && done_ ? info_.length : 0; }
 
  private:
   void finish(ucs_status_t s) {
     if (s != UCS_OK) fail(s);
-    if (isRecv_ && info_.length != expected_) {
+    if (isRecv_ && !upTo_ && info_.length != expected_) {
       throw TransportError("rank " + std::to_string(st_->rank) + " received " + std::to_string(info_.length) +
                            " bytes from rank " + std::to_string(peer_) + " where " + std::to_string(expected_) +
                            " were expected: the ranks called the collective with different counts");
@@ -307,6 +308,7 @@ class UcxRequest : public Request {
 
   std::shared_ptr<UcxTransport::State> st_;
   bool isRecv_;
+  bool upTo_;  ///< a call-check receive: the message may be shorter than the buffer
   int peer_;
   size_t expected_;
   void* request_ = nullptr;
@@ -509,7 +511,7 @@ RequestPtr UcxTransport::isend(int peer, const void* data, size_t bytes, const T
 }
 
 RequestPtr UcxTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
-  auto req = std::make_unique<UcxRequest>(state_, true, peer, bytes);
+  auto req = std::make_unique<UcxRequest>(state_, true, peer, bytes, tag.message == Tag::kCallCheck);
   ucp_request_param_t p = req->params();
   req->start(ucp_tag_recv_nbx(state_->worker, data, bytes, UcxTagLayout::data(peer, tag), UcxTagLayout::kFullMask,
                               &p));
