@@ -41,7 +41,9 @@ class Backoff {
   Backoff(int spins, int yields, std::chrono::nanoseconds maxSleep)
       : spins_(spins), yields_(yields), maxSleep_(maxSleep) {}
   void reset() { idle_ = 0; }
-  void idle();
+  /// One idle look. `yielded`: the look already gave up the core (the
+  /// transport yields when idle), so this one does not yield again.
+  void idle(bool yielded = false);
 
  private:
   int spins_;

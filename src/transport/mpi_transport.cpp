@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include <unistd.h>
 
@@ -110,6 +111,11 @@ class MpiProgress {
   }
   uint64_t pass() const { return pass_; }
   void run();
+  /// Whether Open MPI ends an idle progress pass with sched_yield().
+  void setYieldsWhenIdle(bool yields) { yieldsWhenIdle_ = yields; }
+  /// A pass found nothing since the last call (and so, with
+  /// yieldsWhenIdle, gave up the core); clears the mark.
+  bool takeIdleYield() { return std::exchange(idleYield_, false); }
 
  private:
   std::vector<MpiRequest*> live_;
@@ -118,6 +124,8 @@ class MpiProgress {
   std::vector<int> indices_;
   std::vector<MPI_Status> statuses_;
   uint64_t pass_ = 0;
+  bool yieldsWhenIdle_ = false;
+  bool idleYield_ = false;
 };
 
 /// One logical transfer, split into parts of at most kMaxPartBytes.
@@ -221,7 +229,10 @@ void MpiProgress::run() {
     }
     return;
   }
-  if (completed == MPI_UNDEFINED) return;
+  if (completed == MPI_UNDEFINED || completed == 0) {
+    idleYield_ = yieldsWhenIdle_;
+    return;
+  }
   for (int k = 0; k < completed; ++k) {
     MpiProgress::Part* p = owners_[static_cast<size_t>(indices_[static_cast<size_t>(k)])];
     const MPI_Status& st = statuses_[static_cast<size_t>(k)];
@@ -230,6 +241,33 @@ void MpiProgress::run() {
     if (p->error == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &p->count);
   }
 }
+
+namespace {
+
+/// Open MPI's mpi_yield_when_idle (on when set, or when ranks outnumber
+/// cores), read through the MPI tool interface; false where it is unknown.
+bool mpiYieldsWhenIdle() {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return false;
+  bool yields = false;
+  int index = -1;
+  if (MPI_T_cvar_get_index("mpi_yield_when_idle", &index) == MPI_SUCCESS) {
+    MPI_T_cvar_handle handle;
+    int count = 0;
+    if (MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+      // A bool in Open MPI: read into zeroed room for any scalar.
+      unsigned char value[16] = {0};
+      if (count == 1 && MPI_T_cvar_read(handle, value) == MPI_SUCCESS) {
+        for (unsigned char b : value) yields = yields || b != 0;
+      }
+      MPI_T_cvar_handle_free(&handle);
+    }
+  }
+  MPI_T_finalize();
+  return yields;
+}
+
+}  // namespace
 
 MPI_Datatype mpiDatatype(DataType type) {
   switch (type) {
@@ -317,6 +355,7 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
 
   graveyard_ = std::make_shared<Graveyard>();
   progress_ = std::make_shared<MpiProgress>();
+  progress_->setYieldsWhenIdle(mpiYieldsWhenIdle());
   native_ = makeMpiNative(data_, graveyard_);
   postControlReceive();
 }
@@ -455,6 +494,8 @@ void MpiTransport::broadcastAbort(const std::string& reason) {
     }
   }
 }
+
+bool MpiTransport::yieldedWhileIdle() { return progress_->takeIdleYield(); }
 
 std::optional<std::string> MpiTransport::pollAbort() {
   graveyard_->sweep();

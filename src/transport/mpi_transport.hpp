@@ -49,6 +49,7 @@ class MpiTransport : public Transport {
   bool probeMismatch(int peer, const Tag& expected) override;
   void broadcastAbort(const std::string& reason) override;
   std::optional<std::string> pollAbort() override;
+  bool yieldedWhileIdle() override;
   void notePeerFailure(const std::string& reason) override { env_->markBroken(reason); }
   bool abandonedTransfersPending() override;
   NativeCollectives* native() override { return native_.get(); }

@@ -77,6 +77,13 @@ class Transport {
   virtual int size() const = 0;
   virtual std::string name() const = 0;
 
+  /// True when, since the last call of this, a call into the transport
+  /// found nothing to do and gave up the core itself (Open MPI with
+  /// mpi_yield_when_idle, set by hand or because ranks outnumber cores,
+  /// ends an idle progress pass in sched_yield()). A waiting loop then does
+  /// not yield again: two yields per look hand the core to a peer twice.
+  virtual bool yieldedWhileIdle() { return false; }
+
   virtual RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) = 0;
   virtual RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) = 0;
 
