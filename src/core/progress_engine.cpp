@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "algorithms/plan_runner.hpp"
 #include "base/units.hpp"
@@ -149,7 +150,10 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
 
 bool ProgressEngine::runInline(const std::shared_ptr<OperationState>& op) {
   if (!op->algo || op->pointToPoint) return false;
-  const auto now = Clock::now();
+  // submit() read the clock a moment ago: an inline call starts when it is
+  // submitted. A clock read costs about 28 ns here (kvm-clock), 4% of an
+  // 8-byte shared-memory allreduce.
+  const auto now = op->queuedAt;
   // A notice from a failed peer is looked for at the start of operations
   // (see drive()): when that look is due, the usual path takes it.
   if (now - lastAbortPoll_ >= std::chrono::microseconds(50)) return false;
