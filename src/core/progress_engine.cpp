@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 
 #include "algorithms/plan_runner.hpp"
 #include "base/units.hpp"
