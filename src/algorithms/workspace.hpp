@@ -63,6 +63,10 @@ struct RunnerBuffers {
   std::vector<size_t> slotOf;
 };
 
+/// Keeps `memory` allocated until the process exits (transfers that could
+/// not be cancelled may still write into it).
+void keepForever(std::vector<char> memory);
+
 /// Per-communicator memory reused across operations: scratch, compiled
 /// plans and executor buffers. Used only by the thread that drives progress.
 class Workspace {
@@ -89,8 +93,9 @@ class Workspace {
   void* acquireBlock(size_t bytes);
   void releaseBlock(void* block);
   bool ownsBlock(void* block) const;
-  /// Forgets scratch() and buffer() memory without freeing it: transfers
-  /// abandoned by a failed operation may still write into it.
+  /// Forgets scratch() and buffer() memory, and the executors' staging of
+  /// signed messages, without freeing it: transfers abandoned by a failed
+  /// operation may still write into it.
   void abandonMemory();
 
  private:

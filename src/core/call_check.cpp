@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "algorithms/workspace.hpp"
 #include "gradcomm/error.hpp"
 #include "transport/shm_group.hpp"
 
@@ -69,6 +70,8 @@ void CallCheck::reset() {
   send_.reset();
   sendPending_ = recvPending_ = false;
 }
+
+void CallCheck::abandonMemory() { algorithms::keepForever(std::move(inbox_)); }
 
 std::string CallCheck::waitingFor() const {
   if (recvPending_) return "the call signature of rank " + std::to_string(previous_);

@@ -26,6 +26,9 @@ class CallCheck {
   bool done() const { return !sendPending_ && !recvPending_; }
   /// Abandons whatever is pending (cancels its requests).
   void reset();
+  /// Hands the receive buffer to algorithms::keepForever (a receive that
+  /// could not be cancelled may still write into it).
+  void abandonMemory();
   /// "the call signature of rank 3", or empty.
   std::string waitingFor() const;
 

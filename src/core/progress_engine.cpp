@@ -68,7 +68,10 @@ ProgressEngine::~ProgressEngine() {
   // Receives abandoned by a failed operation may still land (late data
   // from a peer that is slow, not dead): the scratch they target must not
   // go back to the heap.
-  if (transport_->abandonedTransfersPending()) workspace_.abandonMemory();
+  if (transport_->abandonedTransfersPending()) {
+    workspace_.abandonMemory();
+    check_.abandonMemory();
+  }
 }
 
 void ProgressEngine::start() {
