@@ -239,9 +239,8 @@ void MpiProgress::run() {
     // nothing; a large transfer moves fragments without completing, and
     // then Open MPI did not yield (1x4, ring 256 KiB out of place: 11.9 ms
     // when the waiting loop skipped its yield there too, 1.1..2.4 ms with it).
-    bool small = true;
-    for (const Part* p : owners_) small = small && p->expected <= kOneFragmentBytes;
-    idleYield_ = yieldsWhenIdle_ && small;
+    idleYield_ = yieldsWhenIdle_ &&
+                 std::all_of(owners_.begin(), owners_.end(), [](const Part* p) { return p->expected <= kOneFragmentBytes; });
     return;
   }
   for (int k = 0; k < completed; ++k) {
