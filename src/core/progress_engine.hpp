@@ -102,6 +102,15 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void addBackground(std::shared_ptr<BackgroundTask> task);
   /// Unregisters `task`; when this returns, no thread is inside its advance().
   void removeBackground(const BackgroundTask* task);
+  /// How often the background thread has left a sleep on its condition
+  /// variable: each is a context switch, which on a host whose ranks
+  /// outnumber its cores takes the core a peer rank needs.
+  uint64_t threadWakeups() const { return threadWakeups_.load(std::memory_order_relaxed); }
+  /// Yield mode: the longest a napping thread sleeps before it looks for
+  /// work nobody drives (a submitted call whose caller does not wait, when
+  /// earlier callers did wait at once; otherwise submission wakes it).
+  static constexpr std::chrono::milliseconds kNap{10};
+
   /// Runs `fn` with the transport while no thread drives (the background
   /// task's own posting and cancelling of transfers), then wakes the thread
   /// so posted transfers progress while the caller computes.
@@ -126,6 +135,10 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// Spins before a waiting thread starts to yield: none when ranks
   /// outnumber cores.
   int spinsBeforeYield() const { return settings_.yieldWhenIdle ? 0 : settings_.pollSpins; }
+  /// The thread's loop when ranks outnumber cores (yieldWhenIdle).
+  void threadMainYielding();
+  /// Wakes a thread that sleeps on queueCv_ (blocked or napping).
+  void wakeThread();
   bool driveBackground();  // requires driveMu_
   bool backgroundPending() const;
   /// One step of whoever polls: drive if the lock is free, then back off
@@ -152,11 +165,22 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::atomic<bool> busy_{false};     // an operation is active or queued
   std::atomic<bool> blocked_{false};  // the thread sleeps on queueCv_ (set under queueMu_)
   std::atomic<int> waiters_{0};       // callers inside waitFor(): they drive, the thread stands aside
-  std::atomic<bool> standingAside_{false};  // the thread sleeps on queueCv_ until waiters_ is 0 (yield mode)
+  /// Yield mode: the thread naps on queueCv_ (at most kNap) instead of
+  /// polling.
+  std::atomic<bool> standingAside_{false};
+  bool wakeUp_ = false;                     // a wake-up for the napping thread (guarded by queueMu_)
+  std::atomic<uint64_t> threadWakeups_{0};  // the thread left a sleep on queueCv_
+  /// Yield mode: callers wait for their calls as soon as they submit them
+  /// (a blocking style), so an eager submission need not wake the napping
+  /// thread. Set by a wait that begins within the grace period of its
+  /// call's submission; cleared when the thread finds a call nobody drives.
+  std::atomic<bool> callerWaitsAtOnce_{false};
   /// When a caller last drove (an eager submission or the end of a wait),
   /// in steady-clock nanoseconds: the thread leaves the next step to that
   /// caller for a short while, since it is about to wait or submit again.
   std::atomic<int64_t> callerDroveAt_{0};
+  /// A submitting caller takes its call's first step (eager submission).
+  std::atomic<bool> callerSubmitting_{false};
 
   std::mutex driveMu_;
   std::shared_ptr<detail::OperationState> active_;   // guarded by driveMu_
