@@ -291,6 +291,17 @@ TEST(Work, WaitWithTimeoutReturnsFalseUntilThePeersArrive) {
   });
 }
 
+// Watches `w` without driving it (endTime() only reads) until the
+// communicator's background thread has finished it: 10 s at most.
+static void expectTheBackgroundThreadFinishes(Work& w) {
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (w.endTime() == Clock::time_point{} && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_NE(w.endTime(), Clock::time_point{}) << "the background thread never finished it";
+  w.wait();
+}
+
 // With GRADCOMM_WAIT=yield the background thread sleeps while a caller
 // waits (and drives). A caller whose wait times out leaves the operation
 // to that thread: it must wake and finish it with nobody driving.
@@ -306,14 +317,7 @@ TEST(Work, AfterATimedOutWaitTheBackgroundThreadFinishesTheCallWhenRanksOutnumbe
           Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
           EXPECT_FALSE(w.wait(std::chrono::milliseconds(5)));  // rank 1 has not called yet
           ctx.barrier->wait();
-          // Nobody on this rank drives from here on: endTime() only reads.
-          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-          while (w.endTime() == std::chrono::steady_clock::time_point{} &&
-                 std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-          ASSERT_NE(w.endTime(), std::chrono::steady_clock::time_point{}) << "the background thread never finished it";
-          w.wait();
+          expectTheBackgroundThreadFinishes(w);
         } else {
           ctx.barrier->wait();
           ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
@@ -386,13 +390,7 @@ TEST(Work, ASmallCallNobodyWaitsForIsFinishedByTheThreadWhenRanksOutnumberCores)
         if (ctx.rank == 0) {
           Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, rd);
           ctx.barrier->wait();  // only now does rank 1 call: rank 0's first step cannot have finished it
-          // Nobody on this rank drives from here on: endTime() only reads.
-          const auto deadline = Clock::now() + std::chrono::seconds(10);
-          while (w.endTime() == Clock::time_point{} && Clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-          }
-          ASSERT_NE(w.endTime(), Clock::time_point{}) << "the background thread never finished it";
-          w.wait();
+          expectTheBackgroundThreadFinishes(w);
         } else {
           ctx.barrier->wait();
           ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, rd).wait();
