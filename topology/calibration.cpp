@@ -16,6 +16,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double medianOf(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 /// Rank 0's decisions and numbers as they travel (plain bytes; every rank
@@ -62,9 +69,16 @@ constexpr uint32_t kHeaderMessage = 0, kTextMessage = 1, kFinalMessage = 2, kLea
 constexpr uint32_t kClassBase[2] = {16, 64};
 // The loaded round: every rank sends 8 bytes to the next rank and receives
 // from the previous, kRingRounds times, each round after the last one's
-// receive; rank 0 times all but the first.
+// receive; rank 0 times each round after the first and takes the median.
+// A mean of 8 let a round or two whose rank lost its core for a while
+// (common where emulated hosts share cores) set the alpha: 4x1 at 1 Gbit/s
+// calibrated 33..78 us between runs of one build, and the 1 KiB rd
+// prediction ran from 86 to 175 us (measured: 77). With the median of 16:
+// 24..46 us, and rd 69..111 us. It prices a round at its typical time,
+// as the benchmarks' medians do; on 2x2 that is below the measured rd
+// (37..49 us predicted against 55..76).
 constexpr uint32_t kRingBase = 128;
-constexpr int kRingRounds = 9;
+constexpr int kRingRounds = 17;
 
 /// A list of sends, receives and callbacks run strictly in order; callbacks
 /// may insert further steps right after themselves.
@@ -277,9 +291,11 @@ class SetupExchangeImpl : public SetupExchange {
       add(std::move(out));
       recv((r + p - 1) % p, ringIn_.data(), ringIn_.size(), kRingBase + static_cast<uint32_t>(i), [this, i, r] {
         if (r != 0) return;
-        if (i == 0) ringStart_ = Clock::now();
+        const auto now = Clock::now();
+        if (i > 0) roundSeconds_.push_back(std::chrono::duration<double>(now - ringStart_).count());
+        ringStart_ = now;
         if (i == kRingRounds - 1) {
-          const double round = secondsSince(ringStart_) / (kRingRounds - 1);
+          const double round = medianOf(roundSeconds_);
           LinkCost& l = view_.numHosts() > 1 ? costs_.interHost : costs_.sameHost;
           l.alphaSeconds = fitLoadedAlpha(l.alphaSeconds, round, ModelSettings{}.roundOverheadSeconds);
         }
@@ -333,7 +349,8 @@ class SetupExchangeImpl : public SetupExchange {
   MachineCosts costs_;
   std::vector<char> small_, medium_, big_, ringOut_, ringIn_;
   std::vector<int32_t> leaders_;  ///< rank 0's view of the hosts (sent, or received)
-  Clock::time_point start_, t0_, ringStart_;
+  Clock::time_point start_, t0_, ringStart_;  // ringStart_: the last round's end (rank 0)
+  std::vector<double> roundSeconds_;
   std::array<double, 3> rtt_[2] = {};
   bool large_[2] = {false, false};
 };
