@@ -77,8 +77,8 @@ constexpr uint32_t kClassBase[2] = {16, 64};
 // 24..46 us, and rd 69..111 us. It prices a round at its typical time,
 // as the benchmarks' medians do; on 2x2 that is below the measured rd
 // (37..49 us predicted against 55..76).
-constexpr uint32_t kRingBase = 128;
-constexpr int kRingRounds = 17;
+constexpr uint32_t kRingBase = kLoadedRingMessageBase;
+constexpr int kRingRounds = kLoadedRingRounds;
 
 /// A list of sends, receives and callbacks run strictly in order; callbacks
 /// may insert further steps right after themselves.

@@ -71,6 +71,11 @@ class SetupExchange {
   virtual std::string waitingFor() const = 0;
 };
 
+/// The loaded round's messages: round i of kLoadedRingRounds carries message
+/// index kLoadedRingMessageBase + i (tests that disturb one round use it).
+constexpr uint32_t kLoadedRingMessageBase = 128;
+constexpr int kLoadedRingRounds = 17;
+
 /// The collective run once at communicator creation: rank 0 sends its
 /// decisions (and the tuning file's text) to every rank, then, when asked,
 /// ping-pongs with one peer per link class (the next rank of its host; the

@@ -492,18 +492,15 @@ bool ProgressEngine::waitFor(OperationState& op, Clock::time_point deadline) {
       if (--e.waiters_ == 0 && e.busy_.load() && e.standingAside_.load()) e.wakeThread();
     }
   } waiting(*this);
+  // A wait that begins within the grace of its call's submission: callers
+  // wait at once (a clock read only while the mark is clear).
+  if (!callerWaitsAtOnce_.load(std::memory_order_relaxed) && !op.finished() &&
+      Clock::now() - op.queuedAt < std::chrono::nanoseconds(kYieldCallerGraceNs)) {
+    callerWaitsAtOnce_.store(true, std::memory_order_relaxed);
+  }
   Backoff backoff(spinsBeforeYield(), 10000, settings_.pollMaxSleep);
-  bool first = true;
   while (!op.finished()) {
-    const auto now = Clock::now();
-    if (first) {
-      first = false;
-      if (now - op.queuedAt < std::chrono::nanoseconds(kYieldCallerGraceNs) &&
-          !callerWaitsAtOnce_.load(std::memory_order_relaxed)) {
-        callerWaitsAtOnce_.store(true, std::memory_order_relaxed);
-      }
-    }
-    if (now >= deadline) return false;
+    if (Clock::now() >= deadline) return false;
     driveOrBackOff(backoff);
   }
   callerDroveAt_.store(op.finishedAt.time_since_epoch().count(), std::memory_order_relaxed);
@@ -595,7 +592,7 @@ void ProgressEngine::threadMainYielding() {
   Backoff backoff(0, 16, settings_.pollMaxSleep);
   auto activeAt = Clock::now();
   while (!stop_.load()) {
-    auto now = Clock::now();
+    const auto now = Clock::now();
     const int64_t sinceCaller = now.time_since_epoch().count() - callerDroveAt_.load(std::memory_order_relaxed);
     const bool callerWaits = waiters_.load() > 0 || callerSubmitting_.load(std::memory_order_acquire);
     const bool busy = busy_.load();

@@ -3,6 +3,7 @@
 // would deadlock.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
@@ -93,24 +94,25 @@ TEST(Calibration, EveryRankHoldsRankZerosNumbersAndChoosesAlike) {
 
 namespace {
 
-/// Holds back one send of the calibration's loaded ring (round 8, the
-/// first message with that index before any collective) for `delay`.
+/// Holds back one send of the calibration's loaded ring (its middle round,
+/// the first message with that index before any collective) for `delay`.
 class OneSlowRingRound : public gradcomm::testing::ForwardingTransport {
  public:
   OneSlowRingRound(std::unique_ptr<transport::Transport> inner, std::chrono::milliseconds delay)
       : ForwardingTransport(std::move(inner)), delay_(delay) {}
   transport::RequestPtr isend(int peer, const void* data, size_t bytes, const transport::Tag& tag) override {
-    if (!delayed_ && tag.seq == 0 && tag.message == kRound8) {
+    if (!delayed_ && tag.seq == 0 && tag.message == kMiddleRound) {
       delayed_ = true;
       std::this_thread::sleep_for(delay_);
     }
     return inner().isend(peer, data, bytes, tag);
   }
+  bool delayed() const { return delayed_; }
 
  private:
-  static constexpr uint32_t kRound8 = 128 + 8;  // calibration.cpp's kRingBase + 8
+  static constexpr uint32_t kMiddleRound = topology::kLoadedRingMessageBase + topology::kLoadedRingRounds / 2;
   std::chrono::milliseconds delay_;
-  bool delayed_ = false;
+  std::atomic<bool> delayed_{false};
 };
 
 }  // namespace
@@ -122,6 +124,7 @@ class OneSlowRingRound : public gradcomm::testing::ForwardingTransport {
 TEST(Calibration, OneStalledRoundOfTheLoadedRingDoesNotSetTheAlpha) {
   auto world = transport::InProcWorld::create(4, hostsOf(1));
   std::vector<topology::MachineCosts> costs(4);
+  std::atomic<bool> stalled{false};
   std::vector<std::thread> threads;
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
@@ -129,15 +132,22 @@ TEST(Calibration, OneStalledRoundOfTheLoadedRingDoesNotSetTheAlpha) {
       o.set("CALIBRATE", "1");
       o.set("TIMEOUT", "20s");
       std::unique_ptr<transport::Transport> t = world->transport(r);
-      if (r == 1) t = std::make_unique<OneSlowRingRound>(std::move(t), std::chrono::milliseconds(100));
+      OneSlowRingRound* slow = nullptr;
+      if (r == 1) {
+        auto s = std::make_unique<OneSlowRingRound>(std::move(t), std::chrono::milliseconds(100));
+        slow = s.get();
+        t = std::move(s);
+      }
       auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r), core::Config::resolve(o));
       Communicator comm(impl);
       costs[static_cast<size_t>(r)] = impl->selector().model()->costs();
+      if (slow && slow->delayed()) stalled = true;
       comm.barrier().wait();
     });
   }
   for (auto& th : threads) th.join();
   std::printf("inter-host alpha with one round stalled 100 ms: %.1f us\n", costs[0].interHost.alphaSeconds * 1e6);
+  ASSERT_TRUE(stalled.load()) << "no message of the loaded ring was held back";
   EXPECT_EQ(costs[0].source, "calibrated");
   EXPECT_LT(costs[0].interHost.alphaSeconds, 3e-3);
   for (int r = 1; r < 4; ++r) EXPECT_EQ(costs[static_cast<size_t>(r)].interHost.alphaSeconds, costs[0].interHost.alphaSeconds);
