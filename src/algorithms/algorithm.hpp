@@ -31,7 +31,13 @@ struct CollectiveCall {
 
 /// What a planner may know about the team and the tuning.
 struct Tuning {
+  /// Pipeline segment of tree-shaped plans (broadcast, reduce, tree
+  /// allreduce) and of the hierarchy's waves.
   size_t segmentBytes = 256 * 1024;
+  /// Pipeline segment of ring and halving-doubling exchanges: the
+  /// communicator sets GRADCOMM_NET_SEGMENT_SIZE here when it spans hosts,
+  /// GRADCOMM_SEGMENT_SIZE when it does not.
+  size_t exchangeSegmentBytes = 256 * 1024;
   int pipelineDepth = 4;
   size_t shmChunkBytes = 128 * 1024;
 };

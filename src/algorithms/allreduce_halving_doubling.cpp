@@ -27,7 +27,7 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
   Plan plan(const CollectiveCall& call, int r, int p, const Tuning& tuning) const override {
     PlanBuilder b;
     const size_t n = call.count;
-    const size_t seg = patterns::segmentElements(tuning.segmentBytes, dataTypeSize(call.type));
+    const size_t seg = patterns::segmentElements(tuning.exchangeSegmentBytes, dataTypeSize(call.type), n);
     const int depth = std::max(2, tuning.pipelineDepth);
     const auto f = patterns::fold(r, p);
     SlotPool slots(b, depth, seg);

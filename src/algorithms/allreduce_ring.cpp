@@ -31,7 +31,8 @@ class RingAllreduce final : public PlannedAlgorithm {
     }
     const bool avg = call.op == ReduceOp::kAvg;
     const Partition chunks{n, static_cast<size_t>(p)};
-    const size_t seg = patterns::segmentElements(tuning.segmentBytes, dataTypeSize(call.type));
+    const size_t seg =
+        patterns::segmentElements(tuning.exchangeSegmentBytes, dataTypeSize(call.type), chunks.sizeOf(0));
     const int depth = std::max(2, tuning.pipelineDepth);
     const size_t maxSegs = Segments{chunks.sizeOf(0), seg}.number();
     const int next = (r + 1) % p;

@@ -97,6 +97,7 @@ std::shared_ptr<const CompiledPlan> cachedPlan(const Algorithm* algorithm, const
   key.depth = ctx.tuning.pipelineDepth;
   key.count = call.count;
   key.segmentBytes = ctx.tuning.segmentBytes;
+  key.exchangeSegmentBytes = ctx.tuning.exchangeSegmentBytes;
   auto compiled = ctx.workspace->findPlan(key);
   if (!compiled) {
     compiled = CompiledPlan::compile(make());

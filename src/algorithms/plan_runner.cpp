@@ -233,6 +233,7 @@ SchedulePtr PlannedAlgorithm::schedule(const CollectiveCall& call, RunContext ct
   key.depth = ctx.tuning.pipelineDepth;
   key.count = call.count;
   key.segmentBytes = ctx.tuning.segmentBytes;
+  key.exchangeSegmentBytes = ctx.tuning.exchangeSegmentBytes;
   auto compiled = ctx.workspace->findPlan(key);
   if (!compiled) {
     const bool empty = call.count == 0 && call.collective != Collective::kBarrier;

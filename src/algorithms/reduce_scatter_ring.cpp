@@ -22,7 +22,7 @@ class RingReduceScatter final : public PlannedAlgorithm {
   Plan plan(const CollectiveCall& call, int r, int p, const Tuning& tuning) const override {
     PlanBuilder b;
     const size_t n = call.count;  // per rank
-    const size_t seg = patterns::segmentElements(tuning.segmentBytes, dataTypeSize(call.type));
+    const size_t seg = patterns::segmentElements(tuning.exchangeSegmentBytes, dataTypeSize(call.type), n);
     const int depth = std::max(2, tuning.pipelineDepth);
     const patterns::Segments segs{n, seg};
     const int next = (r + 1) % p, prev = (r + p - 1) % p;

@@ -26,11 +26,12 @@ struct PlanKey {
   const void* algorithm = nullptr;
   uint8_t collective = 0, type = 0, op = 0, inPlace = 0;
   int root = 0, rank = 0, size = 0, depth = 0;
-  size_t count = 0, segmentBytes = 0;
+  size_t count = 0, segmentBytes = 0, exchangeSegmentBytes = 0;
   bool operator==(const PlanKey& o) const {
     return algorithm == o.algorithm && collective == o.collective && type == o.type && op == o.op &&
            inPlace == o.inPlace && root == o.root && rank == o.rank && size == o.size && depth == o.depth &&
-           count == o.count && segmentBytes == o.segmentBytes;
+           count == o.count && segmentBytes == o.segmentBytes &&
+           exchangeSegmentBytes == o.exchangeSegmentBytes;
   }
 };
 
@@ -43,6 +44,7 @@ struct PlanKeyHash {
     mix(static_cast<uint64_t>(k.size) | (static_cast<uint64_t>(k.depth) << 32));
     mix(k.count);
     mix(k.segmentBytes);
+    mix(k.exchangeSegmentBytes);
     return static_cast<size_t>(h);
   }
 };

@@ -121,6 +121,10 @@ const std::vector<ParamDef>& registry() {
     d.push_back(bytesParam("GRADCOMM_SEGMENT_SIZE", "256K", &Config::segmentBytes, 64,
                                    "Pipeline segment: largest single message of ring, tree and "
                                    "halving-doubling, so transfer of one segment overlaps reduction of the last"));
+    d.push_back(bytesParam("GRADCOMM_NET_SEGMENT_SIZE", "4M", &Config::netSegmentBytes, 64,
+                           "Pipeline segment of ring and halving-doubling (allreduce, reduce-scatter, "
+                           "allgather) when the communicator spans hosts: fewer, larger messages between "
+                           "hosts (tree and the hierarchy's waves keep GRADCOMM_SEGMENT_SIZE)"));
     d.push_back(intParam("GRADCOMM_PIPELINE_DEPTH", "4", &Config::pipelineDepth, 1, 64,
                          "Segments in flight per peer (receive slots) in pipelined algorithms"));
     d.push_back(choiceParam("GRADCOMM_SELECT", "model", &Config::select, {"model", "rule"},

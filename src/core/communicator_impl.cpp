@@ -388,6 +388,7 @@ algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, 
     if (call.op == ReduceOp::kAvg) ctx.divide = kernels::divideFunction(call.type, simd_);
   }
   ctx.tuning.segmentBytes = config_.segmentBytes;
+  ctx.tuning.exchangeSegmentBytes = view_.numHosts() > 1 ? config_.netSegmentBytes : config_.segmentBytes;
   ctx.tuning.pipelineDepth = config_.pipelineDepth;
   ctx.tuning.shmChunkBytes = config_.shmChunkBytes;
   return ctx;

@@ -15,6 +15,7 @@ namespace {
 Options smallSegments() {
   Options o;
   o.set("SEGMENT_SIZE", "64");  // 16 float32: sizes below reach many segments
+  o.set("NET_SEGMENT_SIZE", "64");  // the same for ring and hd across emulated hosts
   o.set("PIPELINE_DEPTH", "2");
   o.set("TIMEOUT", "60s");
   return o;

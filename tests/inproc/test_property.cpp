@@ -44,7 +44,9 @@ TEST(Property, RandomCollectivesMatchTheReference) {
     const int p = 1 + static_cast<int>(worldRng() % 8);
     Options o;
     const size_t segments[] = {64, 256, 1024, 4096, 65536};
-    o.set("SEGMENT_SIZE", std::to_string(segments[worldRng() % 5]));
+    const size_t segment = segments[worldRng() % 5];
+    o.set("SEGMENT_SIZE", std::to_string(segment));
+    o.set("NET_SEGMENT_SIZE", std::to_string(segment));
     o.set("PIPELINE_DEPTH", std::to_string(1 + worldRng() % 4));
     o.set("SMALL_MESSAGE", std::to_string(worldRng() % 4096));
     o.set("TIMEOUT", "60s");
@@ -117,6 +119,7 @@ TEST(Property, EveryRankGetsIdenticalBitsForRealValuedFloats) {
     for (const char* algo : {"ring", "rd", "hd", "tree", "hier"}) {
       Options o;
       o.set("SEGMENT_SIZE", "256");
+      o.set("NET_SEGMENT_SIZE", "256");
       transport::InProcWorld::Settings settings;
       if (algo == std::string("hier")) {
         if (p < 3) continue;  // needs a host with two ranks and another host

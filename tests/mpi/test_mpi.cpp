@@ -41,6 +41,7 @@ int worldSize() {
 Options testOptions(const char* timeout = "60s") {
   Options o;
   o.set("SEGMENT_SIZE", "1K");
+  o.set("NET_SEGMENT_SIZE", "1K");
   o.set("TIMEOUT", timeout);
   return o;
 }

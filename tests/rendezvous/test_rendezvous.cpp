@@ -175,6 +175,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 int childMatrix() {
   Options o;
   o.set("SEGMENT_SIZE", "1K");
+  o.set("NET_SEGMENT_SIZE", "1K");
   Communicator comm = communicatorFromEnvironment(o);
   if (comm.transportName() != "ucx") {
     std::printf("FAIL transport is %s, not ucx\n", comm.transportName().c_str());

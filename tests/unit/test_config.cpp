@@ -119,6 +119,11 @@ TEST(Parameters, OutOfRangeValuesAreRejected) {
   s.set("SEGMENT_SIZE", "8");
   msg = errorOf([&] { Config::resolve(s); });
   EXPECT_NE(msg.find("too small"), std::string::npos) << msg;
+  Options ns;
+  ns.set("NET_SEGMENT_SIZE", "8");
+  msg = errorOf([&] { Config::resolve(ns); });
+  EXPECT_NE(msg.find("GRADCOMM_NET_SEGMENT_SIZE"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("too small"), std::string::npos) << msg;
   Options l;
   l.set("LOG_LEVEL", "chatty");
   EXPECT_THROW(Config::resolve(l), ConfigError);

@@ -122,6 +122,7 @@ long long inputShift(Collective coll, int rank, size_t count) {
 TEST(Plans, EveryPlannerIsRaceFreeAndItsMessagesPairUp) {
   Tuning tuning;
   tuning.segmentBytes = 16;  // 4 floats per segment: many segments
+  tuning.exchangeSegmentBytes = 16;
   tuning.pipelineDepth = 2;
   for (const auto& pc : plannedAlgorithms()) {
     for (int size = 1; size <= 9; ++size) {
@@ -167,6 +168,7 @@ TEST(Plans, EveryPlannerIsRaceFreeAndItsMessagesPairUp) {
 TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
   Tuning tuning;
   tuning.segmentBytes = 16;
+  tuning.exchangeSegmentBytes = 16;
   tuning.pipelineDepth = 2;
   struct Layout {
     std::vector<int> sizes;
@@ -218,6 +220,62 @@ TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
             ASSERT_EQ(sends, recvs) << toString(coll) << " size=" << size << " count=" << count;
             ASSERT_FALSE(sends.empty());
           }
+        }
+      }
+    }
+  }
+}
+
+// Ring and halving-doubling cut their exchanges by the exchange segment (the
+// communicator puts GRADCOMM_NET_SEGMENT_SIZE there when it spans hosts),
+// tree-shaped plans by the pipeline segment; each alone, so that a planner
+// reading the wrong one fails here.
+TEST(Plans, RingAndHalvingDoublingCutByTheExchangeSegmentTreesByThePipelineSegment) {
+  Tuning tuning;
+  tuning.segmentBytes = 16;          // 4 float32
+  tuning.exchangeSegmentBytes = 64;  // 16 float32
+  tuning.pipelineDepth = 2;
+  struct Case {
+    const Algorithm* algo;
+    size_t expected;  // largest message, in elements
+  };
+  const Case cases[] = {{&ringAllreduce(), 16},     {&halvingDoublingAllreduce(), 16}, {&ringReduceScatter(), 16},
+                        {&ringAllgather(), 16},     {&treeAllreduce(), 4},             {&treeBroadcast(), 4},
+                        {&treeReduce(), 4}};
+  const int p = 4;
+  for (const Case& c : cases) {
+    auto planned = dynamic_cast<const PlannedAlgorithm*>(c.algo);
+    ASSERT_NE(planned, nullptr) << c.algo->name();
+    auto call = makeCall(c.algo->collective(), 400, false, ReduceOp::kSum, 0);
+    for (int r = 0; r < p; ++r) {
+      Plan plan = planned->plan(call, r, p, tuning);
+      size_t largest = 0;  // sent or received
+      for (const Step& s : plan.steps) {
+        if (s.kind == StepKind::kSend) largest = std::max(largest, s.a.count);
+        if (s.kind == StepKind::kRecv) largest = std::max(largest, s.dst.count);
+      }
+      EXPECT_EQ(largest, c.expected) << toString(c.algo->collective()) << "/" << c.algo->name() << " rank " << r;
+    }
+  }
+}
+
+// A large exchange segment must not give a small call receive slots of the
+// segment's size: the slots are as big as the largest piece of the data.
+TEST(Plans, ReceiveSlotsOfRingAndHalvingDoublingAreNoLargerThanTheData) {
+  Tuning tuning;
+  tuning.exchangeSegmentBytes = size_t{64} << 20;  // 16 Mi float32
+  tuning.pipelineDepth = 4;
+  for (const Algorithm* algo : {&ringAllreduce(), &halvingDoublingAllreduce(), &ringReduceScatter()}) {
+    auto planned = dynamic_cast<const PlannedAlgorithm*>(algo);
+    ASSERT_NE(planned, nullptr);
+    for (int p : {2, 3, 4, 5}) {
+      for (size_t count : {size_t{1}, size_t{8}, size_t{1000}}) {
+        auto call = makeCall(algo->collective(), count, false, ReduceOp::kSum, 0);
+        for (int r = 0; r < p; ++r) {
+          Plan plan = planned->plan(call, r, p, tuning);
+          // Reduce-scatter's count is per rank; the others' is the whole vector.
+          EXPECT_LE(plan.scratchCount, 4 * count)
+              << toString(algo->collective()) << "/" << algo->name() << " p=" << p << " count=" << count << " rank " << r;
         }
       }
     }

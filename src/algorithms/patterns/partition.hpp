@@ -33,6 +33,14 @@ inline size_t segmentElements(size_t segmentBytes, size_t elemSize) {
   return n == 0 ? 1 : n;
 }
 
+/// The same, never more than `largest` elements (the biggest piece a plan
+/// cuts), so that receive slots sized by the segment stay as small as the
+/// data when the segment is large.
+inline size_t segmentElements(size_t segmentBytes, size_t elemSize, size_t largest) {
+  size_t n = segmentElements(segmentBytes, elemSize);
+  return largest == 0 ? 1 : (n < largest ? n : largest);
+}
+
 inline int mod(long long a, int p) {
   long long r = a % p;
   return static_cast<int>(r < 0 ? r + p : r);
