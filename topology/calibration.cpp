@@ -33,24 +33,24 @@ struct Wire {
   uint32_t magic = kMagic;
   uint32_t flags = 0;
   uint64_t textBytes = 0;
-  double values[7] = {};
+  double values[9] = {};
   uint32_t source = 0;  // 0 defaults, 1 calibrated, 2 file
   uint32_t pad = 0;
   int32_t probes[2] = {-1, -1};  // the peer rank 0 probes per link class, or -1
 };
 
 void pack(const MachineCosts& c, Wire* w) {
-  const double v[7] = {c.sameHost.alphaSeconds,  c.sameHost.betaSecondsPerByte, c.interHost.alphaSeconds,
+  const double v[9] = {c.sameHost.alphaSeconds,  c.sameHost.betaSecondsPerByte, c.interHost.alphaSeconds,
                        c.interHost.betaSecondsPerByte, c.copySecondsPerByte, c.reduceSecondsPerByte,
-                       c.shmSyncSeconds};
+                       c.shmSyncSeconds, c.sameHost.roundFloorSeconds, c.interHost.roundFloorSeconds};
   std::memcpy(w->values, v, sizeof v);
   w->source = c.source == "defaults" ? 0 : c.source == "calibrated" ? 1 : 2;
 }
 
 MachineCosts unpack(const Wire& w) {
   MachineCosts c;
-  c.sameHost = {w.values[0], w.values[1]};
-  c.interHost = {w.values[2], w.values[3]};
+  c.sameHost = {w.values[0], w.values[1], w.values[7]};
+  c.interHost = {w.values[2], w.values[3], w.values[8]};
   c.copySecondsPerByte = w.values[4];
   c.reduceSecondsPerByte = w.values[5];
   c.shmSyncSeconds = w.values[6];
@@ -272,7 +272,7 @@ class SetupExchangeImpl : public SetupExchange {
   /// the previous, all ranks at once, as in a collective's rounds. A lone
   /// ping-pong between two otherwise idle ranks misses what such rounds
   /// cost where ranks share cores or links; rank 0 raises the slowest link
-  /// class's alpha to what a round took (fitLoadedAlpha). Receives are not
+  /// class's round floor to what a round took (fitRoundFloor). Receives are not
   /// spun on: the creator's loop yields between polls, as waiting ranks do.
   void ring() {
     const int p = t_.size(), r = t_.rank();
@@ -297,7 +297,7 @@ class SetupExchangeImpl : public SetupExchange {
         if (i == kRingRounds - 1) {
           const double round = medianOf(roundSeconds_);
           LinkCost& l = view_.numHosts() > 1 ? costs_.interHost : costs_.sameHost;
-          l.alphaSeconds = fitLoadedAlpha(l.alphaSeconds, round, ModelSettings{}.roundOverheadSeconds);
+          l.roundFloorSeconds = fitRoundFloor(round, ModelSettings{}.roundOverheadSeconds);
         }
       });
     }
@@ -368,8 +368,8 @@ LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, 
   return {alpha, std::max((oneWay - alpha) / static_cast<double>(bulkBytes), floorBeta)};
 }
 
-double fitLoadedAlpha(double pingAlpha, double roundSeconds, double roundOverheadSeconds) {
-  return std::max(pingAlpha, roundSeconds - roundOverheadSeconds);
+double fitRoundFloor(double roundSeconds, double roundOverheadSeconds) {
+  return std::max(0.0, roundSeconds - roundOverheadSeconds);
 }
 
 MachineCosts measureLocalCosts() {
@@ -404,8 +404,10 @@ std::string formatCalibration(const MachineCosts& c, const std::string& layout) 
   out.precision(17);
   out << "# gradcomm calibration (GRADCOMM_CALIBRATE=path): seconds and seconds per byte\n";
   out << "layout " << layout << "\n";
-  out << "same_host " << c.sameHost.alphaSeconds << " " << c.sameHost.betaSecondsPerByte << "\n";
-  out << "inter_host " << c.interHost.alphaSeconds << " " << c.interHost.betaSecondsPerByte << "\n";
+  out << "same_host " << c.sameHost.alphaSeconds << " " << c.sameHost.betaSecondsPerByte << " "
+      << c.sameHost.roundFloorSeconds << "\n";
+  out << "inter_host " << c.interHost.alphaSeconds << " " << c.interHost.betaSecondsPerByte << " "
+      << c.interHost.roundFloorSeconds << "\n";
   out << "copy " << c.copySecondsPerByte << "\n";
   out << "reduce " << c.reduceSecondsPerByte << "\n";
   out << "shm_sync " << c.shmSyncSeconds << "\n";
@@ -444,9 +446,14 @@ MachineCosts parseCalibration(const std::string& text, const std::string& origin
       expect(2);
       if (layout) *layout = w[1];
     } else if (w[0] == "same_host" || w[0] == "inter_host") {
-      expect(3);
+      // alpha, beta and the loaded round's floor (files of earlier
+      // versions have no floor: none).
+      if (w.size() != 3 && w.size() != 4) {
+        throw ConfigError(where + "'" + w[0] + "' takes 2 or 3 values (alpha, beta, loaded round floor), got " +
+                          std::to_string(w.size() - 1));
+      }
       LinkCost& l = w[0] == "same_host" ? c.sameHost : c.interHost;
-      l = {number(1), number(2)};
+      l = {number(1), number(2), w.size() == 4 ? number(3) : 0.0};
       seen[w[0] == "same_host" ? 0 : 1] = true;
     } else if (w[0] == "copy") {
       expect(2);

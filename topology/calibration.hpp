@@ -23,13 +23,17 @@ MachineCosts measureLocalCosts();
 /// (`copySecondsPerByte`, this core's memcpy rate).
 LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, double copySecondsPerByte);
 
-/// A link class's alpha once a round with every rank sending at once took
-/// `roundSeconds`: the model charges a round alpha plus its per-round
-/// overhead, so alpha is raised to the difference (never lowered below the
-/// ping-pong's). On 4 emulated hosts on 2 cores a lone ping-pong gave
-/// 14 us while a round of a collective took about 100 us, and the model
-/// chose more, smaller messages than it should have.
-double fitLoadedAlpha(double pingAlpha, double roundSeconds, double roundOverheadSeconds);
+/// A link class's round floor (LinkCost::roundFloorSeconds) once a round
+/// of 8-byte messages with every rank sending at once took `roundSeconds`:
+/// the model adds its per-round overhead to the floor, so the floor is the
+/// difference (0 when the overhead covers it). On 4 emulated hosts on 2
+/// cores a lone ping-pong gave 14 us while a round of a collective took
+/// about 100 us; the round's wait for a core overlaps its transfer, so the
+/// floor replaces alpha only while alpha plus the transfer is shorter (the
+/// ping-pong's alpha raised to the loaded round for every message priced
+/// `rd` at 16 KiB on 4x1 at 2 x (40 + 131) us; it took 273, and `hd`, four
+/// rounds of 4..8 KiB, 216).
+double fitRoundFloor(double roundSeconds, double roundOverheadSeconds);
 
 /// The text of a calibration file for `layout` ("HxL").
 std::string formatCalibration(const MachineCosts& costs, const std::string& layout);

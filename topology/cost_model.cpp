@@ -14,10 +14,15 @@ int floorPow2(int p) {
 }
 
 std::string linkText(const char* name, const LinkCost& l) {
-  char buf[128];
+  char buf[160];
   std::snprintf(buf, sizeof buf, "%s %.2fus %.2fGB/s", name, l.alphaSeconds * 1e6,
                 l.betaSecondsPerByte > 0 ? 1e-9 / l.betaSecondsPerByte : 0.0);
-  return buf;
+  std::string text = buf;
+  if (l.roundFloorSeconds > 0) {
+    std::snprintf(buf, sizeof buf, " (loaded round >= %.2fus)", l.roundFloorSeconds * 1e6);
+    text += buf;
+  }
+  return text;
 }
 
 }  // namespace
@@ -80,7 +85,7 @@ double CostModel::roundSeconds(const Pairs& messages, double bytes) const {
       share = std::max(out[static_cast<size_t>(view_.hostOf(s))], in[static_cast<size_t>(view_.hostOf(d))]);
     }
     const LinkCost& l = costs_.link(c);
-    worst = std::max(worst, l.alphaSeconds + bytes * l.betaSecondsPerByte * share);
+    worst = std::max(worst, std::max(l.roundFloorSeconds, l.alphaSeconds + bytes * l.betaSecondsPerByte * share));
   }
   return messages.empty() ? worst : worst + settings_.roundOverheadSeconds;
 }
@@ -212,7 +217,7 @@ CostModel::TreeStream CostModel::treeStream(const std::vector<std::vector<int>>&
                                sameHostLoad * seg * costs_.sameHost.betaSecondsPerByte);
   // Each message a rank takes part in costs its fixed overhead once per
   // segment, and the root of a reduction sums what each child sent.
-  const double alpha = linkLoad > 0 ? costs_.interHost.alphaSeconds : costs_.sameHost.alphaSeconds;
+  const double alpha = linkLoad > 0 ? costs_.interHost.fixedSeconds() : costs_.sameHost.fixedSeconds();
   perSegment += messagesPerRank * (alpha + settings_.roundOverheadSeconds);
   if (reduce) perSegment += messagesPerRank * seg * costs_.reduceSecondsPerByte;
   return {fill, perSegment, segments};

@@ -14,6 +14,14 @@ namespace gradcomm::topology {
 struct LinkCost {
   double alphaSeconds = 0;        ///< time of an empty message
   double betaSecondsPerByte = 0;  ///< added time per byte
+  /// The least a round costs (before the model's per-round overhead) when
+  /// every rank sends at once: where ranks share cores, a round waits for
+  /// its peers to get one, and that wait overlaps the transfer, so a round
+  /// costs max(floor, alpha + bytes x beta). 0: no floor (the ping-pong's
+  /// alpha is the whole fixed cost).
+  double roundFloorSeconds = 0;
+  /// What a message alone costs at least: alpha, or the floor when higher.
+  double fixedSeconds() const { return alphaSeconds > roundFloorSeconds ? alphaSeconds : roundFloorSeconds; }
 };
 
 /// The machine as the cost model sees it. Every rank of a communicator
@@ -52,8 +60,9 @@ struct ModelSettings {
 /// Predicts the time of each algorithm for a call from the topology and the
 /// machine's costs: per algorithm a sum over its communication rounds of
 /// the slowest message in the round (alpha + bytes x beta of its link
-/// class, beta multiplied by the number of messages sharing a host's
-/// network link in that round), plus the reduction's bytes x cost.
+/// class, or the class's loaded-round floor when higher; beta multiplied
+/// by the number of messages sharing a host's network link in that
+/// round), plus the reduction's bytes x cost.
 class CostModel {
  public:
   CostModel(TopologyView view, MachineCosts costs, ModelSettings settings = {});

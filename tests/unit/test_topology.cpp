@@ -114,12 +114,40 @@ TEST(Calibration, ANoisyPingCannotMakeALinkFasterThanAMemoryCopy) {
   EXPECT_GT(fitLink(10e-6, 2e-3, 1 << 20, copy).betaSecondsPerByte, 10 * copy);
 }
 
-TEST(Calibration, ALoadedRoundRaisesAlphaButNeverLowersIt) {
-  // 4 emulated hosts on 2 cores: ping-pong 14 us, a round with every rank
-  // active 100 us; the model adds 2 us per round on top of alpha.
-  EXPECT_DOUBLE_EQ(fitLoadedAlpha(14e-6, 100e-6, 2e-6), 98e-6);
-  // Dedicated cores: rounds cost what the ping-pong said, alpha stays.
-  EXPECT_DOUBLE_EQ(fitLoadedAlpha(14e-6, 12e-6, 2e-6), 14e-6);
+TEST(Calibration, ALoadedRoundSetsTheRoundFloorLessTheModelsOverhead) {
+  // 4 emulated hosts on 2 cores: a round with every rank active 100 us;
+  // the model adds 2 us per round on top of the floor.
+  EXPECT_DOUBLE_EQ(fitRoundFloor(100e-6, 2e-6), 98e-6);
+  // A round faster than the overhead: no floor.
+  EXPECT_DOUBLE_EQ(fitRoundFloor(1e-6, 2e-6), 0.0);
+}
+
+// A round costs max(floor, alpha + bytes x beta) plus the overhead: small
+// messages pay the loaded round, large ones their transfer, never both.
+// 4 hosts x 1 rank, 1 Gbit/s, ping alpha 14 us, floor 40 us: at 16 KiB
+// halving-doubling's four rounds of 4..8 KiB beat recursive doubling's two
+// of 16 KiB (as measured: 216 against 273 us); at 1 KiB rd wins.
+TEST(CostModel, TheLoadedRoundFloorOverlapsTheTransfer) {
+  MachineCosts c = MachineCosts::defaults();
+  c.interHost = {14e-6, 8e-9, 40e-6};
+  ModelSettings s;
+  const double ov = s.roundOverheadSeconds, red = c.reduceSecondsPerByte;
+  // Two hosts, rd is one round.
+  CostModel two(TopologyView::uniform(2, 1), c, s);
+  EXPECT_NEAR(*two.predict(Collective::kAllreduce, "rd", 8), 40e-6 + ov + 8 * red, 1e-12);
+  EXPECT_NEAR(*two.predict(Collective::kAllreduce, "rd", 16384), 14e-6 + 16384 * 8e-9 + ov + 16384 * red, 1e-12);
+  CostModel m(TopologyView::uniform(4, 1), c, s);
+  auto at = [](const CostModel& model, const char* algo, size_t bytes) {
+    return *model.predict(Collective::kAllreduce, algo, bytes);
+  };
+  EXPECT_LT(at(m, "hd", 16384), at(m, "rd", 16384));
+  EXPECT_LT(at(m, "rd", 1024), at(m, "hd", 1024));
+  // With alpha raised to the loaded round instead (the model before the
+  // floor), rd looked cheaper at 16 KiB.
+  MachineCosts raised = c;
+  raised.interHost = {40e-6, 8e-9, 0};
+  CostModel old(TopologyView::uniform(4, 1), raised, s);
+  EXPECT_LT(at(old, "rd", 16384), at(old, "hd", 16384));
 }
 
 TEST(WaitPolicy, AutoYieldsOnlyWhenTheHostsRanksOutnumberItsCpus) {
@@ -319,6 +347,7 @@ TEST(CalibrationFile, RoundTripsAndRejectsMalformedLines) {
   EXPECT_EQ(layout, "2x2");
   EXPECT_DOUBLE_EQ(back.interHost.betaSecondsPerByte, c.interHost.betaSecondsPerByte);
   EXPECT_DOUBLE_EQ(back.sameHost.alphaSeconds, c.sameHost.alphaSeconds);
+  EXPECT_DOUBLE_EQ(back.interHost.roundFloorSeconds, c.interHost.roundFloorSeconds);
   EXPECT_DOUBLE_EQ(back.shmSyncSeconds, c.shmSyncSeconds);
   EXPECT_EQ(back.source, "file");
   auto failsWith = [](const std::string& text, const std::string& needle) {
@@ -329,7 +358,8 @@ TEST(CalibrationFile, RoundTripsAndRejectsMalformedLines) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  failsWith("same_host 1e-6\n", "cal.txt line 1: 'same_host' takes 2 value(s), got 1");
+  failsWith("same_host 1e-6\n", "cal.txt line 1: 'same_host' takes 2 or 3 values (alpha, beta, loaded round floor), got 1");
+  failsWith("same_host 1e-6 1e-10 1e-5 1\n", "takes 2 or 3 values");
   failsWith("layout 1x1\nsame_host 1e-6 fast\n", "cal.txt line 2: 'fast' is not a time in seconds");
   failsWith("bandwidth 3\n", "cal.txt line 1: unknown key 'bandwidth'");
   failsWith("same_host 1e-6 1e-10\ninter_host 1e-5 1e-9\ncopy 1e-10\nreduce 1e-10\n", "no 'shm_sync' line");
