@@ -291,6 +291,25 @@ TEST(Work, WaitWithTimeoutReturnsFalseUntilThePeersArrive) {
   });
 }
 
+// Ranks that wait by yielding (GRADCOMM_WAIT=yield, as where ranks
+// outnumber cores), with a timeout that fails rather than hangs a test.
+static Options yieldingRanks() {
+  Options o;
+  o.set("WAIT", "yield");
+  o.set("TIMEOUT", "30s");
+  return o;
+}
+
+// `calls` waited allreduces of `buf` through forced `rd` (the engine, not
+// the shared-memory inline path), each waited for as soon as it is submitted.
+static void waitedRdCalls(Communicator& comm, std::vector<float>& buf, int calls) {
+  CollectiveOptions rd;
+  rd.algorithm = "rd";
+  for (int i = 0; i < calls; ++i) {
+    comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, rd).wait();
+  }
+}
+
 // Watches `w` without driving it (endTime() only reads) until the
 // communicator's background thread has finished it: 10 s at most.
 static void expectTheBackgroundThreadFinishes(Work& w) {
@@ -306,9 +325,7 @@ static void expectTheBackgroundThreadFinishes(Work& w) {
 // waits (and drives). A caller whose wait times out leaves the operation
 // to that thread: it must wake and finish it with nobody driving.
 TEST(Work, AfterATimedOutWaitTheBackgroundThreadFinishesTheCallWhenRanksOutnumberCores) {
-  Options o;
-  o.set("WAIT", "yield");
-  o.set("TIMEOUT", "30s");
+  const Options o = yieldingRanks();
   runRanks(
       2,
       [](RankContext& ctx) {
@@ -334,9 +351,7 @@ TEST(Work, AfterATimedOutWaitTheBackgroundThreadFinishesTheCallWhenRanksOutnumbe
 // that wake-up per call made an 8-byte allreduce 1.4-1.6x MPI's time). The
 // thread naps and is not woken per call.
 TEST(Work, CallsWaitedForAtOnceDoNotWakeTheBackgroundThreadWhenRanksOutnumberCores) {
-  Options o;
-  o.set("WAIT", "yield");
-  o.set("TIMEOUT", "30s");
+  const Options o = yieldingRanks();
   constexpr int kCalls = 300;
   runRanks(
       2,
@@ -344,9 +359,7 @@ TEST(Work, CallsWaitedForAtOnceDoNotWakeTheBackgroundThreadWhenRanksOutnumberCor
         CollectiveOptions rd;
         rd.algorithm = "rd";  // through the engine, not the shared-memory inline path
         std::vector<float> buf(16);
-        for (int i = 0; i < 20; ++i) {  // warm up: plans, the thread settles
-          ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, rd).wait();
-        }
+        waitedRdCalls(ctx.comm, buf, 20);  // warm up: plans, the thread settles
         const uint64_t before = ctx.comm.impl()->engine().threadWakeups();
         const auto start = Clock::now();
         for (int i = 0; i < kCalls; ++i) {
@@ -375,18 +388,14 @@ TEST(Work, CallsWaitedForAtOnceDoNotWakeTheBackgroundThreadWhenRanksOutnumberCor
 // finished by the napping background thread (within a nap), even after a
 // long run of calls whose callers waited at once.
 TEST(Work, ASmallCallNobodyWaitsForIsFinishedByTheThreadWhenRanksOutnumberCores) {
-  Options o;
-  o.set("WAIT", "yield");
-  o.set("TIMEOUT", "30s");
+  const Options o = yieldingRanks();
   runRanks(
       2,
       [](RankContext& ctx) {
         CollectiveOptions rd;
         rd.algorithm = "rd";
         std::vector<float> buf(16);
-        for (int i = 0; i < 100; ++i) {
-          ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, rd).wait();
-        }
+        waitedRdCalls(ctx.comm, buf, 100);
         std::fill(buf.begin(), buf.end(), static_cast<float>(ctx.rank + 1));
         if (ctx.rank == 0) {
           Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, rd);
