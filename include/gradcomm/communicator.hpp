@@ -82,7 +82,7 @@ class GRADCOMM_API Work {
   /// (it continues). Rethrows its error.
   bool wait(std::chrono::milliseconds timeout);
   /// False for a default-constructed Work.
-  bool valid() const { return state_ != nullptr; }
+  bool valid() const { return state_ != nullptr || done_.algorithm != nullptr; }
   /// Name of the algorithm that runs (or ran) the operation.
   std::string algorithm() const;
   /// Communicator-local sequence number of the operation.
@@ -99,7 +99,19 @@ class GRADCOMM_API Work {
  private:
   friend class detail::CommunicatorImpl;
   explicit Work(std::shared_ptr<detail::OperationState> s) : state_(std::move(s)) {}
+  /// A call that finished inside the call that issued it (a small
+  /// shared-memory allreduce on an idle engine) has no shared state: the
+  /// handle carries its record.
+  struct Done {
+    const char* algorithm = nullptr;  ///< the catalog's name (static storage); null: not such a call
+    uint64_t seq = 0;
+    size_t bytes = 0;
+    std::chrono::steady_clock::time_point start{};
+    std::chrono::steady_clock::time_point end{};
+  };
+  explicit Work(const Done& done) : done_(done) {}
   std::shared_ptr<detail::OperationState> state_;
+  Done done_;
 };
 
 /// A group of ranks that run collectives together. Every collective is

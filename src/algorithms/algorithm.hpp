@@ -125,12 +125,22 @@ class Algorithm {
   /// of the peers allow. True when it completed; false when it did not
   /// start (`*rest` stays empty: schedule it as usual) or when peers were
   /// late (`*rest` holds a schedule that carries on from where it stopped).
+  /// `ctx.signature` and `ctx.phases` may be null here (a call with no
+  /// operation object has none to point at): a schedule left in `*rest`
+  /// must not keep them.
   virtual bool runInline(const CollectiveCall& call, const RunContext& ctx, InlinePatience patience,
                          SchedulePtr* rest) const {
     (void)call;
     (void)ctx;
     (void)patience;
     (void)rest;
+    return false;
+  }
+  /// Whether runInline() takes `call` (it starts rather than returning false
+  /// with `*rest` empty): such calls skip the operation object.
+  virtual bool runsInline(const CollectiveCall& call, const RunContext& ctx) const {
+    (void)call;
+    (void)ctx;
     return false;
   }
 };

@@ -286,9 +286,7 @@ class HierAllreduceSchedule final : public Schedule {
       const Part pt = part(v, k, j);
       if (pt.count) std::memcpy(slot(me_, b, j), in_ + pt.offset * elem_, pt.count * elem_);
     }
-    ShmRankBlock::Mailbox& box = g_->block(me_).mailbox[b];
-    box.fingerprint = ctx_.tag.fingerprint;
-    box.ready.store(rid, std::memory_order_release);
+    g_->publish(b, rid, ctx_.tag.fingerprint);
     ++stageNext_;
     return true;
   }

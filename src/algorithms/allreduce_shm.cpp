@@ -111,7 +111,7 @@ class ShmAllreduceSchedule final : public Schedule {
     const uint64_t rid = id(k);
     if (rid > 2) {
       for (int q = 0; q < p_; ++q) {
-        if (q != me_ && g_.block(q).consumed.load(std::memory_order_acquire) < rid - 2) return stall(q, "finish reading an earlier round");
+        if (q != me_ && !g_.finishedReading(q, rid - 2)) return stall(q, "finish reading an earlier round");
       }
     }
     const int b = buf(k);
@@ -122,9 +122,7 @@ class ShmAllreduceSchedule final : public Schedule {
     if (own.offset) std::memcpy(mine, in_ + begin * elem_, own.offset * elem_);
     const size_t after = own.offset + own.count;
     if (n > after) std::memcpy(mine + after * elem_, in_ + (begin + after) * elem_, (n - after) * elem_);
-    ShmRankBlock::Mailbox& box = g_.block(me_).mailbox[b];
-    box.fingerprint = ctx_.tag.fingerprint;
-    box.ready.store(rid, std::memory_order_release);
+    g_.publish(b, rid, ctx_.tag.fingerprint);
     ++stageNext_;
     return true;
   }
@@ -209,15 +207,13 @@ class ShmAllreduceSchedule final : public Schedule {
     if (stageNext_ == 0) {
       if (rid > 2) {
         for (int q = 0; q < p_; ++q) {
-          if (q != me_ && g_.block(q).consumed.load(std::memory_order_acquire) < rid - 2) {
+          if (q != me_ && !g_.finishedReading(q, rid - 2)) {
             return stall(q, "finish reading an earlier round");
           }
         }
       }
-      ShmRankBlock::Mailbox& box = g_.block(me_).mailbox[b];
-      if (bytes) std::memcpy(inlined ? box.data : g_.buffer(me_, b), in_, bytes);
-      box.fingerprint = ctx_.tag.fingerprint;
-      box.ready.store(rid, std::memory_order_release);
+      if (bytes) std::memcpy(inlined ? g_.block(me_).mailbox[b].data : g_.buffer(me_, b), in_, bytes);
+      g_.publish(b, rid, ctx_.tag.fingerprint);
       stageNext_ = 1;
       moved = true;
     }
@@ -306,10 +302,13 @@ class ShmAllreduce final : public Algorithm {
   }
   // The whole call is one staged mailbox per rank and a reduction: no
   // operation object, queue or heap schedule is needed unless a peer is late.
+  bool runsInline(const CollectiveCall& call, const RunContext& ctx) const override {
+    return ctx.transport->sharedMemory() && call.count * dataTypeSize(call.type) <= ShmAllreduceSchedule::kDirectMaxBytes;
+  }
   bool runInline(const CollectiveCall& call, const RunContext& ctx, InlinePatience patience,
                  SchedulePtr* rest) const override {
     ShmGroup* g = ctx.transport->sharedMemory();
-    if (!g || call.count * dataTypeSize(call.type) > ShmAllreduceSchedule::kDirectMaxBytes) return false;
+    if (!g || !runsInline(call, ctx)) return false;
     ShmAllreduceSchedule s(call, ctx, *g);  // takes this call's round: no way back from here
     for (int i = 0; i < patience.polls && s.direct(); ++i) {
       s.advance();

@@ -109,7 +109,7 @@ std::shared_ptr<const CompiledPlan> cachedPlan(const Algorithm* algorithm, const
 bool peersDoneWith(const ShmGroup& g, uint64_t rid, int* stalledOn) {
   if (rid <= 2) return true;
   for (int q = 0; q < g.localSize(); ++q) {
-    if (q != g.localRank() && g.block(q).consumed.load(std::memory_order_acquire) < rid - 2) {
+    if (q != g.localRank() && !g.finishedReading(q, rid - 2)) {
       *stalledOn = q;
       return false;
     }

@@ -38,20 +38,25 @@ bool Work::wait(std::chrono::milliseconds timeout) {
   return state_->finished();
 }
 
-std::string Work::algorithm() const { return state_ ? state_->algorithmName() : std::string(); }
+std::string Work::algorithm() const {
+  if (state_) return state_->algorithmName();
+  return done_.algorithm ? done_.algorithm : std::string();
+}
 
-uint64_t Work::sequence() const { return state_ ? state_->seq : 0; }
+uint64_t Work::sequence() const { return state_ ? state_->seq : done_.seq; }
 
 std::chrono::steady_clock::time_point Work::startTime() const {
-  return state_ && state_->status.load() >= detail::OperationState::kRunning ? state_->startedAt
-                                                                              : std::chrono::steady_clock::time_point{};
+  if (!state_) return done_.start;
+  return state_->status.load() >= detail::OperationState::kRunning ? state_->startedAt
+                                                                   : std::chrono::steady_clock::time_point{};
 }
 
 std::chrono::steady_clock::time_point Work::endTime() const {
-  return state_ && state_->finished() ? state_->finishedAt : std::chrono::steady_clock::time_point{};
+  if (!state_) return done_.end;
+  return state_->finished() ? state_->finishedAt : std::chrono::steady_clock::time_point{};
 }
 
-size_t Work::bytes() const { return state_ ? state_->bytes : 0; }
+size_t Work::bytes() const { return state_ ? state_->bytes : done_.bytes; }
 
 // ---- Communicator ----------------------------------------------------------------
 

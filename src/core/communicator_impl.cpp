@@ -452,6 +452,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       e.fingerprint = c.fingerprint;
       e.bytes = c.bytes;
       e.ctx = c.ctx;
+      e.runsInline = c.runsInline;
       // A rejected call aborts the communicator, so taking the number
       // before the buffer checks cannot put the ranks out of step.
       seq = nextSeq_++;
@@ -464,6 +465,17 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       reject(err, call);
     }
     if (core::logEnabled(core::LogLevel::kDebug)) logChoice(call, seq, e.algorithm->name(), {});
+    if (e.runsInline) {
+      // A small call on an idle engine runs here with no operation object;
+      // one is made only if it goes on past this call (peers late) or fails.
+      transport::CallSignature signature = e.signature;
+      signature.seq = seq;
+      e.ctx.tag.seq = seq;
+      e.ctx.tag.fingerprint = e.fingerprint;
+      auto out = engine_->submitInline(*e.algorithm, call, e.ctx, signature, e.bytes);
+      if (out.finished) return Work(Work::Done{e.algorithm->name(), seq, e.bytes, out.start, out.end});
+      if (out.taken) return Work(std::move(out.op));
+    }
   } else {
     algorithms::Selector::Choice choice{nullptr, {}, {}};
     try {
@@ -489,7 +501,9 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
          signature,
          signature.fingerprint(),
          algorithms::Selector::callBytes(call, size_),
-         runContext(call, {})};
+         runContext(call, {}),
+         false};
+    e.runsInline = e.bytes <= kEagerMaxBytes && e.algorithm->runsInline(call, e.ctx);
     {
       std::lock_guard<std::mutex> lock(submitMu_);
       cache_.entries[slot] = e;
@@ -497,17 +511,10 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
     }
     logChoice(call, seq, e.algorithm->name(), choice.why);
   }
-  auto op = OperationState::create();
-  op->seq = seq;
-  op->algo = e.algorithm;
-  op->fingerprint = e.fingerprint;
-  op->signature = e.signature;
-  op->signature.seq = seq;
-  op->bytes = e.bytes;
-  op->call = call;
-  op->ctx = e.ctx;
-  op->ctx.tag.seq = op->seq;
-  op->ctx.tag.fingerprint = op->fingerprint;
+  e.signature.seq = seq;
+  e.ctx.tag.seq = seq;
+  e.ctx.tag.fingerprint = e.fingerprint;
+  auto op = OperationState::forCall(e.algorithm, call, e.ctx, e.signature, e.bytes);
   engine_->submit(op, op->bytes <= kEagerMaxBytes);
   return Work(op);
 }

@@ -115,6 +115,9 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
       uint32_t fingerprint;
       size_t bytes;
       algorithms::RunContext ctx;  ///< runContext() of the call, tag left empty
+      /// The algorithm runs the call inline (Algorithm::runsInline): it
+      /// tries ProgressEngine::submitInline before making an operation.
+      bool runsInline;
     };
     static constexpr size_t kSize = 16;
     Entry entries[kSize];

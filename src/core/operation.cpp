@@ -53,6 +53,21 @@ std::shared_ptr<OperationState> OperationState::create() {
   return std::allocate_shared<OperationState>(PoolAllocator<OperationState>());
 }
 
+std::shared_ptr<OperationState> OperationState::forCall(const algorithms::Algorithm* algo,
+                                                        const algorithms::CollectiveCall& call,
+                                                        const algorithms::RunContext& ctx,
+                                                        const transport::CallSignature& signature, size_t bytes) {
+  auto op = create();
+  op->seq = signature.seq;
+  op->algo = algo;
+  op->fingerprint = ctx.tag.fingerprint;
+  op->signature = signature;
+  op->bytes = bytes;
+  op->call = call;
+  op->ctx = ctx;
+  return op;
+}
+
 void OperationState::finish(std::exception_ptr e) {
   // Waiters poll `status` (they drive progress themselves); the release
   // store publishes finishedAt and error with it.

@@ -23,6 +23,12 @@ struct OperationState {
   /// Recycles the memory of finished operations (per thread), so a stream
   /// of small collectives does not pay the allocator for each one.
   static std::shared_ptr<OperationState> create();
+  /// An operation for `call` run by `algo`: the sequence number comes from
+  /// `signature.seq`, the fingerprint from `ctx.tag` (both already set).
+  static std::shared_ptr<OperationState> forCall(const algorithms::Algorithm* algo,
+                                                 const algorithms::CollectiveCall& call,
+                                                 const algorithms::RunContext& ctx,
+                                                 const transport::CallSignature& signature, size_t bytes);
 
   enum Status : int { kQueued, kRunning, kDone, kFailed };
 

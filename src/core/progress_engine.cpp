@@ -92,38 +92,24 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op, bool eage
     // Idle engine: this operation becomes the active one at once and the
     // submitting thread takes its first step (never a long earlier one).
     std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
-    if (drive.owns_lock()) {
-      // busy_ is false only while the queue is empty and nothing is active.
-      // A concurrent submission from another thread may still queue behind
-      // this one: calls from several threads at once have no order anyway.
-      if (!failedFlag_.load() && !stop_.load() && !busy_.load() && !active_) {
-        // A thread that wakes during this step leaves the operation to the
-        // caller: the step may yield the core (on a host whose ranks
-        // outnumber its cores, for tens of microseconds).
-        callerSubmitting_.store(true, std::memory_order_relaxed);
-        if (!runInline(op)) {
-          active_ = op;
-          busy_.store(true);
-          this->drive();
-        }
-        drive.unlock();
-        // The caller is about to wait (and drive): the thread leaves the
-        // rest to it for a grace period from here. A clock read only for
-        // calls that go on (a small shared-memory call has finished).
-        callerDroveAt_.store((op->finished() ? op->queuedAt : Clock::now()).time_since_epoch().count(),
-                             std::memory_order_relaxed);
-        callerSubmitting_.store(false, std::memory_order_release);
-        // Not done in one step: a blocked thread must carry on if the caller
-        // does not wait soon (a lingering one sees busy_ by itself). A
-        // napping one (yield mode) is left asleep while callers wait at
-        // once: a wake-up per call took the core from a peer rank, and the
-        // nap ends within kNap if this caller does not wait after all.
-        if (!op->finished() &&
-            (blocked_.load() || (standingAside_.load() && !callerWaitsAtOnce_.load(std::memory_order_relaxed)))) {
-          wakeThread();
-        }
-        return;
+    // A concurrent submission from another thread may still queue behind
+    // this one: calls from several threads at once have no order anyway.
+    if (drive.owns_lock() && idleForCaller()) {
+      // A thread that wakes during this step leaves the operation to the
+      // caller: the step may yield the core (on a host whose ranks
+      // outnumber its cores, for tens of microseconds).
+      callerSubmitting_.store(true, std::memory_order_relaxed);
+      if (!runInline(op)) {
+        active_ = op;
+        busy_.store(true);
+        this->drive();
       }
+      drive.unlock();
+      // A clock read only for calls that go on (a small shared-memory call
+      // has finished).
+      const bool finished = op->finished();
+      afterCallerStep(finished ? op->queuedAt : Clock::now(), finished ? nullptr : op.get());
+      return;
     }
   }
   {
@@ -142,6 +128,89 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op, bool eage
   // Only a thread asleep on the condition variable needs the (system call)
   // wake-up; while it lingers it polls busy_ by itself.
   if (blocked_.load() || standingAside_.load()) wakeThread();
+}
+
+void ProgressEngine::afterCallerStep(Clock::time_point droveAt, const OperationState* unfinished) {
+  // The caller is about to wait (and drive): the thread leaves the rest to
+  // it for a grace period from here.
+  callerDroveAt_.store(droveAt.time_since_epoch().count(), std::memory_order_relaxed);
+  callerSubmitting_.store(false, std::memory_order_release);
+  // Not done in one step: a blocked thread must carry on if the caller does
+  // not wait soon (a lingering one sees busy_ by itself). A napping one
+  // (yield mode) is left asleep while callers wait at once: a wake-up per
+  // call took the core from a peer rank, and the nap ends within kNap if
+  // this caller does not wait after all.
+  if (unfinished && !unfinished->finished() &&
+      (blocked_.load() || (standingAside_.load() && !callerWaitsAtOnce_.load(std::memory_order_relaxed)))) {
+    wakeThread();
+  }
+}
+
+ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Algorithm& algo,
+                                                           const algorithms::CollectiveCall& call,
+                                                           algorithms::RunContext ctx,
+                                                           const transport::CallSignature& signature, size_t bytes) {
+  InlineOutcome out;
+  std::unique_lock<std::mutex> drive(driveMu_, std::try_to_lock);
+  if (!drive.owns_lock() || !idleForCaller()) return out;
+  // The call starts when it is submitted: one clock read serves both.
+  const auto now = Clock::now();
+  if (!inlineAllowed(now)) return out;
+  out.taken = true;
+  callerSubmitting_.store(true, std::memory_order_relaxed);
+  // No operation holds a signature or phases for the algorithm to point at
+  // (see Algorithm::runInline).
+  ctx.workspace = &workspace_;
+  ctx.signature = nullptr;
+  ctx.phases = nullptr;
+  // The operation that carries on when the call does not finish here.
+  auto makeOperation = [&] {
+    auto op = OperationState::forCall(&algo, call, ctx, signature, bytes);
+    op->ctx.signature = &op->signature;
+    op->ctx.phases = &op->phases;
+    op->engine = weak_from_this();
+    op->queuedAt = op->startedAt = now;
+    op->status.store(OperationState::kRunning);
+    return op;
+  };
+  try {
+    transport_->announce(signature);
+    algorithms::SchedulePtr rest;
+    if (algo.runInline(call, ctx, {kInlinePatience, settings_.yieldWhenIdle}, &rest)) {
+      out.finished = true;
+      out.start = now;
+      out.end = Clock::now();
+    } else {
+      out.op = makeOperation();
+      active_ = out.op;
+      busy_.store(true);
+      if (rest) {
+        // Peers are late: the engine carries on with the schedule as if it
+        // had started the operation itself.
+        out.op->schedule = std::move(rest);
+        lastProgress_ = lastHealthCheck_ = lastProbe_ = Clock::now();
+      } else {
+        // It did not start after all: the usual first step.
+        this->drive();
+      }
+    }
+  } catch (...) {
+    if (!out.op) out.op = makeOperation();
+    active_ = out.op;
+    busy_.store(true);
+    failActive(std::current_exception());
+  }
+  drive.unlock();
+  afterCallerStep(out.finished ? now : Clock::now(), out.op.get());
+  return out;
+}
+
+bool ProgressEngine::inlineAllowed(Clock::time_point now) {
+  // A notice from a failed peer is looked for at the start of operations
+  // (see drive()): when that look is due, the usual path takes it.
+  if (now - lastAbortPoll_ >= std::chrono::microseconds(50)) return false;
+  transport::ShmGroup* g = transport_->sharedMemory();
+  return !g || g->failedPeer() < 0;
 }
 
 void ProgressEngine::wakeThread() {
@@ -183,10 +252,7 @@ bool ProgressEngine::runInline(const std::shared_ptr<OperationState>& op) {
   // submitted. A clock read costs about 28 ns here (kvm-clock), 4% of an
   // 8-byte shared-memory allreduce.
   const auto now = op->queuedAt;
-  // A notice from a failed peer is looked for at the start of operations
-  // (see drive()): when that look is due, the usual path takes it.
-  if (now - lastAbortPoll_ >= std::chrono::microseconds(50)) return false;
-  if (transport::ShmGroup* g = transport_->sharedMemory(); g && g->failedPeer() >= 0) return false;
+  if (!inlineAllowed(now)) return false;
   op->startedAt = now;
   op->status.store(OperationState::kRunning);
   op->ctx.workspace = &workspace_;

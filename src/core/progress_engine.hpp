@@ -85,6 +85,23 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// are already there completes before submit returns, and its first
   /// messages leave without waiting for a thread hand-off).
   void submit(const std::shared_ptr<detail::OperationState>& op, bool eager = false);
+  /// What submitInline() came to.
+  struct InlineOutcome {
+    bool taken = false;     ///< false: nothing ran; submit the call as an operation
+    bool finished = false;  ///< it completed; start and end are its times
+    detail::Clock::time_point start{};
+    detail::Clock::time_point end{};
+    /// Taken and not finished: the operation that carries on (peers were
+    /// late) or that failed.
+    std::shared_ptr<detail::OperationState> op;
+  };
+  /// Runs a small call through `algo`'s inline path in the calling thread,
+  /// with no operation object, when the engine is idle (see
+  /// Algorithm::runsInline). `ctx` carries the call's tag, `signature` its
+  /// sequence number. An operation is made only when the peers are late
+  /// (it carries the rest of the schedule) or the call fails.
+  InlineOutcome submitInline(const algorithms::Algorithm& algo, const algorithms::CollectiveCall& call,
+                             algorithms::RunContext ctx, const transport::CallSignature& signature, size_t bytes);
   /// Drives progress until `op` finishes or `deadline` passes; true if finished.
   bool waitFor(detail::OperationState& op, detail::Clock::time_point deadline);
   /// Stops the thread and fails whatever is pending with `reason`.
@@ -129,6 +146,16 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// (small calls on an idle engine); true when it finished or became the
   /// active operation with the rest of its schedule. Requires driveMu_.
   bool runInline(const std::shared_ptr<detail::OperationState>& op);
+  /// Requires driveMu_: nothing is active or queued and the engine has not
+  /// failed or stopped, so a submitting caller may take the first step.
+  bool idleForCaller() const { return !failedFlag_.load() && !stop_.load() && !busy_.load() && !active_; }
+  /// Requires driveMu_: no look for a failed peer's notice is due at `now`
+  /// (drive() takes it) and no host-local peer has failed.
+  bool inlineAllowed(detail::Clock::time_point now);
+  /// After a submitting caller stepped and let go of driveMu_: the thread
+  /// leaves the rest to the caller for a grace period from `droveAt`, and
+  /// is woken if `unfinished` (the call, if it goes on) needs it.
+  void afterCallerStep(detail::Clock::time_point droveAt, const detail::OperationState* unfinished);
   /// Polls of the peers an inline call makes before it hands its schedule
   /// to the engine (a few microseconds when spinning).
   static constexpr int kInlinePatience = 256;

@@ -55,6 +55,35 @@ bool ShmGroup::alive(int local) const {
   return ::kill(pid, 0) == 0 || errno != ESRCH;
 }
 
+void ShmGroup::publish(int b, uint64_t rid, uint32_t fingerprint) {
+  ShmRankBlock& me = block(localRank_);
+  ShmRankBlock::Mailbox& box = me.mailbox[b];
+  box.fingerprint = fingerprint;
+  box.consumedAtStage.store(static_cast<uint32_t>(me.consumed.load(std::memory_order_relaxed)),
+                            std::memory_order_relaxed);
+  box.ready.store(rid, std::memory_order_release);
+}
+
+bool ShmGroup::finishedReading(int q, uint64_t rid) const {
+  const ShmRankBlock& peer = block(q);
+  const ShmRankBlock::Mailbox& box = peer.mailbox[(rid + 1) & 1];
+  // Read like a seqlock: the value belongs to round rid + 1's staging when
+  // `ready` shows that round before and after. A rank stages a round only
+  // after its peers finished reading the one two before it (its own
+  // reading trails its staging by the few rounds a call pipelines), so the
+  // value is within a few rounds of rid and its low 32 bits compare safely.
+  // A value from a later staging is larger: still a true answer.
+  if (box.ready.load(std::memory_order_acquire) == rid + 1) {
+    const uint32_t seen = box.consumedAtStage.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (box.ready.load(std::memory_order_relaxed) == rid + 1 &&
+        static_cast<int32_t>(seen - static_cast<uint32_t>(rid)) >= 0) {
+      return true;
+    }
+  }
+  return peer.consumed.load(std::memory_order_acquire) >= rid;
+}
+
 void ShmGroup::announce(const CallSignature& call) {
   ShmRankBlock& b = block(localRank_);
   uint64_t words[sizeof(CallSignature) / 8];

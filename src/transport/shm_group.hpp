@@ -27,7 +27,9 @@ struct ShmRankBlock {
   struct alignas(64) Mailbox {
     std::atomic<uint64_t> ready;  ///< round whose input is staged in buffer b
     uint32_t fingerprint;         ///< call signature of that round
-    uint32_t reserved;
+    /// Low 32 bits of this rank's `consumed` when it staged the round (see
+    /// ShmGroup::finishedReading).
+    std::atomic<uint32_t> consumedAtStage;
     static constexpr size_t kInlineBytes = 48;
     char data[kInlineBytes];  ///< the whole input when it fits
   };
@@ -100,6 +102,14 @@ class ShmGroup {
     }
     return -1;
   }
+  /// Publishes round `rid` (its data staged) in this rank's mailbox `b`:
+  /// the call's fingerprint and the last round this rank finished reading.
+  void publish(int b, uint64_t rid, uint32_t fingerprint);
+  /// Whether local rank `q` finished reading round `rid` (its `consumed`
+  /// reached it). Looks first at q's mailbox of round rid + 1, which this
+  /// rank read in that round: when it has not changed since, the answer
+  /// costs no cache line from q's core (its `consumed` line would).
+  bool finishedReading(int q, uint64_t rid) const;
   /// Next round number (private to this rank; every rank counts alike).
   uint64_t takeRound() { return ++round_; }
 

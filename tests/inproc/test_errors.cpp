@@ -257,6 +257,25 @@ TEST(Errors, MismatchedCallsFailOnEveryRankWellBeforeTheTimeout) {
   }
 }
 
+// The same after a signature was seen: rank 0 repeats a small
+// shared-memory call (it runs with no operation object) while the others
+// change its reduction; every rank fails, none hangs.
+TEST(Errors, AMismatchOnARepeatedSmallSharedMemoryCallFailsOnEveryRank) {
+  for (int p : {2, 3}) {
+    auto out = perRank(p, [](RankContext& ctx) {
+      std::vector<float> buf(8, 1.0f);
+      ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+      EXPECT_EQ(buf[0], static_cast<float>(ctx.comm.size()));
+      const ReduceOp op = ctx.rank == 0 ? ReduceOp::kSum : ReduceOp::kMax;
+      ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, op).wait();
+      ctx.comm.barrier().wait();
+    });
+    SCOPED_TRACE("p=" + std::to_string(p));
+    expectAMismatchOnEveryRank(out);
+    EXPECT_TRUE(contains(out.what[0], "op") || contains(out.what[0], "reduction")) << out.what[0];
+  }
+}
+
 TEST(Errors, ZeroCountWorksWithNullPointersForEveryCollective) {
   runRanks(3, [](RankContext& ctx) {
     ctx.comm.allreduce(nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum).wait();
@@ -508,6 +527,62 @@ TEST(Work, ASmallCallStartedEagerlyCompletesWithoutWaiting) {
     for (auto& wk : works) wk.wait();
     for (auto& b : bufs) EXPECT_EQ(b[3], 3.0f);
   });
+}
+
+// A repeated small shared-memory allreduce runs in the calling thread with
+// no operation object when the engine is idle, and its Work carries the
+// record itself; the record reads the same whichever path the call took.
+TEST(Work, RepeatedSmallSharedMemoryCallsKeepTheirRecords) {
+  runRanks(2, [](RankContext& ctx) {
+    std::vector<float> buf(8);
+    for (int i = 0; i < 300; ++i) {
+      std::fill(buf.begin(), buf.end(), static_cast<float>(i + ctx.rank));
+      const auto before = Clock::now();
+      Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+      w.wait();
+      const auto after = Clock::now();
+      SCOPED_TRACE("call " + std::to_string(i) + ", rank " + std::to_string(ctx.rank));
+      ASSERT_EQ(buf[7], static_cast<float>(2 * i + 1));
+      Work copy = w;
+      for (const Work* x : {&w, &copy}) {
+        ASSERT_TRUE(x->valid());
+        ASSERT_EQ(x->algorithm(), "shm");
+        ASSERT_EQ(x->sequence(), static_cast<uint64_t>(i));
+        ASSERT_EQ(x->bytes(), 32u);
+        ASSERT_LE(before, x->startTime());
+        ASSERT_LE(x->startTime(), x->endTime());
+        ASSERT_LE(x->endTime(), after);
+        ASSERT_TRUE(x->phases().empty());
+      }
+      ASSERT_TRUE(w.test());
+      ASSERT_TRUE(w.wait(std::chrono::milliseconds(0)));
+    }
+  }, quick());
+}
+
+// A repeated small call whose peers are late: the call that began in the
+// submitting thread carries on as an operation, which the engine's thread
+// finishes while the caller does not wait.
+TEST(Work, ARepeatedSmallCallWhosePeersAreLateCarriesOnAsAnOperation) {
+  runRanks(3, [](RankContext& ctx) {
+    std::vector<float> buf(8, 1.0f);
+    ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+    std::fill(buf.begin(), buf.end(), static_cast<float>(ctx.rank + 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30 * ctx.rank));
+    Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(w.sequence(), 1u);
+    EXPECT_EQ(w.algorithm(), "shm");
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    // endTime() only reads the state; it does not drive progress.
+    while (w.endTime() == Clock::time_point{}) {
+      ASSERT_LT(Clock::now(), deadline) << "rank " << ctx.rank << ": nothing finished the call";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_LE(w.startTime(), w.endTime());
+    w.wait();
+    EXPECT_EQ(buf[0], 6.0f);
+    EXPECT_EQ(buf[7], 6.0f);
+  }, quick());
 }
 
 // Every field of a call is part of what the ranks agree on, whatever the
