@@ -24,6 +24,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gradcomm/gradcomm.hpp"
@@ -56,6 +57,9 @@ struct Args {
   bool noMpi = false;
   bool quiet = false;
   bool median = false;  ///< --median: each rank's median call time, not the mean
+  /// --interleave: every configuration at one size before the next size,
+  /// so the times compared at a size are taken close together.
+  bool interleave = false;
 };
 
 struct Row {
@@ -189,6 +193,10 @@ void usage() {
       "  -q, --quiet             no progress on stderr\n"
       "  --median                time each call and report the median (the slowest rank's), not the\n"
       "                          mean of the whole run: robust to a rare long stall on a busy host\n"
+      "  --interleave            measure every configuration (algorithms, baselines) at a size before\n"
+      "                          the next size, instead of one configuration's whole sweep after the\n"
+      "                          other: on a machine whose speed drifts, the ratios at a size compare\n"
+      "                          times taken moments apart (the tables print as usual)\n"
       "Sizes are bytes of the whole buffer as in nccl-tests (allgather: the output,\n"
       "reducescatter: the input). busbw = algbw * 2(n-1)/n (allreduce), (n-1)/n\n"
       "(allgather, reducescatter), 1 (broadcast, baselines memcpy and p2p).\n");
@@ -276,6 +284,8 @@ Args parseArgs(int argc, char** argv) {
       a.quiet = true;
     } else if (k == "--median") {
       a.median = true;
+    } else if (k == "--interleave") {
+      a.interleave = true;
     } else {
       usage();
       die("unknown option '" + k + "'");
@@ -897,7 +907,58 @@ int main(int argc, char** argv) {
   }
   if (layout.empty()) layout = comm->layout();
   Context ctx{args, comm, mpi, hosts, control, transport};
-  for (const auto& run : runs) {
+  // Which (configuration, type, op) tables this transport prints.
+  auto measured = [&](const Config& run, DataType t, ReduceOp op) {
+    // Baselines do not depend on gradcomm's transport: once.
+    if (run.algo.rfind("baseline:", 0) == 0 && transport != args.transports.front()) return false;
+    if (op == ReduceOp::kAvg && !isFloatingPoint(t)) return false;
+    return run.compression == "none" || (t == DataType::kFloat32 && (op == ReduceOp::kSum || op == ReduceOp::kAvg));
+  };
+  // One size of one configuration; a failure that may mean a lost peer ends the job.
+  auto measure = [&](const Config& run, DataType t, ReduceOp op, size_t bytes, Buffers& b) {
+    const std::string& cfg = run.algo;
+    const size_t elem = dataTypeSize(t);
+    const Geometry g = geometry(args.collective, bytes, elem);
+    b.allocate(g.inElems * elem, std::max(g.outElems, g.inElems) * elem);
+    for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
+    try {
+      return runSize(ctx, cfg, cfg.rfind("baseline:", 0) == 0 ? "none" : run.compression, t, op, bytes, b);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kTransport || e.code() == ErrorCode::kRemote) {
+        // A peer may be gone, and MPI_Finalize would wait for it
+        // forever: end the job (see the README).
+        std::fprintf(stderr, "gradcomm-bench: rank %d failed: %s\n", gRank, e.what());
+        std::fflush(stderr);
+        if (gUseMpi) MPI_Abort(MPI_COMM_WORLD, 2);
+      }
+      die(std::string("failed: ") + e.what());
+    }
+  };
+  // --interleave: every table's rows measured first, size by size, every
+  // configuration at a size in turn; the tables below print them.
+  std::map<std::tuple<size_t, int, int, size_t>, std::vector<Row>> early;
+  if (args.interleave) {
+    for (DataType t : args.types) {
+      for (ReduceOp op : args.ops) {
+        Buffers b;
+        for (size_t bytes : sizes) {
+          const Geometry g = geometry(args.collective, bytes, dataTypeSize(t));
+          if (g.count == 0 && bytes > 0) continue;
+          for (size_t i = 0; i < runs.size(); ++i) {
+            if (!measured(runs[i], t, op)) continue;
+            const auto key = std::make_tuple(i, static_cast<int>(t), static_cast<int>(op), bytes);
+            if (!args.quiet && gRank == 0) {
+              std::fprintf(stderr, "[gradcomm-bench] %zu/%zu %s %s %s %zu B\n", ++progress, totalSteps,
+                           runs[i].algo.c_str(), toString(t), toString(op), bytes);
+            }
+            early[key] = measure(runs[i], t, op, bytes, b);
+          }
+        }
+      }
+    }
+  }
+  for (size_t runIndex = 0; runIndex < runs.size(); ++runIndex) {
+    const Config& run = runs[runIndex];
     const std::string& cfg = run.algo;
     // Baselines do not depend on gradcomm's transport: once.
     if (cfg.rfind("baseline:", 0) == 0 && transport != args.transports.front()) continue;
@@ -921,29 +982,18 @@ int main(int argc, char** argv) {
         int busN = 0;
         Buffers b;
         for (size_t bytes : sizes) {
-          ++progress;
-          const size_t elem = dataTypeSize(t);
-          const Geometry g = geometry(args.collective, bytes, elem);
+          const Geometry g = geometry(args.collective, bytes, dataTypeSize(t));
           if (g.count == 0 && bytes > 0) continue;
-          if (!args.quiet && gRank == 0) {
-            std::fprintf(stderr, "[gradcomm-bench] %zu/%zu %s %s %s %zu B\n", progress, totalSteps, cfg.c_str(),
-                         toString(t), toString(op), bytes);
-          }
-          b.allocate(g.inElems * elem, std::max(g.outElems, g.inElems) * elem);
-          for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
           std::vector<Row> rows;
-          try {
-            rows = runSize(ctx, cfg, cfg.rfind("baseline:", 0) == 0 ? "none" : run.compression, t, op, bytes, b);
-          } catch (const Error& e) {
-            if (e.code() == ErrorCode::kTimeout || e.code() == ErrorCode::kTransport ||
-                e.code() == ErrorCode::kRemote) {
-              // A peer may be gone, and MPI_Finalize would wait for it
-              // forever: end the job (see the README).
-              std::fprintf(stderr, "gradcomm-bench: rank %d failed: %s\n", gRank, e.what());
-              std::fflush(stderr);
-              if (gUseMpi) MPI_Abort(MPI_COMM_WORLD, 2);
+          if (args.interleave) {
+            rows = early[std::make_tuple(runIndex, static_cast<int>(t), static_cast<int>(op), bytes)];
+          } else {
+            ++progress;
+            if (!args.quiet && gRank == 0) {
+              std::fprintf(stderr, "[gradcomm-bench] %zu/%zu %s %s %s %zu B\n", progress, totalSteps, cfg.c_str(),
+                           toString(t), toString(op), bytes);
             }
-            die(std::string("failed: ") + e.what());
+            rows = measure(run, t, op, bytes, b);
           }
           if (rows.empty()) {
             if (gRank == 0) std::printf("# %s: not available for %s %s\n", cfg.c_str(), toString(t), toString(op));
