@@ -633,7 +633,8 @@ MPI_Op mpiOp(ReduceOp op) {
   }
 }
 
-using CallFn = std::function<std::string(int set, void* in, void* out)>;  // returns what ran
+// One call. Nothing else is timed with it: what ran is read once afterwards.
+using CallFn = std::function<void(int set, void* in, void* out)>;
 
 // Times `iters` calls after `warmup` and returns the per-call time in us
 // (the slowest rank's).
@@ -685,6 +686,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
   for (bool inPlace : {false, true}) {
     std::string executed = isBaseline ? base : algo;
     CallFn call;
+    Work last;  // the last call's Work: what ran
     bool supported = true;
     if (!isBaseline) {
       call = [&](int, void* in, void* out) {
@@ -697,7 +699,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
           default: break;
         }
         w.wait();
-        return w.algorithm();
+        last = std::move(w);
       };
     } else if (base == "mpi") {
       MPI_Datatype mt = mpiType(t);
@@ -718,7 +720,6 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
             break;
           default: break;
         }
-        return std::string("mpi");
       };
     } else if (base == "memcpy") {
       call = [&](int set, void*, void*) {
@@ -726,7 +727,6 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
         // the collective's in-place layout.
         std::memcpy(b.out[static_cast<size_t>(set)].get(), b.out[static_cast<size_t>((set + 1) % b.sets)].get(),
                     std::min(realBytes, b.outBytes));
-        return std::string("memcpy");
       };
     } else if (base == "p2p") {
       supported = gSize >= 2;
@@ -765,10 +765,8 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       stream(std::max(1, ctx.args.warmup));
       us = stream(ctx.args.iters);
     } else {
-      us = timeCalls(ctx, b, inPlace, g, elem, [&](int set, void* in, void* out) {
-        ran = call(set, in, out);
-        return ran;
-      });
+      us = timeCalls(ctx, b, inPlace, g, elem, call);
+      if (last.valid()) ran = last.algorithm();
     }
 
     long long wrong = 0;
