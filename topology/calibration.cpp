@@ -10,6 +10,7 @@
 #include "base/units.hpp"
 #include "gradcomm/error.hpp"
 #include "kernels/reduce.hpp"
+#include "transport/shm_group.hpp"
 
 namespace gradcomm::topology {
 namespace {
@@ -29,7 +30,7 @@ double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>
 /// runs the same build, so the layout is the same everywhere).
 struct Wire {
   static constexpr uint32_t kMagic = 0x67636331;  // "gcc1"
-  static constexpr uint32_t kPingPong = 1, kTuning = 2, kTuningError = 4;
+  static constexpr uint32_t kPingPong = 1, kTuning = 2, kTuningError = 4, kShmLoad = 8;
   uint32_t magic = kMagic;
   uint32_t flags = 0;
   uint64_t textBytes = 0;
@@ -66,6 +67,9 @@ constexpr size_t kLargeBytes = 1024 * 1024;
 // Message indices: 0 header, 1 tuning text, 2 final costs; each probed
 // link class its own block after that.
 constexpr uint32_t kHeaderMessage = 0, kTextMessage = 1, kFinalMessage = 2, kLeadersMessage = 3;
+// Each other rank of rank 0's host (in its own view) tells rank 0 the size
+// of the shared-memory group it sees (0: none), before the header.
+constexpr uint32_t kShmStatusMessage = 4;
 constexpr uint32_t kClassBase[2] = {16, 64};
 // The loaded round: every rank sends 8 bytes to the next rank and receives
 // from the previous, kRingRounds times, each round after the last one's
@@ -79,6 +83,12 @@ constexpr uint32_t kClassBase[2] = {16, 64};
 // (37..49 us predicted against 55..76).
 constexpr uint32_t kRingBase = kLoadedRingMessageBase;
 constexpr int kRingRounds = kLoadedRingRounds;
+// The loaded shared-memory phase (the ranks of rank 0's host, all at once,
+// when every one of them sees the same shared-memory group): kShmSyncRounds hand-offs
+// with no data; rank 0 takes the median of all but the first. The fixed
+// 0.5 us priced 1x4 (4 ranks on 2 cores) 1 KiB shm at 0.9 us against 6..9
+// measured.
+constexpr int kShmSyncRounds = 17;
 
 /// A list of sends, receives and callbacks run strictly in order; callbacks
 /// may insert further steps right after themselves.
@@ -94,6 +104,8 @@ class SetupExchangeImpl : public SetupExchange {
     for (int r = 0; r < t_.size(); ++r) {
       leaders_[static_cast<size_t>(r)] = view.ranksOnHost(view.hostOf(r)).front();
     }
+    transport::ShmGroup* g = t_.sharedMemory();
+    shmSize_ = g ? g->localSize() : 0;
     if (t_.rank() == 0) startRoot(); else startOther();
   }
 
@@ -109,7 +121,8 @@ class SetupExchangeImpl : public SetupExchange {
       }
     }
     while (next_ < steps_.size()) {
-      if (!current_ && steps_[next_].kind != Step::kCall) {
+      if (steps_[next_].kind == Step::kPoll && !steps_[next_].poll()) return moved;
+      if (!current_ && steps_[next_].kind != Step::kCall && steps_[next_].kind != Step::kPoll) {
         Step& s = steps_[next_];
         transport::Tag tag = tag_;
         tag.message = s.message;
@@ -140,13 +153,14 @@ class SetupExchangeImpl : public SetupExchange {
     if (done()) return "nothing";
     if (next_ >= steps_.size()) return "calibration sends of the loaded round to complete";
     const Step& s = steps_[next_];
+    if (s.kind == Step::kPoll) return "the host's other ranks in the calibration's shared-memory phase";
     return std::string("calibration ") + (s.kind == Step::kSend ? "send to" : "recv from") + " rank " +
            std::to_string(s.peer) + " (message " + std::to_string(s.message) + ")";
   }
 
  private:
   struct Step {
-    enum Kind { kSend, kRecv, kCall } kind = kCall;
+    enum Kind { kSend, kRecv, kCall, kPoll } kind = kCall;
     int peer = -1;
     void* data = nullptr;
     size_t bytes = 0;
@@ -154,6 +168,7 @@ class SetupExchangeImpl : public SetupExchange {
     bool spin = false;
     std::function<void()> then;
     bool detach = false;  ///< a send the exchange does not wait for before the next step
+    std::function<bool()> poll;  ///< kPoll: true once the step is done (then `then` runs)
   };
   void add(Step s) { steps_.insert(steps_.begin() + static_cast<std::ptrdiff_t>(insertAt_++), std::move(s)); }
   void send(int peer, void* data, size_t bytes, uint32_t message, std::function<void()> then = {}) {
@@ -163,10 +178,30 @@ class SetupExchangeImpl : public SetupExchange {
     add(Step{Step::kRecv, peer, data, bytes, message, spin, std::move(then)});
   }
   void call(std::function<void()> f) { add(Step{Step::kCall, -1, nullptr, 0, 0, false, std::move(f)}); }
+  void poll(std::function<bool()> f, std::function<void()> then = {}) {
+    Step s;
+    s.kind = Step::kPoll;
+    s.poll = std::move(f);
+    s.then = std::move(then);
+    add(std::move(s));
+  }
 
   void startRoot() {
     header_.flags = (in_.runPingPong ? Wire::kPingPong : 0) | (in_.tuning.tuningPresent ? Wire::kTuning : 0) |
                     (in_.tuning.error.empty() ? 0 : Wire::kTuningError);
+    // The shared-memory phase needs every rank of this host in it: run it
+    // only when each sees the same group as rank 0 (a rank left out would
+    // leave the others waiting for its hand-offs).
+    const auto& local = view_.hostLocalRanks(0);
+    peerShmSizes_.assign(local.size(), -1);
+    for (size_t i = 1; i < local.size(); ++i) {
+      recv(local[i], &peerShmSizes_[i], sizeof(int32_t), kShmStatusMessage);
+    }
+    call([this, n = static_cast<int32_t>(local.size())] {
+      bool agreed = in_.runPingPong && in_.shmLoad && n >= 2 && shmSize_ == n;
+      for (size_t i = 1; i < peerShmSizes_.size(); ++i) agreed = agreed && peerShmSizes_[i] == n;
+      if (agreed) header_.flags |= Wire::kShmLoad;
+    });
     text_ = in_.tuning.error.empty() ? in_.tuning.tuningText : in_.tuning.error;
     header_.textBytes = text_.size();
     pack(in_.costs, &header_);
@@ -185,6 +220,12 @@ class SetupExchangeImpl : public SetupExchange {
       }
       call([this] { ring(); });
       call([this] {
+        if (header_.flags & Wire::kShmLoad) shmLoad();
+      });
+      call([this] {
+        // Measured on idle cores; where this host's ranks share fewer
+        // CPUs, every byte moved or reduced on it takes longer.
+        costs_ = shareCores(costs_, static_cast<int>(view_.hostLocalRanks(0).size()), cpusAvailable());
         costs_.source = "calibrated";
         pack(costs_, &final_);
         for (int r = 1; r < t_.size(); ++r) send(r, &final_, sizeof final_, kFinalMessage);
@@ -194,6 +235,7 @@ class SetupExchangeImpl : public SetupExchange {
   }
 
   void startOther() {
+    if (view_.hostOf(t_.rank()) == view_.hostOf(0)) send(0, &shmSize_, sizeof shmSize_, kShmStatusMessage);
     recv(0, &header_, sizeof header_, kHeaderMessage, [this] {
       if (header_.magic != Wire::kMagic) {
         throw InternalError("calibration: rank 0 sent a malformed header (another gradcomm build?)");
@@ -211,6 +253,10 @@ class SetupExchangeImpl : public SetupExchange {
           if (probes_[c] == t_.rank()) call([this, c] { respond(c); });
         }
         call([this] { ring(); });
+        // Rank 0's host only (in rank 0's view): its numbers are the ones used.
+        call([this] {
+          if ((header_.flags & Wire::kShmLoad) && leaders_[static_cast<size_t>(t_.rank())] == 0) shmLoad();
+        });
         recv(0, &final_, sizeof final_, kFinalMessage, [this] { costs_ = unpack(final_); });
       }
       call([this] { finish(header_.flags); });
@@ -303,6 +349,56 @@ class SetupExchangeImpl : public SetupExchange {
     }
   }
 
+  /// Every rank of rank 0's host, when each sees the same shared-memory
+  /// group, all at once: hand-offs through the mailboxes with no data. Rank 0 sets
+  /// the shared-memory hand-off to the median one (what a flag costs when
+  /// every rank of the host waits for the others, as in a collective).
+  void shmLoad() {
+    transport::ShmGroup* g = t_.sharedMemory();
+    if (!g || g->localSize() < 2) return;
+    const bool measures = t_.rank() == 0;
+    for (int i = 0; i < kShmSyncRounds; ++i) {
+      shmHandOff(*g, [this, i, measures] {
+        if (!measures) return;
+        const auto now = Clock::now();
+        if (i > 0) shmRounds_.push_back(std::chrono::duration<double>(now - shmStart_).count());
+        shmStart_ = now;
+        if (i == kShmSyncRounds - 1) costs_.shmSyncSeconds = medianOf(shmRounds_);
+      });
+    }
+  }
+
+  /// One hand-off among the host's ranks: publish a new round, wait until
+  /// every peer published it too, mark it read (the shm allreduce's flags,
+  /// with no data and no fingerprint).
+  void shmHandOff(transport::ShmGroup& g, std::function<void()> then) {
+    poll(
+        [this, &g] {
+          const int me = g.localRank();
+          // Every rank of the host takes as many rounds, in the same order.
+          if (shmRound_ == 0) shmRound_ = g.takeRound();
+          if (!shmPublished_) {
+            if (shmRound_ > 2) {
+              for (int q = 0; q < g.localSize(); ++q) {
+                if (q != me && !g.finishedReading(q, shmRound_ - 2)) return false;
+              }
+            }
+            g.publish(static_cast<int>(shmRound_ & 1), shmRound_, 0);
+            shmPublished_ = true;
+          }
+          for (int q = 0; q < g.localSize(); ++q) {
+            if (q != me && g.block(q).mailbox[shmRound_ & 1].ready.load(std::memory_order_acquire) < shmRound_) {
+              return false;
+            }
+          }
+          g.block(me).consumed.store(shmRound_, std::memory_order_release);
+          shmRound_ = 0;
+          shmPublished_ = false;
+          return true;
+        },
+        std::move(then));
+  }
+
   /// The probe's half: echo every message; the last medium ping says
   /// whether a large one follows.
   void respond(int c) {
@@ -351,6 +447,14 @@ class SetupExchangeImpl : public SetupExchange {
   std::vector<int32_t> leaders_;  ///< rank 0's view of the hosts (sent, or received)
   Clock::time_point start_, t0_, ringStart_;  // ringStart_: the last round's end (rank 0)
   std::vector<double> roundSeconds_;
+  // The shared-memory phase: the round in progress and whether it is
+  // published; rank 0's hand-off times.
+  int32_t shmSize_ = 0;                ///< the shared-memory group this rank sees (0: none)
+  std::vector<int32_t> peerShmSizes_;  ///< rank 0: what each rank of its host sees
+  uint64_t shmRound_ = 0;  ///< 0: none taken yet
+  bool shmPublished_ = false;
+  Clock::time_point shmStart_;
+  std::vector<double> shmRounds_;
   std::array<double, 3> rtt_[2] = {};
   bool large_[2] = {false, false};
 };
@@ -397,6 +501,16 @@ MachineCosts measureLocalCosts() {
     return c;
   }();
   return measured;
+}
+
+MachineCosts shareCores(MachineCosts c, int ranksOnHost, int cpus) {
+  if (cpus > 0 && ranksOnHost > cpus) {
+    const double share = static_cast<double>(ranksOnHost) / cpus;
+    c.copySecondsPerByte *= share;
+    c.reduceSecondsPerByte *= share;
+    c.sameHost.betaSecondsPerByte *= share;
+  }
+  return c;
 }
 
 std::string formatCalibration(const MachineCosts& c, const std::string& layout) {

@@ -70,6 +70,8 @@ void expectAllAlike(const Seen& seen) {
     EXPECT_EQ(a.sameHost.roundFloorSeconds, b.sameHost.roundFloorSeconds) << "rank " << r;
     EXPECT_EQ(a.interHost.roundFloorSeconds, b.interHost.roundFloorSeconds) << "rank " << r;
     EXPECT_EQ(a.reduceSecondsPerByte, b.reduceSecondsPerByte) << "rank " << r;
+    EXPECT_EQ(a.copySecondsPerByte, b.copySecondsPerByte) << "rank " << r;
+    EXPECT_EQ(a.shmSyncSeconds, b.shmSyncSeconds) << "rank " << r;
     EXPECT_EQ(a.source, b.source) << "rank " << r;
     EXPECT_EQ(seen.choices[0], seen.choices[static_cast<size_t>(r)]) << "rank " << r;
   }
@@ -90,7 +92,15 @@ TEST(Calibration, EveryRankHoldsRankZerosNumbersAndChoosesAlike) {
     // The probed classes were measured, not left at their defaults.
     if (perHost > 1) EXPECT_NE(seen.costs[0].sameHost.alphaSeconds, defaults.sameHost.alphaSeconds);
     if (perHost < 4) EXPECT_NE(seen.costs[0].interHost.alphaSeconds, defaults.interHost.alphaSeconds);
-    if (perHost == 4) EXPECT_EQ(seen.choices[0].front(), "shm");
+
+    // Hosts with shared memory between ranks measured its hand-off with
+    // every rank of the host at once; single-rank hosts have none to measure.
+    if (perHost > 1) {
+      EXPECT_NE(seen.costs[0].shmSyncSeconds, defaults.shmSyncSeconds);
+      EXPECT_GT(seen.costs[0].shmSyncSeconds, 0.0);
+    } else {
+      EXPECT_EQ(seen.costs[0].shmSyncSeconds, defaults.shmSyncSeconds);
+    }
   }
 }
 
@@ -156,6 +166,43 @@ TEST(Calibration, OneStalledRoundOfTheLoadedRingDoesNotSetTheRoundFloor) {
   for (int r = 1; r < 4; ++r) {
     EXPECT_EQ(costs[static_cast<size_t>(r)].interHost.roundFloorSeconds, costs[0].interHost.roundFloorSeconds);
     EXPECT_EQ(costs[static_cast<size_t>(r)].interHost.alphaSeconds, costs[0].interHost.alphaSeconds);
+  }
+}
+
+// The loaded shared-memory phase needs every rank of rank 0's host: when
+// one of them sees no shared memory (here a forwarding transport hides it),
+// the phase is skipped on every rank instead of leaving the others waiting
+// for its hand-offs, and creation succeeds.
+TEST(Calibration, ARankOfTheHostWithoutSharedMemorySkipsTheSharedMemoryPhaseEverywhere) {
+  for (int without : {0, 2}) {
+    SCOPED_TRACE("rank without shared memory: " + std::to_string(without));
+    auto world = transport::InProcWorld::create(3, hostsOf(3));
+    std::vector<topology::MachineCosts> costs(3);
+    std::vector<std::string> failed(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        Options o;
+        o.set("CALIBRATE", "1");
+        o.set("TIMEOUT", "10s");
+        try {
+          std::unique_ptr<transport::Transport> t = world->transport(r);
+          if (r == without) t = std::make_unique<gradcomm::testing::ForwardingTransport>(std::move(t));
+          auto impl =
+              std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r), core::Config::resolve(o));
+          costs[static_cast<size_t>(r)] = impl->selector().model()->costs();
+        } catch (const Error& e) {
+          failed[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(failed[static_cast<size_t>(r)], "") << "rank " << r;
+      EXPECT_EQ(costs[static_cast<size_t>(r)].source, "calibrated") << "rank " << r;
+      EXPECT_EQ(costs[static_cast<size_t>(r)].shmSyncSeconds, topology::MachineCosts::defaults().shmSyncSeconds)
+          << "rank " << r;
+    }
   }
 }
 

@@ -122,6 +122,29 @@ TEST(Calibration, ALoadedRoundSetsTheRoundFloorLessTheModelsOverhead) {
   EXPECT_DOUBLE_EQ(fitRoundFloor(1e-6, 2e-6), 0.0);
 }
 
+TEST(Calibration, RanksThatOutnumberTheirCpusPayForEveryByteOnTheirHostInProportion) {
+  MachineCosts idle = MachineCosts::defaults();
+  idle.copySecondsPerByte = 1e-10;
+  idle.reduceSecondsPerByte = 2e-10;
+  idle.shmSyncSeconds = 3e-6;
+  // 4 ranks on 2 CPUs: each byte copied, reduced or sent on the host costs
+  // twice; nothing else changes.
+  const MachineCosts shared = shareCores(idle, 4, 2);
+  EXPECT_DOUBLE_EQ(shared.copySecondsPerByte, 2e-10);
+  EXPECT_DOUBLE_EQ(shared.reduceSecondsPerByte, 4e-10);
+  EXPECT_DOUBLE_EQ(shared.sameHost.betaSecondsPerByte, 2 * idle.sameHost.betaSecondsPerByte);
+  EXPECT_DOUBLE_EQ(shared.shmSyncSeconds, 3e-6);
+  EXPECT_DOUBLE_EQ(shared.sameHost.alphaSeconds, idle.sameHost.alphaSeconds);
+  EXPECT_DOUBLE_EQ(shared.interHost.betaSecondsPerByte, idle.interHost.betaSecondsPerByte);
+  // 3 ranks on 2 CPUs: 1.5 times.
+  EXPECT_DOUBLE_EQ(shareCores(idle, 3, 2).copySecondsPerByte, 1.5e-10);
+  // As many CPUs as ranks or more, or an unknown count: an idle core's cost.
+  for (auto [ranks, cpus] : {std::pair{2, 2}, std::pair{2, 16}, std::pair{4, 0}}) {
+    EXPECT_DOUBLE_EQ(shareCores(idle, ranks, cpus).copySecondsPerByte, 1e-10) << ranks << " ranks, " << cpus << " cpus";
+    EXPECT_DOUBLE_EQ(shareCores(idle, ranks, cpus).reduceSecondsPerByte, 2e-10) << ranks << " ranks, " << cpus << " cpus";
+  }
+}
+
 // A round costs max(floor, alpha + bytes x beta) plus the overhead: small
 // messages pay the loaded round, large ones their transfer, never both.
 // 4 hosts x 1 rank, 1 Gbit/s, ping alpha 14 us, floor 40 us: at 16 KiB
