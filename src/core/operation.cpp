@@ -70,9 +70,22 @@ std::shared_ptr<OperationState> OperationState::forCall(const algorithms::Algori
 
 void OperationState::finish(std::exception_ptr e) {
   // Waiters poll `status` (they drive progress themselves); the release
-  // store publishes finishedAt and error with it.
+  // store publishes finishedAt and the error with it.
   finishedAt = Clock::now();
-  error = e;
+  if (e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      errorCode = err.code();
+      errorMessage = err.what();
+    } catch (const std::exception& err) {
+      errorCode = ErrorCode::kInternal;
+      errorMessage = err.what();
+    } catch (...) {
+      errorCode = ErrorCode::kInternal;
+      errorMessage = "unknown error";
+    }
+  }
   status.store(e ? kFailed : kDone, std::memory_order_release);
 }
 
@@ -90,7 +103,7 @@ algorithms::SchedulePtr OperationState::makeSchedule() const {
 }
 
 void OperationState::rethrowIfFailed() const {
-  if (status.load(std::memory_order_acquire) == kFailed && error) std::rethrow_exception(error);
+  if (status.load(std::memory_order_acquire) == kFailed) rethrowAs(errorCode, errorMessage);
 }
 
 }  // namespace gradcomm::detail

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algorithms/algorithm.hpp"
+#include "gradcomm/error.hpp"
 
 namespace gradcomm::core {
 class ProgressEngine;
@@ -50,7 +51,12 @@ struct OperationState {
   algorithms::SchedulePtr schedule;
 
   std::atomic<int> status{kQueued};
-  std::exception_ptr error;  ///< set before status becomes kFailed
+  /// How it failed, set before status becomes kFailed. Kept as a code and
+  /// a message, not as the exception: every waiter throws an exception of
+  /// its own, so no exception object is shared between the thread that
+  /// failed the operation and the threads that wait for it.
+  ErrorCode errorCode = ErrorCode::kInternal;
+  std::string errorMessage;
 
   /// Timed phases, appended by the schedule on the driving thread.
   std::vector<std::pair<std::string, std::pair<Clock::time_point, Clock::time_point>>> phases;
@@ -69,8 +75,11 @@ struct OperationState {
   std::string describe() const;
   /// Creates the schedule (on the driving thread).
   algorithms::SchedulePtr makeSchedule() const;
+  /// Completes the operation; a non-null `e` fails it with e's error code
+  /// and message (InternalError for exceptions that are not gradcomm's).
   void finish(std::exception_ptr e);
-  /// Rethrows the stored error if the operation failed.
+  /// Throws the operation's error (a fresh exception of the class of its
+  /// code) if it failed.
   void rethrowIfFailed() const;
 };
 

@@ -327,7 +327,7 @@ void ProgressEngine::failActive(std::exception_ptr e) {
   active_.reset();
   if (op) {
     op->schedule.reset();  // cancels outstanding transfers
-    op->finish(e);
+    op->finish(std::move(e));
   }
   {
     std::lock_guard<std::mutex> lock(queueMu_);
