@@ -466,17 +466,6 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       reject(err, call);
     }
     if (core::logEnabled(core::LogLevel::kDebug)) logChoice(call, seq, e.algorithm->name(), {});
-    if (e.runsInline) {
-      // A small call on an idle engine runs here with no operation object;
-      // one is made only if it goes on past this call (peers late) or fails.
-      transport::CallSignature signature = e.signature;
-      signature.seq = seq;
-      e.ctx.tag.seq = seq;
-      e.ctx.tag.fingerprint = e.fingerprint;
-      auto out = engine_->submitInline(*e.algorithm, call, e.ctx, signature, e.bytes);
-      if (out.finished) return Work(Work::Done{e.algorithm->name(), seq, e.bytes, out.start, out.end});
-      if (out.taken) return Work(std::move(out.op));
-    }
   } else {
     algorithms::Selector::Choice choice{nullptr, {}, {}};
     try {
@@ -515,6 +504,13 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
   e.signature.seq = seq;
   e.ctx.tag.seq = seq;
   e.ctx.tag.fingerprint = e.fingerprint;
+  if (e.runsInline) {
+    // A small call on an idle engine runs here with no operation object;
+    // one is made only if it goes on past this call (peers late) or fails.
+    auto out = engine_->submitInline(*e.algorithm, call, e.ctx, e.signature, e.bytes);
+    if (out.finished) return Work(Work::Done{e.algorithm->name(), seq, e.bytes, out.start, out.end});
+    if (out.taken) return Work(std::move(out.op));
+  }
   auto op = OperationState::forCall(e.algorithm, call, e.ctx, e.signature, e.bytes);
   engine_->submit(op, op->bytes <= kEagerMaxBytes);
   return Work(op);

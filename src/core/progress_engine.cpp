@@ -99,14 +99,12 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op, bool eage
       // caller: the step may yield the core (on a host whose ranks
       // outnumber its cores, for tens of microseconds).
       callerSubmitting_.store(true, std::memory_order_relaxed);
-      if (!runInline(op)) {
-        active_ = op;
-        busy_.store(true);
-        this->drive();
-      }
+      active_ = op;
+      busy_.store(true);
+      this->drive();
       drive.unlock();
-      // A clock read only for calls that go on (a small shared-memory call
-      // has finished).
+      // A clock read only for calls that go on (one whose first step
+      // finished it has its time).
       const bool finished = op->finished();
       afterCallerStep(finished ? op->queuedAt : Clock::now(), finished ? nullptr : op.get());
       return;
@@ -244,41 +242,6 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
   }
   if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
   queueCv_.notify_all();
-}
-
-bool ProgressEngine::runInline(const std::shared_ptr<OperationState>& op) {
-  if (!op->algo || op->pointToPoint) return false;
-  // submit() read the clock a moment ago: an inline call starts when it is
-  // submitted. A clock read costs about 28 ns here (kvm-clock), 4% of an
-  // 8-byte shared-memory allreduce.
-  const auto now = op->queuedAt;
-  if (!inlineAllowed(now)) return false;
-  op->startedAt = now;
-  op->status.store(OperationState::kRunning);
-  op->ctx.workspace = &workspace_;
-  op->ctx.signature = &op->signature;
-  op->ctx.phases = &op->phases;
-  algorithms::SchedulePtr rest;
-  try {
-    transport_->announce(op->signature);
-    if (op->algo->runInline(op->call, op->ctx, {kInlinePatience, settings_.yieldWhenIdle}, &rest)) {
-      op->finish(nullptr);
-      return true;
-    }
-  } catch (...) {
-    active_ = op;
-    busy_.store(true);
-    failActive(std::current_exception());
-    return true;
-  }
-  if (!rest) return false;  // not an inline call after all: drive() starts it
-  // Peers are late: the engine carries on with the schedule as if it had
-  // started the operation itself.
-  op->schedule = std::move(rest);
-  active_ = op;
-  busy_.store(true);
-  lastProgress_ = lastHealthCheck_ = lastProbe_ = Clock::now();
-  return true;
 }
 
 void ProgressEngine::failQueued() {

@@ -142,10 +142,6 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// A failed peer's notice, polled for up to 50 ms (failure paths only: the
   /// peer's reason is the cause, and it may still be on its way).
   std::optional<std::string> awaitNotice();
-  /// Runs `op` in the calling thread through its algorithm's inline path
-  /// (small calls on an idle engine); true when it finished or became the
-  /// active operation with the rest of its schedule. Requires driveMu_.
-  bool runInline(const std::shared_ptr<detail::OperationState>& op);
   /// Requires driveMu_: nothing is active or queued and the engine has not
   /// failed or stopped, so a submitting caller may take the first step.
   bool idleForCaller() const { return !failedFlag_.load() && !stop_.load() && !busy_.load() && !active_; }
