@@ -168,7 +168,7 @@ class SetupExchangeImpl : public SetupExchange {
     bool spin = false;
     std::function<void()> then;
     bool detach = false;  ///< a send the exchange does not wait for before the next step
-    std::function<bool()> poll;  ///< kPoll: true once the step is done (then `then` runs)
+    std::function<bool()> poll = {};  ///< kPoll: true once the step is done (then `then` runs)
   };
   void add(Step s) { steps_.insert(steps_.begin() + static_cast<std::ptrdiff_t>(insertAt_++), std::move(s)); }
   void send(int peer, void* data, size_t bytes, uint32_t message, std::function<void()> then = {}) {
@@ -378,11 +378,7 @@ class SetupExchangeImpl : public SetupExchange {
           // Every rank of the host takes as many rounds, in the same order.
           if (shmRound_ == 0) shmRound_ = g.takeRound();
           if (!shmPublished_) {
-            if (shmRound_ > 2) {
-              for (int q = 0; q < g.localSize(); ++q) {
-                if (q != me && !g.finishedReading(q, shmRound_ - 2)) return false;
-              }
-            }
+            if (g.peerStillReading(shmRound_) >= 0) return false;
             g.publish(static_cast<int>(shmRound_ & 1), shmRound_, 0);
             shmPublished_ = true;
           }

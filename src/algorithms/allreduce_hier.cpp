@@ -276,7 +276,8 @@ class HierAllreduceSchedule final : public Schedule {
     const size_t k = stageNext_;
     if (k >= v.rounds || k > reduceNext_ + 1) return false;
     const uint64_t rid = v.firstRound + k;
-    if (!hier::peersDoneWith(*g_, rid, &stalledOn_)) {
+    if (int q = g_->peerStillReading(rid); q >= 0) {
+      stalledOn_ = q;
       stalledFor_ = "finish reading an earlier round";
       return false;
     }

@@ -109,11 +109,7 @@ class ShmAllreduceSchedule final : public Schedule {
     if (k >= rounds_ || k > gatherNext_ + 1) return false;
     // Buffer b last held round id-2: every peer must be done reading it.
     const uint64_t rid = id(k);
-    if (rid > 2) {
-      for (int q = 0; q < p_; ++q) {
-        if (q != me_ && !g_.finishedReading(q, rid - 2)) return stall(q, "finish reading an earlier round");
-      }
-    }
+    if (int q = g_.peerStillReading(rid); q >= 0) return stall(q, "finish reading an earlier round");
     const int b = buf(k);
     char* mine = g_.buffer(me_, b);
     const size_t begin = roundBegin(k), n = roundCount(k);
@@ -205,13 +201,7 @@ class ShmAllreduceSchedule final : public Schedule {
     const size_t bytes = call_.count * elem_;
     const bool inlined = bytes <= ShmRankBlock::Mailbox::kInlineBytes;
     if (stageNext_ == 0) {
-      if (rid > 2) {
-        for (int q = 0; q < p_; ++q) {
-          if (q != me_ && !g_.finishedReading(q, rid - 2)) {
-            return stall(q, "finish reading an earlier round");
-          }
-        }
-      }
+      if (int q = g_.peerStillReading(rid); q >= 0) return stall(q, "finish reading an earlier round");
       if (bytes) std::memcpy(inlined ? g_.block(me_).mailbox[b].data : g_.buffer(me_, b), in_, bytes);
       g_.publish(b, rid, ctx_.tag.fingerprint);
       stageNext_ = 1;

@@ -106,17 +106,6 @@ std::shared_ptr<const CompiledPlan> cachedPlan(const Algorithm* algorithm, const
   return compiled;
 }
 
-bool peersDoneWith(const ShmGroup& g, uint64_t rid, int* stalledOn) {
-  if (rid <= 2) return true;
-  for (int q = 0; q < g.localSize(); ++q) {
-    if (q != g.localRank() && !g.finishedReading(q, rid - 2)) {
-      *stalledOn = q;
-      return false;
-    }
-  }
-  return true;
-}
-
 void throwShmMismatch(const RunContext& ctx, const ShmGroup& g, int q, const char* what) {
   transport::CallSignature mine, theirs;
   const bool known = g.announced(g.localRank(), ctx.tag.seq, &mine);
@@ -179,7 +168,8 @@ bool ShmFanOut::tryPublish() {
   const size_t k = publishNext_;
   if (k >= rounds_ || k > gatherNext_ + 1) return false;
   const uint64_t rid = firstRound_ + k;
-  if (!peersDoneWith(*g_, rid, &stalledOn_)) {
+  if (int q = g_->peerStillReading(rid); q >= 0) {
+    stalledOn_ = q;
     stalledFor_ = "finish reading an earlier round";
     return false;
   }

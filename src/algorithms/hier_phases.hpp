@@ -145,11 +145,6 @@ class PhasedSchedule final : public Schedule {
   int phase_ = 0;  // 0: copy and fan-out, 1: between hosts, 2: fan-out, 3: done
 };
 
-/// Buffer reuse in the host: round `rid` writes the buffer round rid - 2
-/// used, so every local peer must have finished reading that one. Sets
-/// `*stalledOn` to the first peer that has not.
-bool peersDoneWith(const transport::ShmGroup& g, uint64_t rid, int* stalledOn);
-
 /// A host-local peer staged data of another call: the MismatchError naming
 /// the field where both announced their calls.
 [[noreturn]] void throwShmMismatch(const RunContext& ctx, const transport::ShmGroup& g, int peer, const char* what);

@@ -84,6 +84,14 @@ bool ShmGroup::finishedReading(int q, uint64_t rid) const {
   return peer.consumed.load(std::memory_order_acquire) >= rid;
 }
 
+int ShmGroup::peerStillReading(uint64_t rid) const {
+  if (rid <= 2) return -1;
+  for (int q = 0; q < localSize(); ++q) {
+    if (q != localRank_ && !finishedReading(q, rid - 2)) return q;
+  }
+  return -1;
+}
+
 void ShmGroup::announce(const CallSignature& call) {
   ShmRankBlock& b = block(localRank_);
   uint64_t words[sizeof(CallSignature) / 8];

@@ -110,6 +110,10 @@ class ShmGroup {
   /// rank read in that round: when it has not changed since, the answer
   /// costs no cache line from q's core (its `consumed` line would).
   bool finishedReading(int q, uint64_t rid) const;
+  /// Buffer reuse in the host: round `rid` writes the buffer round rid - 2
+  /// used, so every local peer must have finished reading that one. The
+  /// first peer that has not, or -1 (always -1 for the first two rounds).
+  int peerStillReading(uint64_t rid) const;
   /// Next round number (private to this rank; every rank counts alike).
   uint64_t takeRound() { return ++round_; }
 

@@ -78,5 +78,21 @@ TEST(ShmGroup, TheStagedValueComparesAcrossTheThirtyTwoBitWrap) {
   EXPECT_TRUE(g.rank0->finishedReading(1, wrap));
 }
 
+// Before reusing a buffer, a rank asks which peer still reads the round two
+// before: the first such peer, none for the first two rounds.
+TEST(ShmGroup, PeerStillReadingNamesTheFirstPeerBehindTheRoundTwoBefore) {
+  TwoRanks g;
+  EXPECT_EQ(g.rank0->peerStillReading(1), -1);
+  EXPECT_EQ(g.rank0->peerStillReading(2), -1);
+  EXPECT_EQ(g.rank0->peerStillReading(3), 1);  // rank 1 has read nothing
+  g.rank1->block(1).consumed.store(1);
+  EXPECT_EQ(g.rank0->peerStillReading(3), -1);
+  EXPECT_EQ(g.rank0->peerStillReading(4), 1);
+  // A rank never waits for itself.
+  EXPECT_EQ(g.rank1->peerStillReading(4), 0);
+  g.rank0->block(0).consumed.store(2);
+  EXPECT_EQ(g.rank1->peerStillReading(4), -1);
+}
+
 }  // namespace
 }  // namespace gradcomm::transport
