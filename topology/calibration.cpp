@@ -198,7 +198,7 @@ class SetupExchangeImpl : public SetupExchange {
       recv(local[i], &peerShmSizes_[i], sizeof(int32_t), kShmStatusMessage);
     }
     call([this, n = static_cast<int32_t>(local.size())] {
-      bool agreed = in_.runPingPong && in_.shmLoad && n >= 2 && shmSize_ == n;
+      bool agreed = in_.runPingPong && n >= 2 && shmSize_ == n;
       for (size_t i = 1; i < peerShmSizes_.size(); ++i) agreed = agreed && peerShmSizes_[i] == n;
       if (agreed) header_.flags |= Wire::kShmLoad;
     });

@@ -66,10 +66,6 @@ struct SetupResult {
 struct SetupInput {
   MachineCosts costs;        ///< the costs to use, or the local measurements to complete
   bool runPingPong = false;  ///< measure the links (else `costs` is final)
-  /// With runPingPong: rank 0 sees shared memory between two or more ranks
-  /// of its host; when every rank of the host sees the same group, they
-  /// run the loaded shared-memory phase.
-  bool shmLoad = false;
   std::chrono::nanoseconds budget{std::chrono::milliseconds(50)};  ///< ping-pong time bound
   SetupResult tuning;        ///< tuningPresent, tuningText and error only
 };

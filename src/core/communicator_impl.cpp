@@ -196,7 +196,6 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
     if (measure) {
       in.costs = topology::measureLocalCosts();
       in.runPingPong = size_ > 1;
-      in.shmLoad = t.sharedMemory() && t.sharedMemory()->localSize() >= 2;
       // Alone, there are no links to probe: the local costs are all there is.
       if (size_ == 1) in.costs.source = "calibrated";
     }
