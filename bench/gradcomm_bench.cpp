@@ -905,12 +905,17 @@ int main(int argc, char** argv) {
   }
   if (layout.empty()) layout = comm->layout();
   Context ctx{args, comm, mpi, hosts, control, transport};
+  // Baselines do not depend on gradcomm's transport: once.
+  auto baselineAgain = [&](const Config& run) {
+    return run.algo.rfind("baseline:", 0) == 0 && transport != args.transports.front();
+  };
+  auto typeFits = [](DataType t, ReduceOp op) { return op != ReduceOp::kAvg || isFloatingPoint(t); };
+  auto compressionFits = [](const Config& run, DataType t, ReduceOp op) {
+    return run.compression == "none" || (t == DataType::kFloat32 && (op == ReduceOp::kSum || op == ReduceOp::kAvg));
+  };
   // Which (configuration, type, op) tables this transport prints.
   auto measured = [&](const Config& run, DataType t, ReduceOp op) {
-    // Baselines do not depend on gradcomm's transport: once.
-    if (run.algo.rfind("baseline:", 0) == 0 && transport != args.transports.front()) return false;
-    if (op == ReduceOp::kAvg && !isFloatingPoint(t)) return false;
-    return run.compression == "none" || (t == DataType::kFloat32 && (op == ReduceOp::kSum || op == ReduceOp::kAvg));
+    return !baselineAgain(run) && typeFits(t, op) && compressionFits(run, t, op);
   };
   // One size of one configuration; a failure that may mean a lost peer ends the job.
   auto measure = [&](const Config& run, DataType t, ReduceOp op, size_t bytes, Buffers& b) {
@@ -974,12 +979,11 @@ int main(int argc, char** argv) {
   for (size_t runIndex = 0; runIndex < runs.size(); ++runIndex) {
     const Config& run = runs[runIndex];
     const std::string& cfg = run.algo;
-    // Baselines do not depend on gradcomm's transport: once.
-    if (cfg.rfind("baseline:", 0) == 0 && transport != args.transports.front()) continue;
+    if (baselineAgain(run)) continue;
     for (DataType t : args.types) {
       for (ReduceOp op : args.ops) {
-        if (op == ReduceOp::kAvg && !isFloatingPoint(t)) continue;
-        if (run.compression != "none" && (t != DataType::kFloat32 || (op != ReduceOp::kSum && op != ReduceOp::kAvg))) {
+        if (!typeFits(t, op)) continue;
+        if (!compressionFits(run, t, op)) {
           if (gRank == 0) std::printf("# %s [%s]: compression needs float32 sum/avg\n", cfg.c_str(), run.compression.c_str());
           continue;
         }
