@@ -67,9 +67,13 @@ constexpr size_t kLargeBytes = 1024 * 1024;
 // Message indices: 0 header, 1 tuning text, 2 final costs; each probed
 // link class its own block after that.
 constexpr uint32_t kHeaderMessage = 0, kTextMessage = 1, kFinalMessage = 2, kLeadersMessage = 3;
-// Each other rank of rank 0's host (in its own view) tells rank 0 the size
-// of the shared-memory group it sees (0: none), before the header.
+// Each rank tells the first rank of its host (in its own view) the size of
+// the shared-memory group it sees (0: none), before the header.
 constexpr uint32_t kShmStatusMessage = 4;
+// The first rank of a host other than rank 0's tells the others whether
+// their host runs the shared-memory phase (rank 0's host learns it from
+// the header).
+constexpr uint32_t kShmDecisionMessage = 5;
 constexpr uint32_t kClassBase[2] = {16, 64};
 // The loaded round: every rank sends 8 bytes to the next rank and receives
 // from the previous, kRingRounds times, each round after the last one's
@@ -83,12 +87,15 @@ constexpr uint32_t kClassBase[2] = {16, 64};
 // (37..49 us predicted against 55..76).
 constexpr uint32_t kRingBase = kLoadedRingMessageBase;
 constexpr int kRingRounds = kLoadedRingRounds;
-// The loaded shared-memory phase (the ranks of rank 0's host, all at once,
-// when every one of them sees the same shared-memory group): kShmSyncRounds hand-offs
-// with no data; rank 0 takes the median of all but the first. The fixed
-// 0.5 us priced 1x4 (4 ranks on 2 cores) 1 KiB shm at 0.9 us against 6..9
-// measured.
-constexpr int kShmSyncRounds = 17;
+// The loaded shared-memory phase (the ranks of each host, all at once,
+// where every one of them sees the same shared-memory group): kShmSyncRounds
+// hand-offs with no data; rank 0 takes the median of all but the first on
+// its host. The fixed 0.5 us priced 1x4 (4 ranks on 2 cores) 1 KiB shm at
+// 0.9 us against 6..9 measured. Every host runs it at the same time, as a
+// hierarchical call does: with rank 0's host alone, 2x2 emulated hosts on
+// 2 cores measured 1.4 us, while hier's three hand-offs cost about 10 us
+// in a call.
+constexpr int kShmSyncRounds = kShmHandOffRounds;
 
 /// A list of sends, receives and callbacks run strictly in order; callbacks
 /// may insert further steps right after themselves.
@@ -197,10 +204,8 @@ class SetupExchangeImpl : public SetupExchange {
     for (size_t i = 1; i < local.size(); ++i) {
       recv(local[i], &peerShmSizes_[i], sizeof(int32_t), kShmStatusMessage);
     }
-    call([this, n = static_cast<int32_t>(local.size())] {
-      bool agreed = in_.runPingPong && n >= 2 && shmSize_ == n;
-      for (size_t i = 1; i < peerShmSizes_.size(); ++i) agreed = agreed && peerShmSizes_[i] == n;
-      if (agreed) header_.flags |= Wire::kShmLoad;
+    call([this] {
+      if (in_.runPingPong && hostAgrees(view_.hostLocalRanks(0))) header_.flags |= Wire::kShmLoad;
     });
     text_ = in_.tuning.error.empty() ? in_.tuning.tuningText : in_.tuning.error;
     header_.textBytes = text_.size();
@@ -235,7 +240,18 @@ class SetupExchangeImpl : public SetupExchange {
   }
 
   void startOther() {
-    if (view_.hostOf(t_.rank()) == view_.hostOf(0)) send(0, &shmSize_, sizeof shmSize_, kShmStatusMessage);
+    // The first rank of this host (in this rank's view) decides whether the
+    // host runs the shared-memory phase; rank 0 decides for its own host.
+    const auto& local = view_.hostLocalRanks(t_.rank());
+    const int first = local.front();
+    if (first != t_.rank()) {
+      send(first, &shmSize_, sizeof shmSize_, kShmStatusMessage);
+    } else if (first != 0) {
+      peerShmSizes_.assign(local.size(), -1);
+      for (size_t i = 1; i < local.size(); ++i) {
+        recv(local[i], &peerShmSizes_[i], sizeof(int32_t), kShmStatusMessage);
+      }
+    }
     recv(0, &header_, sizeof header_, kHeaderMessage, [this] {
       if (header_.magic != Wire::kMagic) {
         throw InternalError("calibration: rank 0 sent a malformed header (another gradcomm build?)");
@@ -253,14 +269,37 @@ class SetupExchangeImpl : public SetupExchange {
           if (probes_[c] == t_.rank()) call([this, c] { respond(c); });
         }
         call([this] { ring(); });
-        // Rank 0's host only (in rank 0's view): its numbers are the ones used.
+        // Every host at once; rank 0's numbers are the ones used, the other
+        // hosts load the cores and links as a hierarchical call would.
         call([this] {
-          if ((header_.flags & Wire::kShmLoad) && leaders_[static_cast<size_t>(t_.rank())] == 0) shmLoad();
+          const auto& local = view_.hostLocalRanks(t_.rank());
+          if (leaders_[static_cast<size_t>(t_.rank())] == 0) {
+            hostShm_ = (header_.flags & Wire::kShmLoad) != 0;
+          } else if (local.front() == t_.rank()) {
+            hostShm_ = hostAgrees(local) ? 1 : 0;
+            for (size_t i = 1; i < local.size(); ++i) send(local[i], &hostShm_, sizeof hostShm_, kShmDecisionMessage);
+          } else {
+            recv(local.front(), &hostShm_, sizeof hostShm_, kShmDecisionMessage);
+          }
+          call([this] {
+            if (hostShm_) shmLoad();
+          });
         });
         recv(0, &final_, sizeof final_, kFinalMessage, [this] { costs_ = unpack(final_); });
       }
       call([this] { finish(header_.flags); });
     });
+  }
+
+  /// The first rank of a host, once it heard from the others: whether
+  /// every rank of the host (`local`) sees the same shared-memory group, of
+  /// all of them (a rank left out would leave the others waiting for its
+  /// hand-offs).
+  bool hostAgrees(const std::vector<int>& local) const {
+    const auto n = static_cast<int32_t>(local.size());
+    bool agreed = n >= 2 && shmSize_ == n && peerShmSizes_.size() == local.size();
+    for (size_t i = 1; agreed && i < peerShmSizes_.size(); ++i) agreed = peerShmSizes_[i] == n;
+    return agreed;
   }
 
   void finish(uint32_t flags) {
@@ -446,7 +485,8 @@ class SetupExchangeImpl : public SetupExchange {
   // The shared-memory phase: the round in progress and whether it is
   // published; rank 0's hand-off times.
   int32_t shmSize_ = 0;                ///< the shared-memory group this rank sees (0: none)
-  std::vector<int32_t> peerShmSizes_;  ///< rank 0: what each rank of its host sees
+  std::vector<int32_t> peerShmSizes_;  ///< a host's first rank: what each rank of its host sees
+  int32_t hostShm_ = 0;                ///< whether this rank's host runs the shared-memory phase
   uint64_t shmRound_ = 0;  ///< 0: none taken yet
   bool shmPublished_ = false;
   Clock::time_point shmStart_;

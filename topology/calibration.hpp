@@ -86,13 +86,17 @@ class SetupExchange {
 /// index kLoadedRingMessageBase + i (tests that disturb one round use it).
 constexpr uint32_t kLoadedRingMessageBase = 128;
 constexpr int kLoadedRingRounds = 17;
+/// Hand-offs of the shared-memory phase (each host's ranks at once).
+constexpr int kShmHandOffRounds = 17;
 
 /// The collective run once at communicator creation: rank 0 sends its
 /// decisions (and the tuning file's text) to every rank, then, when asked,
 /// ping-pongs with one peer per link class (the next rank of its host; the
 /// first rank of the next host) within the budget, times rounds in which
 /// every rank sends 8 bytes around a ring at once (the loaded round, which
-/// can raise the slowest class's alpha), and sends the resulting costs to
+/// can raise the slowest class's alpha), times shared-memory hand-offs with
+/// the ranks of every host at once (rank 0's host's median is the
+/// hand-off's price), and sends the resulting costs to
 /// every rank. Every rank ends with rank 0's numbers, so every
 /// rank's selector decides alike; `result` is filled when the exchange is done.
 std::unique_ptr<SetupExchange> setupExchange(transport::Transport& t, const transport::Tag& tag, const TopologyView& view,

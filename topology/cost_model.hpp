@@ -55,6 +55,10 @@ struct ModelSettings {
   /// Measured: rd at 8 B on 2 ranks of one host took 3.1 to 5.0 us a call
   /// over MPI whose ping-pong alpha was 0.48 us.
   double roundOverheadSeconds = 2e-6;
+  /// The hierarchy's exchange between hosts: slices (bytes / ranks per
+  /// host) of at most this many bytes go by recursive doubling, larger ones
+  /// by a ring (GRADCOMM_HIER_RD_SIZE; algorithms::Tuning, the same rule).
+  size_t hierRdSliceBytes = 16 * 1024;
 };
 
 /// Predicts the time of each algorithm for a call from the topology and the
@@ -73,6 +77,10 @@ class CostModel {
   /// for that name or the algorithm cannot apply to this topology (shm
   /// across hosts; hier on uneven hosts).
   std::optional<double> predict(Collective collective, const std::string& algorithm, size_t bytes) const;
+  /// What the engine's call check adds to `algorithm`'s call: the software
+  /// of one more message (roundOverheadSeconds), or 0 where the algorithm
+  /// compares calls itself or signs its messages.
+  double callCheckSeconds(Collective collective, const std::string& algorithm, size_t bytes) const;
   /// Names with a formula for `collective`.
   static std::vector<std::string> modelled(Collective collective);
 
@@ -81,13 +89,16 @@ class CostModel {
   const ModelSettings& settings() const { return settings_; }
 
  private:
+  std::optional<double> predictAlgorithm(Collective collective, const std::string& algorithm, size_t bytes) const;
   using Pairs = std::vector<std::pair<int, int>>;  ///< (sender, receiver) of one round
   /// Time of one round where each listed message carries `bytes`.
   double roundSeconds(const Pairs& messages, double bytes) const;
   /// Rounds on ranks `group` (indices into it): recursive doubling, ring, ...
   double ringAllreduce(const std::vector<int>& group, double bytes) const;
   double ringPass(const std::vector<int>& group, double bytes, bool reduce) const;
-  double recursiveDoubling(const std::vector<int>& group, double bytes) const;
+  /// Recursive doubling on each of `groups` (of equal size) at once: their
+  /// rounds share links.
+  double recursiveDoubling(const std::vector<std::vector<int>>& groups, double bytes) const;
   double halvingDoubling(const std::vector<int>& group, double bytes) const;
   double binomialTree(const std::vector<int>& group, double bytes, bool reduce) const;
   /// Binomial trees on each of `groups` at once (their rounds share links).
@@ -110,7 +121,7 @@ class CostModel {
   std::vector<std::vector<int>> sameLocalIndex() const;
   /// The folding of non-power-of-two groups (rd, hd): the odd rank of each
   /// of the first 2(p - p2) pairs sends to the even one, and back at the end.
-  double foldSeconds(const std::vector<int>& group, double bytes, bool reduce) const;
+  double foldSeconds(const std::vector<std::vector<int>>& groups, double bytes, bool reduce) const;
   std::vector<int> everyRank() const;
 
   TopologyView view_;

@@ -40,6 +40,14 @@ struct Tuning {
   size_t exchangeSegmentBytes = 256 * 1024;
   int pipelineDepth = 4;
   size_t shmChunkBytes = 128 * 1024;
+  /// The hierarchy's allreduce between hosts: slices of at most this many
+  /// bytes (the largest slice of the call, equal on every rank) are summed
+  /// by recursive doubling, larger ones by a ring. Small slices are
+  /// latency-bound: rd takes ceil(log2 H) rounds (plus two where H is not a
+  /// power of two) where the ring takes 2(H - 1), and on 2 hosts it moves the
+  /// same bytes in one round instead of two.
+  /// GRADCOMM_HIER_RD_SIZE.
+  size_t hierRdSliceBytes = 16 * 1024;
 };
 
 /// Everything a schedule needs to run: the transport, the kernels, the

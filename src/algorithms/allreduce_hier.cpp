@@ -37,8 +37,12 @@ using transport::ShmRankBlock;
 
 Plan hier::allreduceInterHostPlan(const CollectiveCall& call, const hier::Layout& l, const Tuning& tuning,
                                   uint32_t lane, size_t laneScratch) {
-  const auto& ring = static_cast<const PlannedAlgorithm&>(ringAllreduce());
   const patterns::Partition slices{call.count, l.slices};
+  // One choice for every slice of the call, from values every rank holds
+  // alike (the owners of a slice on all hosts must run the same plan).
+  const bool small = slices.sizeOf(0) * dataTypeSize(call.type) <= tuning.hierRdSliceBytes;
+  const auto& between =
+      static_cast<const PlannedAlgorithm&>(small ? recursiveDoublingAllreduce() : ringAllreduce());
   Plan all;
   all.scratchCount = lane ? laneScratch : 0;
   for (size_t j = static_cast<size_t>(l.local); j < l.slices; j += l.localSize()) {
@@ -47,7 +51,7 @@ Plan hier::allreduceInterHostPlan(const CollectiveCall& call, const hier::Layout
     sub.count = slices.sizeOf(j);
     sub.inPlace = true;
     if (sub.op == ReduceOp::kAvg) sub.op = ReduceOp::kSum;
-    const uint32_t first = hier::appendSlicePlan(all, ring.plan(sub, l.host, static_cast<int>(l.hosts.size()), tuning),
+    const uint32_t first = hier::appendSlicePlan(all, between.plan(sub, l.host, static_cast<int>(l.hosts.size()), tuning),
                                                  l, j, slices.offsetOf(j), lane);
     if (call.op == ReduceOp::kAvg) {
       // Once, after every step of this slice's ring (its sends read it too).

@@ -125,6 +125,10 @@ const std::vector<ParamDef>& registry() {
                            "Pipeline segment of ring and halving-doubling (allreduce, reduce-scatter, "
                            "allgather) when the communicator spans hosts: fewer, larger messages between "
                            "hosts (tree and the hierarchy's waves keep GRADCOMM_SEGMENT_SIZE)"));
+    d.push_back(bytesParam("GRADCOMM_HIER_RD_SIZE", "16K", &Config::hierRdSliceBytes, 0,
+                           "Hierarchical allreduce: slices (the call's bytes / ranks per host) of at most "
+                           "this size are summed between hosts by recursive doubling (log2 of the hosts "
+                           "rounds), larger ones by a ring; 0: always a ring"));
     d.push_back(intParam("GRADCOMM_PIPELINE_DEPTH", "4", &Config::pipelineDepth, 1, 64,
                          "Segments in flight per peer (receive slots) in pipelined algorithms"));
     d.push_back(choiceParam("GRADCOMM_SELECT", "model", &Config::select, {"model", "rule"},

@@ -258,6 +258,7 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
   topology::ModelSettings settings;
   settings.segmentBytes = config_.segmentBytes;
   settings.shmChunkBytes = config_.shmChunkBytes;
+  settings.hierRdSliceBytes = config_.hierRdSliceBytes;
   selector_.useModel(std::make_shared<topology::CostModel>(view_, result->costs, settings), tuning);
 }
 
@@ -391,6 +392,7 @@ algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, 
   ctx.tuning.exchangeSegmentBytes = view_.numHosts() > 1 ? config_.netSegmentBytes : config_.segmentBytes;
   ctx.tuning.pipelineDepth = config_.pipelineDepth;
   ctx.tuning.shmChunkBytes = config_.shmChunkBytes;
+  ctx.tuning.hierRdSliceBytes = config_.hierRdSliceBytes;
   return ctx;
 }
 

@@ -113,6 +113,10 @@ class HierLayouts : public ::testing::TestWithParam<HierLayout> {
     settings.shmChunkBytes = 64;
     settings.seed = static_cast<uint64_t>(p) * 7 + layout.hostSizes.size() + static_cast<uint64_t>(coll);
     const std::vector<int> roots = coll == Collective::kBroadcast ? std::vector<int>{0, p / 2, p - 1} : std::vector<int>{0};
+    // allreduce: slices of up to 64 bytes go between hosts by recursive
+    // doubling, larger ones by rings, so the counts below run both.
+    Options options = smallSegments();
+    options.set("HIER_RD_SIZE", "64");
     runRanks(
         p,
         [&](RankContext& ctx) {
@@ -136,7 +140,7 @@ class HierLayouts : public ::testing::TestWithParam<HierLayout> {
             }
           }
         },
-        smallSegments(), settings);
+        options, settings);
   }
 };
 

@@ -16,6 +16,7 @@
 #include "support/forwarding_transport.hpp"
 #include "support/inproc.hpp"
 #include "topology/calibration.hpp"
+#include "transport/shm_group.hpp"
 
 using namespace gradcomm;
 using gradcomm::testing::RankContext;
@@ -202,6 +203,49 @@ TEST(Calibration, ARankOfTheHostWithoutSharedMemorySkipsTheSharedMemoryPhaseEver
       EXPECT_EQ(costs[static_cast<size_t>(r)].source, "calibrated") << "rank " << r;
       EXPECT_EQ(costs[static_cast<size_t>(r)].shmSyncSeconds, topology::MachineCosts::defaults().shmSyncSeconds)
           << "rank " << r;
+    }
+  }
+}
+
+// Every host runs the shared-memory phase at the same time (a hierarchical
+// call hands off on every host at once, and where emulated hosts share
+// cores only that load prices it), each host deciding alone: a host one of
+// whose ranks sees no shared memory skips it, the others still run it, and
+// creation succeeds everywhere. Hosts of 2 and 3 ranks.
+TEST(Calibration, EveryHostRunsTheSharedMemoryPhaseAtOnceAndAHostWithoutSharedMemorySkipsIt) {
+  for (int without : {-1, 3}) {
+    SCOPED_TRACE("rank without shared memory: " + std::to_string(without));
+    transport::InProcWorld::Settings settings;
+    settings.hostSizes = {2, 3};
+    auto world = transport::InProcWorld::create(5, settings);
+    std::vector<uint64_t> nextRound(5, 0);
+    std::vector<std::string> failed(5);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 5; ++r) {
+      threads.emplace_back([&, r] {
+        Options o;
+        o.set("CALIBRATE", "1");
+        o.set("TIMEOUT", "10s");
+        try {
+          std::unique_ptr<transport::Transport> t = world->transport(r);
+          if (r == without) t = std::make_unique<gradcomm::testing::ForwardingTransport>(std::move(t));
+          auto impl =
+              std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r), core::Config::resolve(o));
+          // The rounds this rank's group took before any collective: the
+          // calibration's hand-offs, or none.
+          if (auto* g = impl->engine().transport().sharedMemory()) nextRound[static_cast<size_t>(r)] = g->takeRound();
+        } catch (const Error& e) {
+          failed[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    const uint64_t ran = topology::kShmHandOffRounds + 1, skipped = 1;
+    for (int r = 0; r < 5; ++r) {
+      EXPECT_EQ(failed[static_cast<size_t>(r)], "") << "rank " << r;
+      const bool secondHost = r >= 2;
+      const uint64_t expected = r == without ? 0 : (secondHost && without >= 2) ? skipped : ran;
+      EXPECT_EQ(nextRound[static_cast<size_t>(r)], expected) << "rank " << r;
     }
   }
 }

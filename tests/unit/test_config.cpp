@@ -124,6 +124,16 @@ TEST(Parameters, OutOfRangeValuesAreRejected) {
   msg = errorOf([&] { Config::resolve(ns); });
   EXPECT_NE(msg.find("GRADCOMM_NET_SEGMENT_SIZE"), std::string::npos) << msg;
   EXPECT_NE(msg.find("too small"), std::string::npos) << msg;
+  for (const char* bad : {"lots", "-1", "16Q"}) {
+    Options h;
+    h.set("HIER_RD_SIZE", bad);
+    msg = errorOf([&] { Config::resolve(h); });
+    EXPECT_NE(msg.find("GRADCOMM_HIER_RD_SIZE"), std::string::npos) << bad << ": " << msg;
+  }
+  Options h0;
+  h0.set("HIER_RD_SIZE", "0");  // always rings
+  EXPECT_EQ(Config::resolve(h0).hierRdSliceBytes, 0u);
+  EXPECT_EQ(Config::resolve(Options{}).hierRdSliceBytes, 16u * 1024);
   Options l;
   l.set("LOG_LEVEL", "chatty");
   EXPECT_THROW(Config::resolve(l), ConfigError);

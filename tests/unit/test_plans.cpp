@@ -3,6 +3,7 @@
 // one matching receive of the same size on its peer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <tuple>
@@ -166,63 +167,92 @@ TEST(Plans, EveryPlannerIsRaceFreeAndItsMessagesPairUp) {
 // exactly one receive of the same size on its peer (the slices' rings and
 // trees on one pair of ranks never reuse a message index).
 TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
-  Tuning tuning;
-  tuning.segmentBytes = 16;
-  tuning.exchangeSegmentBytes = 16;
-  tuning.pipelineDepth = 2;
-  struct Layout {
-    std::vector<int> sizes;
-    std::vector<int> hostOfRank;
-  };
-  for (const Layout& layout : {Layout{{2, 2}, {}}, Layout{{2, 3}, {}}, Layout{{3, 2}, {}}, Layout{{1, 3}, {}},
-                               Layout{{2, 1, 3}, {}}, Layout{{2, 2, 2}, {}}, Layout{{4, 4}, {}},
-                               Layout{{3, 2}, {0, 1, 0, 1, 0}}}) {
-    transport::InProcWorld::Settings settings;
-    settings.hostSizes = layout.sizes;
-    settings.hostOfRank = layout.hostOfRank;
-    int size = 0;
-    for (int n : layout.sizes) size += n;
-    auto world = transport::InProcWorld::create(size, settings);
-    std::vector<hier::Layout> ranks;
-    for (int r = 0; r < size; ++r) ranks.push_back(hier::Layout::of(topology::detect(world->hostLayout(r)), r));
-    for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast, Collective::kAllgather}) {
-      for (size_t count : {size_t{1}, size_t{2}, static_cast<size_t>(size + 1), size_t{37}, size_t{70}}) {
-        for (int root : {0, size - 1}) {
-          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-            if (coll != Collective::kAllreduce && op == ReduceOp::kAvg) continue;
-            const bool inPlace = coll != Collective::kAllgather || root == 0;
-            auto call = makeCall(coll, count, inPlace, op, root);
-            std::map<std::tuple<int, int, uint32_t>, size_t> sends, recvs;
-            for (int r = 0; r < size; ++r) {
-              SCOPED_TRACE(std::string(toString(coll)) + " hosts=" + std::to_string(layout.sizes.size()) +
-                           " size=" + std::to_string(size) + " count=" + std::to_string(count) + " root=" +
-                           std::to_string(root) + " rank=" + std::to_string(r) + " op=" + toString(op));
-              const auto& l = ranks[static_cast<size_t>(r)];
-              Plan plan = coll == Collective::kAllreduce   ? hier::allreduceInterHostPlan(call, l, tuning)
-                          : coll == Collective::kBroadcast ? hier::broadcastInterHostPlan(call, l, tuning)
-                                                           : hier::allgatherInterHostPlan(call, l);
-              // allreduce and broadcast run in place in the output.
-              ASSERT_EQ(findHazard(plan, inPlace, inputShift(coll, r, count)), "");
-              for (const Step& s : plan.steps) {
-                if (s.kind == StepKind::kSend) {
-                  ASSERT_NE(s.peer, r);
-                  ASSERT_NE(ranks[static_cast<size_t>(s.peer)].host, l.host) << "a message inside a host";
-                  auto key = std::make_tuple(r, s.peer, s.message);
-                  ASSERT_FALSE(sends.count(key)) << "duplicate message id " << s.message;
-                  sends[key] = s.a.count;
-                } else if (s.kind == StepKind::kRecv) {
-                  auto key = std::make_tuple(s.peer, r, s.message);
-                  ASSERT_FALSE(recvs.count(key)) << "duplicate message id " << s.message;
-                  recvs[key] = s.dst.count;
+  // allreduce: rings between hosts (no slice small enough for rd) and
+  // recursive doubling (every slice small enough).
+  for (size_t rdSlice : {size_t{0}, size_t{1} << 20}) {
+    SCOPED_TRACE("hierRdSliceBytes " + std::to_string(rdSlice));
+    Tuning tuning;
+    tuning.segmentBytes = 16;
+    tuning.exchangeSegmentBytes = 16;
+    tuning.pipelineDepth = 2;
+    tuning.hierRdSliceBytes = rdSlice;
+    struct Layout {
+      std::vector<int> sizes;
+      std::vector<int> hostOfRank;
+    };
+    for (const Layout& layout : {Layout{{2, 2}, {}}, Layout{{2, 3}, {}}, Layout{{3, 2}, {}}, Layout{{1, 3}, {}},
+                                 Layout{{2, 1, 3}, {}}, Layout{{2, 2, 2}, {}}, Layout{{4, 4}, {}},
+                                 Layout{{3, 2}, {0, 1, 0, 1, 0}}}) {
+      transport::InProcWorld::Settings settings;
+      settings.hostSizes = layout.sizes;
+      settings.hostOfRank = layout.hostOfRank;
+      int size = 0;
+      for (int n : layout.sizes) size += n;
+      auto world = transport::InProcWorld::create(size, settings);
+      std::vector<hier::Layout> ranks;
+      for (int r = 0; r < size; ++r) ranks.push_back(hier::Layout::of(topology::detect(world->hostLayout(r)), r));
+      for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast, Collective::kAllgather}) {
+        for (size_t count : {size_t{1}, size_t{2}, static_cast<size_t>(size + 1), size_t{37}, size_t{70}}) {
+          for (int root : {0, size - 1}) {
+            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+              if (coll != Collective::kAllreduce && op == ReduceOp::kAvg) continue;
+              const bool inPlace = coll != Collective::kAllgather || root == 0;
+              auto call = makeCall(coll, count, inPlace, op, root);
+              std::map<std::tuple<int, int, uint32_t>, size_t> sends, recvs;
+              for (int r = 0; r < size; ++r) {
+                SCOPED_TRACE(std::string(toString(coll)) + " hosts=" + std::to_string(layout.sizes.size()) +
+                             " size=" + std::to_string(size) + " count=" + std::to_string(count) + " root=" +
+                             std::to_string(root) + " rank=" + std::to_string(r) + " op=" + toString(op));
+                const auto& l = ranks[static_cast<size_t>(r)];
+                Plan plan = coll == Collective::kAllreduce   ? hier::allreduceInterHostPlan(call, l, tuning)
+                            : coll == Collective::kBroadcast ? hier::broadcastInterHostPlan(call, l, tuning)
+                                                             : hier::allgatherInterHostPlan(call, l);
+                // allreduce and broadcast run in place in the output.
+                ASSERT_EQ(findHazard(plan, inPlace, inputShift(coll, r, count)), "");
+                for (const Step& s : plan.steps) {
+                  if (s.kind == StepKind::kSend) {
+                    ASSERT_NE(s.peer, r);
+                    ASSERT_NE(ranks[static_cast<size_t>(s.peer)].host, l.host) << "a message inside a host";
+                    auto key = std::make_tuple(r, s.peer, s.message);
+                    ASSERT_FALSE(sends.count(key)) << "duplicate message id " << s.message;
+                    sends[key] = s.a.count;
+                  } else if (s.kind == StepKind::kRecv) {
+                    auto key = std::make_tuple(s.peer, r, s.message);
+                    ASSERT_FALSE(recvs.count(key)) << "duplicate message id " << s.message;
+                    recvs[key] = s.dst.count;
+                  }
                 }
               }
+              ASSERT_EQ(sends, recvs) << toString(coll) << " size=" << size << " count=" << count;
+              ASSERT_FALSE(sends.empty());
             }
-            ASSERT_EQ(sends, recvs) << toString(coll) << " size=" << size << " count=" << count;
-            ASSERT_FALSE(sends.empty());
           }
         }
       }
     }
+  }
+}
+
+// The hierarchy's exchange between hosts: slices of at most
+// hierRdSliceBytes go by recursive doubling (log2 H rounds, one message per
+// round), larger ones by a ring (2(H - 1) steps). 2 and 4 hosts of 2 ranks,
+// 64 float32 (slices of 128 bytes).
+TEST(Plans, HierExchangesSmallSlicesByRecursiveDoublingAndLargeOnesByARing) {
+  for (int hosts : {2, 4}) {
+    transport::InProcWorld::Settings settings;
+    settings.hostSizes = std::vector<int>(static_cast<size_t>(hosts), 2);
+    auto world = transport::InProcWorld::create(2 * hosts, settings);
+    const auto l = hier::Layout::of(topology::detect(world->hostLayout(1)), 1);
+    auto sendsOf = [&](size_t rdSliceBytes) {
+      Tuning tuning;
+      tuning.hierRdSliceBytes = rdSliceBytes;
+      const Plan plan = hier::allreduceInterHostPlan(makeCall(Collective::kAllreduce, 64, true, ReduceOp::kSum, 0), l, tuning);
+      return std::count_if(plan.steps.begin(), plan.steps.end(), [](const Step& s) { return s.kind == StepKind::kSend; });
+    };
+    const int log2Hosts = hosts == 2 ? 1 : 2;
+    EXPECT_EQ(sendsOf(Tuning{}.hierRdSliceBytes), log2Hosts) << hosts << " hosts, default";
+    EXPECT_EQ(sendsOf(128), log2Hosts) << hosts << " hosts, slice at the limit";
+    EXPECT_EQ(sendsOf(124), 2 * (hosts - 1)) << hosts << " hosts, slice above the limit";
   }
 }
 

@@ -11,6 +11,7 @@
 #include "topology/cost_model.hpp"
 #include "topology/topology_view.hpp"
 #include "topology/tuning_file.hpp"
+#include "transport/call_signature.hpp"
 #include "transport/inproc_transport.hpp"
 
 using namespace gradcomm;
@@ -212,25 +213,73 @@ TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
   const MachineCosts c = chosenCosts();
   CostModel m(TopologyView::uniform(2, 2), c);
   // rd's second round sends both ranks of each host across at once: the
-  // two messages share the host's link.
+  // two messages share the host's link. Too large to sign its messages, it
+  // pays the engine's call check (one more round's software), as the ring
+  // does.
+  const double ov = ModelSettings{}.roundOverheadSeconds;
   const double rd = *m.predict(Collective::kAllreduce, "rd", kLarge);
   const double expectedRd = (c.sameHost.alphaSeconds + kLarge * c.sameHost.betaSecondsPerByte) +
                             (c.interHost.alphaSeconds + 2.0 * kLarge * c.interHost.betaSecondsPerByte) +
-                            2.0 * kLarge * c.reduceSecondsPerByte + 2 * ModelSettings{}.roundOverheadSeconds;
+                            2.0 * kLarge * c.reduceSecondsPerByte + 2 * ov + ov;
   EXPECT_NEAR(rd, expectedRd, expectedRd * 1e-9);
   // The ring 0-1-2-3 crosses each host link once per step.
   const double ring = *m.predict(Collective::kAllreduce, "ring", kLarge);
   const double chunk = kLarge / 4.0;
   const double expectedRing = 6 * (c.interHost.alphaSeconds + chunk * c.interHost.betaSecondsPerByte) +
-                              3 * chunk * c.reduceSecondsPerByte + 6 * ModelSettings{}.roundOverheadSeconds;
+                              3 * chunk * c.reduceSecondsPerByte + 6 * ov + ov;
   EXPECT_NEAR(ring, expectedRing, expectedRing * 1e-9);
   // hier moves n/L per host per direction instead of 2(p-1)/p n.
   const double hier = *m.predict(Collective::kAllreduce, "hier", kLarge);
   EXPECT_LT(hier, ring);
-  // At 8 B hier pays two inter-host ring steps and three hand-offs where
-  // rd pays one inter-host round.
+  // At 8 B hier pays one inter-host rd round like rd, but three hand-offs,
+  // two shared-memory phases and the engine's call check where rd pays one
+  // same-host round and signs its messages.
   EXPECT_GT(*m.predict(Collective::kAllreduce, "hier", kSmall), *m.predict(Collective::kAllreduce, "rd", kSmall));
   EXPECT_EQ(fastest(m, Collective::kAllreduce, kSmall, kFlat), "rd");
+}
+
+// The engine's call check costs one more message's software, except where
+// the algorithm compares calls itself (shm, native) or signs its messages
+// (rd up to the signed-payload limit).
+TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckCallsItself) {
+  CostModel m(TopologyView::uniform(2, 2), chosenCosts());
+  const double ov = ModelSettings{}.roundOverheadSeconds;
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "rd", 8), 0.0);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "rd", transport::kSignedPayloadLimit), 0.0);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "rd", transport::kSignedPayloadLimit + 4), ov);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "native", 8), 0.0);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "shm", 8), 0.0);
+  for (const char* algo : {"ring", "hd", "tree", "hier"}) {
+    EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, algo, 8), ov) << algo;
+  }
+  EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "tree", 8), ov);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kBarrier, "dissemination", 0), ov);
+  // One rank sends nothing.
+  CostModel alone(TopologyView::uniform(1, 1), chosenCosts());
+  EXPECT_EQ(alone.callCheckSeconds(Collective::kAllreduce, "ring", 8), 0.0);
+}
+
+// The hierarchy's exchange between hosts follows the algorithm's rule: up to
+// hierRdSliceBytes a slice goes by recursive doubling (one round on 2
+// hosts, every local index's message sharing the host link), above it by a
+// ring (2 (H - 1) steps of slice / H).
+TEST(CostModel, HierarchicalAllreducePricesRecursiveDoublingForSmallSlicesAndARingAboveThem) {
+  const MachineCosts c = chosenCosts();
+  ModelSettings s;
+  s.hierRdSliceBytes = 1024;
+  CostModel m(TopologyView::uniform(2, 2), c, s);
+  const double ov = s.roundOverheadSeconds;
+  auto shmPart = [&](double bytes) {
+    return 3 * c.shmSyncSeconds + 0.5 * bytes * (2 * c.copySecondsPerByte + c.reduceSecondsPerByte) + 2 * ov;
+  };
+  const double small = 2048, large = 4096;  // slices of 1 KiB and 2 KiB
+  const double rdSmall = c.interHost.alphaSeconds + 2 * (small / 2) * c.interHost.betaSecondsPerByte + ov +
+                         (small / 2) * c.reduceSecondsPerByte;
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 2048), shmPart(small) + rdSmall + ov, 1e-12);
+  const double chunk = large / 2 / 2;
+  const double ringLarge = 2 * (c.interHost.alphaSeconds + 2 * chunk * c.interHost.betaSecondsPerByte + ov) +
+                           chunk * c.reduceSecondsPerByte;
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 4096), shmPart(large) + ringLarge + ov, 1e-12);
 }
 
 TEST(CostModel, HierarchicalBroadcastAndAllgatherWinLargeOnTwoByTwo) {
@@ -242,7 +291,7 @@ TEST(CostModel, HierarchicalBroadcastAndAllgatherWinLargeOnTwoByTwo) {
   const double block = kLarge / 4.0;
   const double expectedHier = (c.interHost.alphaSeconds + 2 * block * c.interHost.betaSecondsPerByte) +
                               ModelSettings{}.roundOverheadSeconds + c.shmSyncSeconds +
-                              0.5 * kLarge * c.copySecondsPerByte;
+                              0.5 * kLarge * c.copySecondsPerByte + ModelSettings{}.roundOverheadSeconds;
   const double hier = *m.predict(Collective::kAllgather, "hier", kLarge);
   EXPECT_NEAR(hier, expectedHier, expectedHier * 1e-9);
   EXPECT_LT(hier, *m.predict(Collective::kAllgather, "ring", kLarge) / 1.3);
