@@ -337,11 +337,16 @@ double CostModel::callCheckSeconds(Collective collective, const std::string& alg
   // beside the algorithm's first round: its latency overlaps the
   // algorithm, its software does not. Algorithms that compare calls
   // themselves (native, shm) or sign their messages (rd up to
-  // kSignedPayloadLimit) send none. On 2 x 2 emulated hosts the check took
+  // kSignedPayloadLimit; hier on equal hosts while its slices go by rd
+  // within that limit) send none. On 2 x 2 emulated hosts the check took
   // hier from 47 to 54..57 us at 16 B..1 KiB.
   if (view_.size() < 2 || algorithm == "native" || algorithm == "shm") return 0;
-  if (collective == Collective::kAllreduce && algorithm == "rd" && bytes > 0 && bytes <= transport::kSignedPayloadLimit) {
-    return 0;
+  if (collective == Collective::kAllreduce && bytes > 0) {
+    if (algorithm == "rd" && bytes <= transport::kSignedPayloadLimit) return 0;
+    if (algorithm == "hier" && view_.uniformHosts() && view_.numHosts() > 1 && view_.maxRanksPerHost() > 1) {
+      const size_t l = static_cast<size_t>(view_.maxRanksPerHost());
+      if ((bytes + l - 1) / l <= std::min(settings_.hierRdSliceBytes, transport::kSignedPayloadLimit)) return 0;
+    }
   }
   return settings_.roundOverheadSeconds;
 }

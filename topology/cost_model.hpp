@@ -79,7 +79,8 @@ class CostModel {
   std::optional<double> predict(Collective collective, const std::string& algorithm, size_t bytes) const;
   /// What the engine's call check adds to `algorithm`'s call: the software
   /// of one more message (roundOverheadSeconds), or 0 where the algorithm
-  /// compares calls itself or signs its messages.
+  /// compares calls itself or signs its messages (the rules of
+  /// Algorithm::checksCalls and signsMessages).
   double callCheckSeconds(Collective collective, const std::string& algorithm, size_t bytes) const;
   /// Names with a formula for `collective`.
   static std::vector<std::string> modelled(Collective collective);

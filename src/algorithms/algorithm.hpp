@@ -106,16 +106,17 @@ class Algorithm {
   /// True when the schedule itself compares every rank's call fingerprint
   /// (the engine then skips its call check, a message per operation).
   virtual bool checksCalls() const { return false; }
-  /// True when this call (on `ranks` ranks) runs with signed messages (see
-  /// RunContext::signedMessages) instead of the engine's call check. Only
+  /// True when this call (run with `ctx`: its transport, topology and
+  /// tuning) runs with signed messages (see RunContext::signedMessages)
+  /// instead of the engine's call check. Only
   /// for calls whose messages pair up the same way whatever the other
   /// ranks' calls (peers and message order depend on the ranks alone), at
   /// most one per ordered pair of ranks, carrying at most
   /// kSignedPayloadLimit bytes, and linking all ranks: wherever calls
   /// differ, some rank then receives a differing signature.
-  virtual bool signsMessages(const transport::CallSignature& call, int ranks) const {
+  virtual bool signsMessages(const transport::CallSignature& call, const RunContext& ctx) const {
     (void)call;
-    (void)ranks;
+    (void)ctx;
     return false;
   }
   /// unsupportedReason(...).empty(), without building a message (hot path).

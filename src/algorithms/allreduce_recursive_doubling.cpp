@@ -20,9 +20,9 @@ class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
   /// (and the fold's pairs) depend on the ranks alone, at most one message
   /// per ordered pair, and link every rank. Saves the call check's message
   /// per operation, about a message latency over TCP.
-  bool signsMessages(const transport::CallSignature& call, int ranks) const override {
+  bool signsMessages(const transport::CallSignature& call, const RunContext& ctx) const override {
     const size_t bytes = call.count * dataTypeSize(static_cast<DataType>(call.type));
-    return ranks >= 2 && call.count > 0 && bytes <= transport::kSignedPayloadLimit;
+    return ctx.transport->size() >= 2 && call.count > 0 && bytes <= transport::kSignedPayloadLimit;
   }
 
   Plan plan(const CollectiveCall& call, int r, int p, const Tuning&) const override {

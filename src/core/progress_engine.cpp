@@ -386,7 +386,7 @@ bool ProgressEngine::drive() {
         // Algorithms that compare every rank's call themselves, or whose
         // messages carry the signature, skip the check.
         const auto* algo = active_->algo;
-        active_->ctx.signedMessages = algo && algo->signsMessages(active_->signature, transport_->size());
+        active_->ctx.signedMessages = algo && algo->signsMessages(active_->signature, active_->ctx);
         if (!algo || (!algo->checksCalls() && !active_->ctx.signedMessages)) {
           check_.start(*transport_, active_->signature);
         }

@@ -807,6 +807,124 @@ TEST(Errors, HierWithDifferentCountsFailsOnEveryRank) {
   }
 }
 
+// Small hierarchical calls sign their messages between hosts instead of
+// running the engine's call check: calls that differ in count (one side
+// with an empty slice, the other without), type or op still fail on every
+// rank, wherever the odd rank is.
+TEST(Errors, SmallHierCallsThatDifferFailOnEveryRankWithoutTheCallCheck) {
+  struct Case {
+    const char* what;
+    size_t count, oddCount;
+    DataType type, oddType;
+    ReduceOp op, oddOp;
+  };
+  const Case cases[] = {
+      {"count 1 against 3", 1, 3, DataType::kFloat32, DataType::kFloat32, ReduceOp::kSum, ReduceOp::kSum},
+      {"count 64 against 65", 64, 65, DataType::kFloat32, DataType::kFloat32, ReduceOp::kSum, ReduceOp::kSum},
+      {"float32 against int32", 64, 64, DataType::kFloat32, DataType::kInt32, ReduceOp::kSum, ReduceOp::kSum},
+      {"sum against max", 64, 64, DataType::kFloat32, DataType::kFloat32, ReduceOp::kSum, ReduceOp::kMax},
+  };
+  transport::InProcWorld::Settings layout;
+  layout.hostSizes = {2, 2};
+  for (const Case& c : cases) {
+    for (int odd = 0; odd < 4; ++odd) {
+      SCOPED_TRACE(std::string(c.what) + ", odd rank " + std::to_string(odd));
+      auto out = perRank(
+          4,
+          [&](RankContext& ctx) {
+            std::vector<float> buf(128, 1.0f);
+            const bool isOdd = ctx.rank == odd;
+            CollectiveOptions o;
+            o.algorithm = "hier";
+            ctx.comm.allreduce(buf.data(), buf.data(), isOdd ? c.oddCount : c.count, isOdd ? c.oddType : c.type,
+                               isOdd ? c.oddOp : c.op, o)
+                .wait();
+            ctx.comm.barrier().wait();
+          },
+          quick(), layout);
+      expectAMismatchOnEveryRank(out);
+    }
+  }
+}
+
+namespace {
+
+/// Counts the messages a rank sends on the call-check channel (and of those
+/// the plain call checks: a signature alone) and on the data channel.
+/// With `keepSharedMemory` the rank keeps its host's shared memory, else
+/// every peer is reached by messages.
+class CountingTransport : public ForwardingTransport {
+ public:
+  explicit CountingTransport(std::unique_ptr<transport::Transport> inner, bool keepSharedMemory = false)
+      : ForwardingTransport(std::move(inner)), keepSharedMemory_(keepSharedMemory) {}
+  transport::RequestPtr isend(int peer, const void* data, size_t bytes, const transport::Tag& tag) override {
+    const bool check = tag.message == transport::Tag::kCallCheck;
+    ++(check ? checkSends : dataSends);
+    if (check && bytes == sizeof(transport::CallSignature)) ++plainChecks;
+    return inner().isend(peer, data, bytes, tag);
+  }
+  transport::ShmGroup* sharedMemory() override { return keepSharedMemory_ ? inner().sharedMemory() : nullptr; }
+  std::atomic<int> checkSends{0}, dataSends{0}, plainChecks{0};
+
+ private:
+  const bool keepSharedMemory_;
+};
+
+}  // namespace
+
+// On 2 x 2, the call check crosses hosts from ranks 1 and 3 (their next
+// ranks live on the other host). Small hier calls sign their messages and
+// send no call check; an empty call and one whose slices go by rings do.
+TEST(Errors, SmallHierCallsSendNoCallCheckBetweenHosts) {
+  transport::InProcWorld::Settings layout;
+  layout.hostSizes = {2, 2};
+  auto world = transport::InProcWorld::create(4, layout);
+  struct Sent {
+    int small = -1, empty = -1, large = -1;
+  };
+  std::vector<Sent> sent(4);
+  std::vector<std::string> failed(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto counting = std::make_unique<CountingTransport>(world->transport(r), true);
+        CountingTransport* c = counting.get();
+        auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(counting), world->hostLayout(r),
+                                                               core::Config::resolve(quick()));
+        Communicator comm(impl);
+        CollectiveOptions o;
+        o.algorithm = "hier";
+        // 8 KiB slices: rd between hosts, signed; 32 KiB: rings.
+        std::vector<float> buf(16384, 1.0f);
+        auto checksDuring = [&](size_t count, int calls) {
+          const int before = c->plainChecks.load();
+          for (int i = 0; i < calls; ++i) {
+            std::fill(buf.begin(), buf.end(), 1.0f);
+            Work w = comm.allreduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum, o);
+            w.wait();
+            EXPECT_EQ(w.algorithm(), "hier");
+            if (count) EXPECT_EQ(buf[count - 1], 4.0f);
+          }
+          return c->plainChecks.load() - before;
+        };
+        sent[static_cast<size_t>(r)] = {checksDuring(4096, 5), checksDuring(0, 1), checksDuring(16384, 1)};
+      } catch (const Error& e) {
+        failed[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < 4; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(failed[static_cast<size_t>(r)], "");
+    const bool crosses = r == 1 || r == 3;
+    EXPECT_EQ(sent[static_cast<size_t>(r)].small, 0);
+    EXPECT_EQ(sent[static_cast<size_t>(r)].empty, crosses ? 1 : 0);
+    EXPECT_EQ(sent[static_cast<size_t>(r)].large, crosses ? 1 : 0);
+  }
+}
+
 // Forced where it cannot run (one host), hier falls back to the default and
 // still computes the right numbers, as every forced algorithm does.
 TEST(Errors, HierForcedOnOneHostFallsBackAndStaysCorrect) {
@@ -953,21 +1071,6 @@ TEST(Errors, SignedAndUnsignedRdCallsThatDifferFailOnEveryRankAndNameTheCount) {
   }
 }
 
-namespace {
-
-/// Counts the messages a rank sends on the call-check channel and on the
-/// data channel.
-class CountingTransport : public ForwardingTransport {
- public:
-  explicit CountingTransport(std::unique_ptr<transport::Transport> inner) : ForwardingTransport(std::move(inner)) {}
-  transport::RequestPtr isend(int peer, const void* data, size_t bytes, const transport::Tag& tag) override {
-    ++(tag.message == transport::Tag::kCallCheck ? checkSends : dataSends);
-    return inner().isend(peer, data, bytes, tag);
-  }
-  std::atomic<int> checkSends{0}, dataSends{0};
-};
-
-}  // namespace
 
 // The call check costs a message per operation: a small rd call puts the
 // signature in front of its data instead, so it sends exactly its plan's

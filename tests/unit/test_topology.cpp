@@ -240,7 +240,8 @@ TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
 
 // The engine's call check costs one more message's software, except where
 // the algorithm compares calls itself (shm, native) or signs its messages
-// (rd up to the signed-payload limit).
+// (rd up to the signed-payload limit; hier on equal hosts while its slices
+// go by rd within that limit).
 TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckCallsItself) {
   CostModel m(TopologyView::uniform(2, 2), chosenCosts());
   const double ov = ModelSettings{}.roundOverheadSeconds;
@@ -249,9 +250,18 @@ TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckC
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "rd", transport::kSignedPayloadLimit + 4), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "native", 8), 0.0);
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "shm", 8), 0.0);
-  for (const char* algo : {"ring", "hd", "tree", "hier"}) {
+  for (const char* algo : {"ring", "hd", "tree"}) {
     EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, algo, 8), ov) << algo;
   }
+  // 2 ranks per host: slices of half the call, by rd up to 16 KiB.
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 8), 0.0);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 32 * 1024), 0.0);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 32 * 1024 + 4), ov);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 0), ov);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "hier", 8), ov);
+  // Hosts of different sizes: no signing.
+  CostModel uneven(TopologyView({0, 0, 2, 2, 2}), chosenCosts());
+  EXPECT_EQ(uneven.callCheckSeconds(Collective::kAllreduce, "hier", 8), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "tree", 8), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBarrier, "dissemination", 0), ov);
   // One rank sends nothing.
@@ -262,7 +272,7 @@ TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckC
 // The hierarchy's exchange between hosts follows the algorithm's rule: up to
 // hierRdSliceBytes a slice goes by recursive doubling (one round on 2
 // hosts, every local index's message sharing the host link), above it by a
-// ring (2 (H - 1) steps of slice / H).
+// ring (2 (H - 1) steps of slice / H) and the engine's call check.
 TEST(CostModel, HierarchicalAllreducePricesRecursiveDoublingForSmallSlicesAndARingAboveThem) {
   const MachineCosts c = chosenCosts();
   ModelSettings s;
@@ -275,7 +285,8 @@ TEST(CostModel, HierarchicalAllreducePricesRecursiveDoublingForSmallSlicesAndARi
   const double small = 2048, large = 4096;  // slices of 1 KiB and 2 KiB
   const double rdSmall = c.interHost.alphaSeconds + 2 * (small / 2) * c.interHost.betaSecondsPerByte + ov +
                          (small / 2) * c.reduceSecondsPerByte;
-  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 2048), shmPart(small) + rdSmall + ov, 1e-12);
+  // Signed below the limit: no call check.
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 2048), shmPart(small) + rdSmall, 1e-12);
   const double chunk = large / 2 / 2;
   const double ringLarge = 2 * (c.interHost.alphaSeconds + 2 * chunk * c.interHost.betaSecondsPerByte + ov) +
                            chunk * c.reduceSecondsPerByte;
