@@ -92,9 +92,8 @@ constexpr int kRingRounds = kLoadedRingRounds;
 // hand-offs with no data; rank 0 takes the median of all but the first on
 // its host. The fixed 0.5 us priced 1x4 (4 ranks on 2 cores) 1 KiB shm at
 // 0.9 us against 6..9 measured. Every host runs it at the same time, as a
-// hierarchical call does: with rank 0's host alone, 2x2 emulated hosts on
-// 2 cores measured 1.4 us, while hier's three hand-offs cost about 10 us
-// in a call.
+// hierarchical call does (on 2x2 emulated hosts sharing 2 cores the median
+// was 0.1..1.6 us with rank 0's host alone and with both).
 constexpr int kShmSyncRounds = kShmHandOffRounds;
 
 /// A list of sends, receives and callbacks run strictly in order; callbacks

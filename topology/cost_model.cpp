@@ -310,11 +310,8 @@ double CostModel::hierarchical(double bytes) const {
   const double l = view_.maxRanksPerHost();
   double t = 0;
   if (l > 1) {
-    // Each shared-memory phase (reduce-scatter, allgather) is a step of the
-    // schedule with its own polling: it costs the software of a round.
     t += 2 * costs_.shmSyncSeconds + (l - 1) / l * bytes * (costs_.copySecondsPerByte + costs_.reduceSecondsPerByte);
     t += costs_.shmSyncSeconds + (l - 1) / l * bytes * costs_.copySecondsPerByte;
-    t += 2 * settings_.roundOverheadSeconds;
   }
   if (hosts > 1) {
     // All L exchanges run at once: one round carries L messages per host link.

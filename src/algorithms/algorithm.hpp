@@ -45,8 +45,7 @@ struct Tuning {
   /// by recursive doubling, larger ones by a ring. Small slices are
   /// latency-bound: rd takes ceil(log2 H) rounds (plus two where H is not a
   /// power of two) where the ring takes 2(H - 1), and on 2 hosts it moves the
-  /// same bytes in one round instead of two.
-  /// GRADCOMM_HIER_RD_SIZE.
+  /// same bytes in one round instead of two (GRADCOMM_HIER_RD_SIZE).
   size_t hierRdSliceBytes = 16 * 1024;
 };
 
