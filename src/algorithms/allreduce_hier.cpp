@@ -5,21 +5,24 @@
 //   1. Reduce-scatter inside each host through shared memory: the owner of
 //      each slice reduces every local rank's part of it, in local-rank
 //      order, into its output.
-//   2. For each slice, the owners on all hosts (one per host) run a ring
-//      allreduce of it, in place in their outputs. Every slice has its own
-//      ring, so every local rank of the largest host, and its link, is busy.
+//   2. For each slice, the owners on all hosts (one per host) run an
+//      allreduce of it, in place in their outputs: recursive doubling when
+//      the call's largest slice is at most Tuning::hierRdSliceBytes
+//      (GRADCOMM_HIER_RD_SIZE; latency-bound), else a ring. Every slice has
+//      its own exchange, so every local rank of the largest host, and its
+//      link, is busy.
 //   3. Allgather inside each host through shared memory: owners publish
 //      their slices, every other local rank copies them.
 // Phases 1 and 3 go through the ShmGroup's double buffers in rounds (each
 // round moves c elements of every slice, c = buffer / (S * element size)),
 // with the same round-number flags as the `shm` allreduce. Phase 2 is one
-// Plan: the ring planner's plan per owned slice, with host indices mapped to
+// Plan: the planner's plan per owned slice, with host indices mapped to
 // the owners' ranks, spans moved to the slice, and message index
 // m * stride + j (stride a power of two >= S): message indices that a
 // transport truncates to its tag bits then still never collide between the
-// rings of two slices that link the same pair of ranks.
+// exchanges of two slices that link the same pair of ranks.
 // avg reduces as a sum and divides each slice by the world size once, after
-// its ring, so every rank gets identical bits.
+// its exchange, so every rank gets identical bits.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -51,10 +54,10 @@ Plan hier::allreduceInterHostPlan(const CollectiveCall& call, const hier::Layout
     sub.count = slices.sizeOf(j);
     sub.inPlace = true;
     if (sub.op == ReduceOp::kAvg) sub.op = ReduceOp::kSum;
-    const uint32_t first = hier::appendSlicePlan(all, between.plan(sub, l.host, static_cast<int>(l.hosts.size()), tuning),
-                                                 l, j, slices.offsetOf(j), lane);
+    const Plan slicePlan = between.plan(sub, l.host, static_cast<int>(l.hosts.size()), tuning);
+    const uint32_t first = hier::appendSlicePlan(all, slicePlan, l, j, slices.offsetOf(j), lane);
     if (call.op == ReduceOp::kAvg) {
-      // Once, after every step of this slice's ring (its sends read it too).
+      // Once, after every step of this slice's exchange (its sends read it too).
       Step div;
       div.kind = StepKind::kDivide;
       div.dst = out(slices.offsetOf(j), slices.sizeOf(j));

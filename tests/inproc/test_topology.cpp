@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -170,6 +171,39 @@ TEST(Calibration, OneStalledRoundOfTheLoadedRingDoesNotSetTheRoundFloor) {
   }
 }
 
+namespace {
+
+/// Creates every rank's communicator of `world` at once with calibration
+/// on, rank `without` (-1: none) behind a transport that hides its shared
+/// memory, and runs `seen` on each rank once created. Returns each rank's
+/// error text ("" where creation succeeded).
+std::vector<std::string> createCalibrated(transport::InProcWorld& world, int without,
+                                          const std::function<void(int, detail::CommunicatorImpl&)>& seen) {
+  const int p = world.size();
+  std::vector<std::string> failed(static_cast<size_t>(p));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < p; ++r) {
+    threads.emplace_back([&, r] {
+      Options o;
+      o.set("CALIBRATE", "1");
+      o.set("TIMEOUT", "10s");
+      try {
+        std::unique_ptr<transport::Transport> t = world.transport(r);
+        if (r == without) t = std::make_unique<gradcomm::testing::ForwardingTransport>(std::move(t));
+        auto impl =
+            std::make_shared<detail::CommunicatorImpl>(std::move(t), world.hostLayout(r), core::Config::resolve(o));
+        seen(r, *impl);
+      } catch (const Error& e) {
+        failed[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  return failed;
+}
+
+}  // namespace
+
 // The loaded shared-memory phase needs every rank of rank 0's host: when
 // one of them sees no shared memory (here a forwarding transport hides it),
 // the phase is skipped on every rank instead of leaving the others waiting
@@ -179,25 +213,9 @@ TEST(Calibration, ARankOfTheHostWithoutSharedMemorySkipsTheSharedMemoryPhaseEver
     SCOPED_TRACE("rank without shared memory: " + std::to_string(without));
     auto world = transport::InProcWorld::create(3, hostsOf(3));
     std::vector<topology::MachineCosts> costs(3);
-    std::vector<std::string> failed(3);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 3; ++r) {
-      threads.emplace_back([&, r] {
-        Options o;
-        o.set("CALIBRATE", "1");
-        o.set("TIMEOUT", "10s");
-        try {
-          std::unique_ptr<transport::Transport> t = world->transport(r);
-          if (r == without) t = std::make_unique<gradcomm::testing::ForwardingTransport>(std::move(t));
-          auto impl =
-              std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r), core::Config::resolve(o));
-          costs[static_cast<size_t>(r)] = impl->selector().model()->costs();
-        } catch (const Error& e) {
-          failed[static_cast<size_t>(r)] = e.what();
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
+    const auto failed = createCalibrated(*world, without, [&](int r, detail::CommunicatorImpl& impl) {
+      costs[static_cast<size_t>(r)] = impl.selector().model()->costs();
+    });
     for (int r = 0; r < 3; ++r) {
       EXPECT_EQ(failed[static_cast<size_t>(r)], "") << "rank " << r;
       EXPECT_EQ(costs[static_cast<size_t>(r)].source, "calibrated") << "rank " << r;
@@ -219,27 +237,11 @@ TEST(Calibration, EveryHostRunsTheSharedMemoryPhaseAtOnceAndAHostWithoutSharedMe
     settings.hostSizes = {2, 3};
     auto world = transport::InProcWorld::create(5, settings);
     std::vector<uint64_t> nextRound(5, 0);
-    std::vector<std::string> failed(5);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 5; ++r) {
-      threads.emplace_back([&, r] {
-        Options o;
-        o.set("CALIBRATE", "1");
-        o.set("TIMEOUT", "10s");
-        try {
-          std::unique_ptr<transport::Transport> t = world->transport(r);
-          if (r == without) t = std::make_unique<gradcomm::testing::ForwardingTransport>(std::move(t));
-          auto impl =
-              std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r), core::Config::resolve(o));
-          // The rounds this rank's group took before any collective: the
-          // calibration's hand-offs, or none.
-          if (auto* g = impl->engine().transport().sharedMemory()) nextRound[static_cast<size_t>(r)] = g->takeRound();
-        } catch (const Error& e) {
-          failed[static_cast<size_t>(r)] = e.what();
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
+    const auto failed = createCalibrated(*world, without, [&](int r, detail::CommunicatorImpl& impl) {
+      // The rounds this rank's group took before any collective: the
+      // calibration's hand-offs, or none.
+      if (auto* g = impl.engine().transport().sharedMemory()) nextRound[static_cast<size_t>(r)] = g->takeRound();
+    });
     const uint64_t ran = topology::kShmHandOffRounds + 1, skipped = 1;
     for (int r = 0; r < 5; ++r) {
       EXPECT_EQ(failed[static_cast<size_t>(r)], "") << "rank " << r;

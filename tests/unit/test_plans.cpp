@@ -118,6 +118,26 @@ long long inputShift(Collective coll, int rank, size_t count) {
   return 0;
 }
 
+/// (sender, receiver, message index) -> elements.
+using Messages = std::map<std::tuple<int, int, uint32_t>, size_t>;
+
+/// Adds rank r's sends and receives to `sends` and `recvs`; fails on a send
+/// to itself or a message index used twice between the same two ranks.
+void recordMessages(const Plan& plan, int r, Messages* sends, Messages* recvs) {
+  for (const Step& s : plan.steps) {
+    if (s.kind == StepKind::kSend) {
+      ASSERT_NE(s.peer, r);
+      auto key = std::make_tuple(r, s.peer, s.message);
+      ASSERT_FALSE(sends->count(key)) << "duplicate message id " << s.message;
+      (*sends)[key] = s.a.count;
+    } else if (s.kind == StepKind::kRecv) {
+      auto key = std::make_tuple(s.peer, r, s.message);
+      ASSERT_FALSE(recvs->count(key)) << "duplicate message id " << s.message;
+      (*recvs)[key] = s.dst.count;
+    }
+  }
+}
+
 }  // namespace
 
 TEST(Plans, EveryPlannerIsRaceFreeAndItsMessagesPairUp) {
@@ -132,7 +152,7 @@ TEST(Plans, EveryPlannerIsRaceFreeAndItsMessagesPairUp) {
           for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
             const int root = size > 2 ? 2 : 0;
             auto call = makeCall(pc.coll, count, inPlace, op, root);
-            std::map<std::tuple<int, int, uint32_t>, size_t> sends, recvs;  // (src, dst, msg) -> elements
+            Messages sends, recvs;
             for (int r = 0; r < size; ++r) {
               SCOPED_TRACE(std::string(toString(pc.coll)) + "/" + pc.algo->name() + " size=" + std::to_string(size) +
                            " count=" + std::to_string(count) + " rank=" + std::to_string(r) +
@@ -140,18 +160,7 @@ TEST(Plans, EveryPlannerIsRaceFreeAndItsMessagesPairUp) {
               Plan plan = pc.algo->plan(call, r, size, tuning);
               std::string hazard = findHazard(plan, inPlace, inputShift(pc.coll, r, count));
               ASSERT_EQ(hazard, "");
-              for (const Step& s : plan.steps) {
-                if (s.kind == StepKind::kSend) {
-                  ASSERT_NE(s.peer, r);
-                  auto key = std::make_tuple(r, s.peer, s.message);
-                  ASSERT_FALSE(sends.count(key)) << "duplicate message id " << s.message;
-                  sends[key] = s.a.count;
-                } else if (s.kind == StepKind::kRecv) {
-                  auto key = std::make_tuple(s.peer, r, s.message);
-                  ASSERT_FALSE(recvs.count(key)) << "duplicate message id " << s.message;
-                  recvs[key] = s.dst.count;
-                }
-              }
+              ASSERT_NO_FATAL_FAILURE(recordMessages(plan, r, &sends, &recvs));
             }
             ASSERT_EQ(sends, recvs) << toString(pc.coll) << "/" << pc.algo->name() << " size=" << size
                                     << " count=" << count;
@@ -198,7 +207,7 @@ TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
               if (coll != Collective::kAllreduce && op == ReduceOp::kAvg) continue;
               const bool inPlace = coll != Collective::kAllgather || root == 0;
               auto call = makeCall(coll, count, inPlace, op, root);
-              std::map<std::tuple<int, int, uint32_t>, size_t> sends, recvs;
+              Messages sends, recvs;
               for (int r = 0; r < size; ++r) {
                 SCOPED_TRACE(std::string(toString(coll)) + " hosts=" + std::to_string(layout.sizes.size()) +
                              " size=" + std::to_string(size) + " count=" + std::to_string(count) + " root=" +
@@ -211,17 +220,10 @@ TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
                 ASSERT_EQ(findHazard(plan, inPlace, inputShift(coll, r, count)), "");
                 for (const Step& s : plan.steps) {
                   if (s.kind == StepKind::kSend) {
-                    ASSERT_NE(s.peer, r);
                     ASSERT_NE(ranks[static_cast<size_t>(s.peer)].host, l.host) << "a message inside a host";
-                    auto key = std::make_tuple(r, s.peer, s.message);
-                    ASSERT_FALSE(sends.count(key)) << "duplicate message id " << s.message;
-                    sends[key] = s.a.count;
-                  } else if (s.kind == StepKind::kRecv) {
-                    auto key = std::make_tuple(s.peer, r, s.message);
-                    ASSERT_FALSE(recvs.count(key)) << "duplicate message id " << s.message;
-                    recvs[key] = s.dst.count;
                   }
                 }
+                ASSERT_NO_FATAL_FAILURE(recordMessages(plan, r, &sends, &recvs));
               }
               ASSERT_EQ(sends, recvs) << toString(coll) << " size=" << size << " count=" << count;
               ASSERT_FALSE(sends.empty());
@@ -246,8 +248,10 @@ TEST(Plans, HierExchangesSmallSlicesByRecursiveDoublingAndLargeOnesByARing) {
     auto sendsOf = [&](size_t rdSliceBytes) {
       Tuning tuning;
       tuning.hierRdSliceBytes = rdSliceBytes;
-      const Plan plan = hier::allreduceInterHostPlan(makeCall(Collective::kAllreduce, 64, true, ReduceOp::kSum, 0), l, tuning);
-      return std::count_if(plan.steps.begin(), plan.steps.end(), [](const Step& s) { return s.kind == StepKind::kSend; });
+      const auto call = makeCall(Collective::kAllreduce, 64, true, ReduceOp::kSum, 0);
+      const Plan plan = hier::allreduceInterHostPlan(call, l, tuning);
+      return std::count_if(plan.steps.begin(), plan.steps.end(),
+                           [](const Step& s) { return s.kind == StepKind::kSend; });
     };
     const int log2Hosts = hosts == 2 ? 1 : 2;
     EXPECT_EQ(sendsOf(Tuning{}.hierRdSliceBytes), log2Hosts) << hosts << " hosts, default";

@@ -239,7 +239,8 @@ TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
   const double rdSmall = *m.predict(Collective::kAllreduce, "rd", kSmall);
   EXPECT_NEAR(rdSmall,
               (c.sameHost.alphaSeconds + b * c.sameHost.betaSecondsPerByte + ov) +
-                  (c.interHost.alphaSeconds + 2 * b * c.interHost.betaSecondsPerByte + ov) + 2 * b * c.reduceSecondsPerByte,
+                  (c.interHost.alphaSeconds + 2 * b * c.interHost.betaSecondsPerByte + ov) +
+                  2 * b * c.reduceSecondsPerByte,
               1e-12);
   // hier: shared-memory reduce-scatter and allgather around one rd round
   // on slices of b / 2 (two slices share each host link).
