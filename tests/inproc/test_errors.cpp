@@ -809,8 +809,8 @@ TEST(Errors, HierWithDifferentCountsFailsOnEveryRank) {
 
 // Small hierarchical calls sign their messages between hosts instead of
 // running the engine's call check: calls that differ in count (one side
-// with an empty slice, the other without), type or op still fail on every
-// rank, wherever the odd rank is.
+// with an empty slice, the other without; one side signed, the other not),
+// type or op still fail on every rank, wherever the odd rank is.
 TEST(Errors, SmallHierCallsThatDifferFailOnEveryRankWithoutTheCallCheck) {
   struct Case {
     const char* what;
@@ -823,6 +823,10 @@ TEST(Errors, SmallHierCallsThatDifferFailOnEveryRankWithoutTheCallCheck) {
       {"count 64 against 65", 64, 65, DataType::kFloat32, DataType::kFloat32, ReduceOp::kSum, ReduceOp::kSum},
       {"float32 against int32", 64, 64, DataType::kFloat32, DataType::kInt32, ReduceOp::kSum, ReduceOp::kSum},
       {"sum against max", 64, 64, DataType::kFloat32, DataType::kFloat32, ReduceOp::kSum, ReduceOp::kMax},
+      // One side signed, the other with the engine's call check: slices
+      // that go by rings, and an empty call.
+      {"count 64 against 16384", 64, 16384, DataType::kFloat32, DataType::kFloat32, ReduceOp::kSum, ReduceOp::kSum},
+      {"count 64 against 0", 64, 0, DataType::kFloat32, DataType::kFloat32, ReduceOp::kSum, ReduceOp::kSum},
   };
   transport::InProcWorld::Settings layout;
   layout.hostSizes = {2, 2};
@@ -832,7 +836,7 @@ TEST(Errors, SmallHierCallsThatDifferFailOnEveryRankWithoutTheCallCheck) {
       auto out = perRank(
           4,
           [&](RankContext& ctx) {
-            std::vector<float> buf(128, 1.0f);
+            std::vector<float> buf(16384, 1.0f);
             const bool isOdd = ctx.rank == odd;
             CollectiveOptions o;
             o.algorithm = "hier";
