@@ -198,11 +198,7 @@ class SetupExchangeImpl : public SetupExchange {
     // The shared-memory phase needs every rank of this host in it: run it
     // only when each sees the same group as rank 0 (a rank left out would
     // leave the others waiting for its hand-offs).
-    const auto& local = view_.hostLocalRanks(0);
-    peerShmSizes_.assign(local.size(), -1);
-    for (size_t i = 1; i < local.size(); ++i) {
-      recv(local[i], &peerShmSizes_[i], sizeof(int32_t), kShmStatusMessage);
-    }
+    receiveShmStatus(view_.hostLocalRanks(0));
     call([this] {
       if (in_.runPingPong && hostAgrees(view_.hostLocalRanks(0))) header_.flags |= Wire::kShmLoad;
     });
@@ -246,10 +242,7 @@ class SetupExchangeImpl : public SetupExchange {
     if (first != t_.rank()) {
       send(first, &shmSize_, sizeof shmSize_, kShmStatusMessage);
     } else if (first != 0) {
-      peerShmSizes_.assign(local.size(), -1);
-      for (size_t i = 1; i < local.size(); ++i) {
-        recv(local[i], &peerShmSizes_[i], sizeof(int32_t), kShmStatusMessage);
-      }
+      receiveShmStatus(local);
     }
     recv(0, &header_, sizeof header_, kHeaderMessage, [this] {
       if (header_.magic != Wire::kMagic) {
@@ -288,6 +281,13 @@ class SetupExchangeImpl : public SetupExchange {
       }
       call([this] { finish(header_.flags); });
     });
+  }
+
+  /// The first rank of a host: receives the size of the shared-memory group
+  /// each other rank of the host (`local`) sees.
+  void receiveShmStatus(const std::vector<int>& local) {
+    peerShmSizes_.assign(local.size(), -1);
+    for (size_t i = 1; i < local.size(); ++i) recv(local[i], &peerShmSizes_[i], sizeof(int32_t), kShmStatusMessage);
   }
 
   /// The first rank of a host, once it heard from the others: whether

@@ -29,6 +29,11 @@ std::string linkText(const char* name, const LinkCost& l) {
 
 }  // namespace
 
+bool hierSignsMessages(const TopologyView& view, size_t sliceBytes, size_t rdSliceBytes) {
+  return view.numHosts() > 1 && view.uniformHosts() && view.maxRanksPerHost() > 1 &&
+         sliceBytes <= std::min(rdSliceBytes, transport::kSignedPayloadLimit);
+}
+
 MachineCosts MachineCosts::defaults() {
   MachineCosts c;
   c.sameHost = {2e-6, 1.0 / 5e9};
@@ -340,9 +345,9 @@ double CostModel::callCheckSeconds(Collective collective, const std::string& alg
   if (view_.size() < 2 || algorithm == "native" || algorithm == "shm") return 0;
   if (collective == Collective::kAllreduce && bytes > 0) {
     if (algorithm == "rd" && bytes <= transport::kSignedPayloadLimit) return 0;
-    if (algorithm == "hier" && view_.uniformHosts() && view_.numHosts() > 1 && view_.maxRanksPerHost() > 1) {
-      const size_t l = static_cast<size_t>(view_.maxRanksPerHost());
-      if ((bytes + l - 1) / l <= std::min(settings_.hierRdSliceBytes, transport::kSignedPayloadLimit)) return 0;
+    if (algorithm == "hier") {
+      const size_t l = static_cast<size_t>(std::max(view_.maxRanksPerHost(), 1));
+      if (hierSignsMessages(view_, (bytes + l - 1) / l, settings_.hierRdSliceBytes)) return 0;
     }
   }
   return settings_.roundOverheadSeconds;

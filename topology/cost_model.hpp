@@ -61,6 +61,14 @@ struct ModelSettings {
   size_t hierRdSliceBytes = 16 * 1024;
 };
 
+/// Whether a hierarchical allreduce whose largest slice holds `sliceBytes`
+/// signs its messages between hosts instead of running the engine's call
+/// check: several hosts of equal size with several ranks each (every rank
+/// owns one slice) and slices that go by recursive doubling
+/// (`rdSliceBytes`, GRADCOMM_HIER_RD_SIZE) within kSignedPayloadLimit. The
+/// algorithm (allreduce_hier.cpp) and the model ask the same question here.
+bool hierSignsMessages(const TopologyView& view, size_t sliceBytes, size_t rdSliceBytes);
+
 /// Predicts the time of each algorithm for a call from the topology and the
 /// machine's costs: per algorithm a sum over its communication rounds of
 /// the slowest message in the round (alpha + bytes x beta of its link

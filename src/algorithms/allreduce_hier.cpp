@@ -32,6 +32,7 @@
 #include "algorithms/patterns/partition.hpp"
 #include "algorithms/plan_runner.hpp"
 #include "gradcomm/error.hpp"
+#include "topology/cost_model.hpp"
 
 namespace gradcomm::algorithms {
 
@@ -381,12 +382,10 @@ class HierAllreduce final : public Algorithm {
   /// the engine checks it.
   bool signsMessages(const transport::CallSignature& call, const RunContext& ctx) const override {
     const topology::TopologyView* view = ctx.topology;
-    if (call.count == 0 || !view || view->numHosts() < 2 || !view->uniformHosts() || view->maxRanksPerHost() < 2) {
-      return false;
-    }
-    const size_t l = static_cast<size_t>(view->maxRanksPerHost());
+    if (call.count == 0 || !view) return false;
+    const size_t l = static_cast<size_t>(std::max(view->maxRanksPerHost(), 1));
     const size_t slice = (call.count + l - 1) / l * dataTypeSize(static_cast<DataType>(call.type));
-    return slice <= std::min(ctx.tuning.hierRdSliceBytes, transport::kSignedPayloadLimit);
+    return topology::hierSignsMessages(*view, slice, ctx.tuning.hierRdSliceBytes);
   }
 };
 
