@@ -248,7 +248,8 @@ double CostModel::dissemination(const std::vector<int>& g) const {
 double CostModel::sharedMemoryAllreduce(int local, double bytes) const {
   // Per round of local x chunk bytes: stage, reduce own slice, gather
   // (three flag hand-offs). Per byte: a rank stages and gathers the
-  // (L-1)/L it does not own and reduces (L-1) peers' slices of size 1/L.
+  // (L-1)/L it does not own, reduces (L-1) peers' slices of size 1/L and
+  // copies its reduced slice (1/L) from its buffer into its output.
   if (local < 2) return 0;
   const double l = local;
   const double roundBytes = l * static_cast<double>(std::max<size_t>(settings_.shmChunkBytes, 1));
@@ -259,7 +260,7 @@ double CostModel::sharedMemoryAllreduce(int local, double bytes) const {
     return costs_.shmSyncSeconds + bytes * (costs_.copySecondsPerByte + (l - 1) * costs_.reduceSecondsPerByte);
   }
   return rounds * 3 * costs_.shmSyncSeconds +
-         (l - 1) / l * bytes * (2 * costs_.copySecondsPerByte + costs_.reduceSecondsPerByte);
+         bytes * ((2 * l - 1) / l * costs_.copySecondsPerByte + (l - 1) / l * costs_.reduceSecondsPerByte);
 }
 
 std::vector<std::vector<int>> CostModel::sameLocalIndex() const {
@@ -310,13 +311,16 @@ double CostModel::hierarchical(double bytes) const {
   // Reduce-scatter through shared memory in each host, one exchange between
   // hosts per local index on bytes / L (the L exchanges share each host's
   // link): recursive doubling for slices up to hierRdSliceBytes, else a
-  // ring; then an allgather through shared memory.
+  // ring; then an allgather through shared memory. Each shared-memory phase
+  // copies the whole vector once per rank: the reduce-scatter stages the
+  // (L-1)/L others own and moves the rank's reduced slice (1/L) into its
+  // output; the allgather publishes that slice (1/L) and fetches the rest.
   const int hosts = view_.numHosts();
   const double l = view_.maxRanksPerHost();
   double t = 0;
   if (l > 1) {
-    t += 2 * costs_.shmSyncSeconds + (l - 1) / l * bytes * (costs_.copySecondsPerByte + costs_.reduceSecondsPerByte);
-    t += costs_.shmSyncSeconds + (l - 1) / l * bytes * costs_.copySecondsPerByte;
+    t += 2 * costs_.shmSyncSeconds + bytes * (costs_.copySecondsPerByte + (l - 1) / l * costs_.reduceSecondsPerByte);
+    t += costs_.shmSyncSeconds + bytes * costs_.copySecondsPerByte;
   }
   if (hosts > 1) {
     // All L exchanges run at once: one round carries L messages per host link.

@@ -3,6 +3,7 @@
 // timing: every number here is chosen, none measured.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "algorithms/selector.hpp"
@@ -195,6 +196,25 @@ TEST(CostModel, OneHostOfFourPrefersSharedMemoryAtEverySize) {
   }
 }
 
+// allreduce_shm.cpp's rounds, per rank: stage the (L-1)/L it does not own,
+// reduce its slice from L operands ((L-1) passes over 1/L), copy the
+// reduced slice (1/L) into its output, gather the (L-1)/L others reduced;
+// three hand-offs a round of L x GRADCOMM_SHM_CHUNK bytes. Up to 16 KiB in
+// one round: one hand-off, the whole input staged, L - 1 passes over all.
+TEST(CostModel, SharedMemoryAllreducePricesEveryCopyOfItsRounds) {
+  const MachineCosts c = chosenCosts();
+  const ModelSettings s;
+  CostModel m(TopologyView::uniform(1, 4), c, s);
+  const double b = kLarge, l = 4;
+  const double rounds = std::ceil(b / (l * static_cast<double>(s.shmChunkBytes)));
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "shm", kLarge),
+              rounds * 3 * c.shmSyncSeconds + b * (7 / l) * c.copySecondsPerByte + b * (3 / l) * c.reduceSecondsPerByte,
+              1e-12);
+  const double d = 4096;
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "shm", 4096),
+              c.shmSyncSeconds + d * c.copySecondsPerByte + 3 * d * c.reduceSecondsPerByte, 1e-12);
+}
+
 TEST(CostModel, FourHostsPreferRecursiveDoublingSmallAndHalvingDoublingInTheMiddle) {
   CostModel m(TopologyView::uniform(4, 1), chosenCosts());
   EXPECT_FALSE(m.predict(Collective::kAllreduce, "shm", kSmall)) << "shm cannot span hosts";
@@ -246,7 +266,7 @@ TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
   // on slices of b / 2 (two slices share each host link).
   const double hierSmall = *m.predict(Collective::kAllreduce, "hier", kSmall);
   EXPECT_NEAR(hierSmall,
-              3 * c.shmSyncSeconds + 0.5 * b * (2 * c.copySecondsPerByte + c.reduceSecondsPerByte) +
+              3 * c.shmSyncSeconds + b * (2 * c.copySecondsPerByte + 0.5 * c.reduceSecondsPerByte) +
                   (c.interHost.alphaSeconds + 2 * (b / 2) * c.interHost.betaSecondsPerByte + ov) +
                   (b / 2) * c.reduceSecondsPerByte,
               1e-12);
@@ -296,7 +316,7 @@ TEST(CostModel, HierarchicalAllreducePricesRecursiveDoublingForSmallSlicesAndARi
   CostModel m(TopologyView::uniform(2, 2), c, s);
   const double ov = s.roundOverheadSeconds;
   auto shmPart = [&](double bytes) {
-    return 3 * c.shmSyncSeconds + 0.5 * bytes * (2 * c.copySecondsPerByte + c.reduceSecondsPerByte);
+    return 3 * c.shmSyncSeconds + bytes * (2 * c.copySecondsPerByte + 0.5 * c.reduceSecondsPerByte);
   };
   const double small = 2048, large = 4096;  // slices of 1 KiB and 2 KiB
   const double rdSmall = c.interHost.alphaSeconds + 2 * (small / 2) * c.interHost.betaSecondsPerByte + ov +
