@@ -77,6 +77,10 @@ struct Row {
   double algbw;
   double busbw;
   long long wrong;
+  /// The cost model's prediction for the algorithm that ran, from the
+  /// calibration this communicator made (gradcomm's uncompressed rows; < 0:
+  /// none, as for baselines, compression, or GRADCOMM_SELECT=rule).
+  double predictedUs = -1;
 };
 
 int gRank = 0, gSize = 1;
@@ -789,11 +793,17 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       // Restore plausible data for the next timed runs.
       for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
     }
+    double predictedUs = -1;
+    if (!isBaseline && compression == "none") {
+      for (const auto& [name, seconds] : ctx.comm->explainSelection(coll, g.count, t).predictedSeconds) {
+        if (name == ran) predictedUs = seconds * 1e6;
+      }
+    }
     const double algbw = us > 0 ? static_cast<double>(realBytes) / us / 1e3 : 0;
     // MPI's collective moves what ours moves; memcpy and p2p are raw rates.
     const double factor = (!isBaseline || base == "mpi") ? busFactor(coll, gSize) : 1.0;
     rows.push_back(Row{algo, ran, isBaseline ? "none" : compression, isBaseline ? "none" : ctx.transport, t, op, realBytes, realBytes / elem, coll == Collective::kBroadcast ? ctx.args.root : -1,
-                       inPlace, us, algbw, algbw * factor, wrong});
+                       inPlace, us, algbw, algbw * factor, wrong, predictedUs});
   }
   return rows;
 }
@@ -1054,13 +1064,6 @@ int main(int argc, char** argv) {
   for (const auto& r : all) wrongAll += r.wrong > 0 ? r.wrong : 0;
   bool written = true;
   if (gRank == 0) {
-    auto field = [](const Row& r, std::ostream& os, bool json) {
-      if (json) {
-        os << "{\"collective\": \"" << toString(Collective::kAllreduce) << "\"";  // replaced below
-      }
-      (void)r;
-    };
-    (void)field;
     if (!args.json.empty()) {
       std::ofstream f(args.json);
       f << "{\"ranks\": " << gSize << ", \"hosts\": " << hosts << ", \"collective\": \"" << toString(args.collective)
@@ -1074,7 +1077,8 @@ int main(int argc, char** argv) {
           << toString(r.type) << "\", \"op\": \"" << toString(r.op) << "\", \"bytes\": " << r.bytes
           << ", \"count\": " << r.count << ", \"root\": " << r.root << ", \"in_place\": " << (r.inPlace ? "true" : "false")
           << ", \"time_us\": " << r.timeUs << ", \"algbw_GBps\": " << r.algbw << ", \"busbw_GBps\": " << r.busbw
-          << ", \"wrong\": " << (r.wrong < 0 ? std::string("null") : std::to_string(r.wrong)) << "}"
+          << ", \"wrong\": " << (r.wrong < 0 ? std::string("null") : std::to_string(r.wrong))
+          << ", \"predicted_us\": " << (r.predictedUs < 0 ? std::string("null") : std::to_string(r.predictedUs)) << "}"
           << (i + 1 < all.size() ? "," : "") << "\n";
       }
       f << "]}\n";
@@ -1086,13 +1090,15 @@ int main(int argc, char** argv) {
     }
     if (!args.csv.empty()) {
       std::ofstream f(args.csv);
-      f << "collective,algorithm,executed,transport,compression,dtype,op,bytes,count,root,in_place,time_us,algbw_GBps,busbw_GBps,wrong\n";
+      f << "collective,algorithm,executed,transport,compression,dtype,op,bytes,count,root,in_place,time_us,algbw_GBps,busbw_GBps,wrong,predicted_us\n";
       for (const Row& r : all) {
         f << toString(args.collective) << "," << r.algorithm << "," << r.executed << "," << r.transport << ","
           << r.compression << ","
           << toString(r.type) << ","
           << toString(r.op) << "," << r.bytes << "," << r.count << "," << r.root << "," << (r.inPlace ? 1 : 0) << ","
-          << r.timeUs << "," << r.algbw << "," << r.busbw << "," << r.wrong << "\n";
+          << r.timeUs << "," << r.algbw << "," << r.busbw << "," << r.wrong << ",";
+        if (r.predictedUs >= 0) f << r.predictedUs;
+        f << "\n";
       }
       f.close();
       if (!f) {
