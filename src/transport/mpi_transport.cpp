@@ -150,13 +150,21 @@ class MpiRequest : public Request {
     progress_->discharge(this);
     if (done_) return;
     std::vector<MPI_Request> open;
-    for (const auto& p : parts_) open.push_back(p.request);
+    for (size_t i = 0; i < parts_; ++i) open.push_back(part(i).request);
     abandon(open, isRecv_, graveyard_);
   }
-  void add(MPI_Request r, size_t bytes) { parts_.push_back({r, bytes}); }
+  void add(MPI_Request r, size_t bytes) {
+    if (parts_ == 0) {
+      first_ = {r, bytes};
+    } else {
+      more_.push_back({r, bytes});
+    }
+    ++parts_;
+  }
   /// The parts still in flight, for MpiProgress::run().
   void collectOpen(std::vector<MPI_Request>& handles, std::vector<MpiProgress::Part*>& owners) {
-    for (auto& p : parts_) {
+    for (size_t i = 0; i < parts_; ++i) {
+      MpiProgress::Part& p = part(i);
       if (p.done || p.request == MPI_REQUEST_NULL) continue;
       handles.push_back(p.request);
       owners.push_back(&p);
@@ -167,7 +175,8 @@ class MpiRequest : public Request {
     if (seen_ == progress_->pass()) progress_->run();
     seen_ = progress_->pass();
     bool all = true;
-    for (const auto& p : parts_) {
+    for (size_t i = 0; i < parts_; ++i) {
+      const MpiProgress::Part& p = part(i);
       if (!p.done) {
         all = false;
         continue;
@@ -185,11 +194,13 @@ class MpiRequest : public Request {
   }
   size_t received() const override {
     size_t bytes = 0;
-    for (const auto& p : parts_) bytes += static_cast<size_t>(p.count);
+    for (size_t i = 0; i < parts_; ++i) bytes += static_cast<size_t>(part(i).count);
     return bytes;
   }
 
  private:
+  MpiProgress::Part& part(size_t i) { return i == 0 ? first_ : more_[i - 1]; }
+  const MpiProgress::Part& part(size_t i) const { return i == 0 ? first_ : more_[i - 1]; }
   [[noreturn]] void fail(int rc) const {
     int cls = 0;
     MPI_Error_class(rc, &cls);
@@ -209,7 +220,13 @@ class MpiRequest : public Request {
   std::shared_ptr<MpiProgress> progress_;
   uint64_t seen_ = 0;  ///< the last pass whose results this request read
   bool done_ = false;
-  std::vector<MpiProgress::Part> parts_;
+  // Parts of at most kMaxPartBytes: nearly every transfer has one, kept
+  // here (a vector per transfer cost a heap allocation per message); the
+  // others follow in more_. MpiProgress::run() holds pointers to them
+  // during a pass; parts are only added before the first pass.
+  size_t parts_ = 0;
+  MpiProgress::Part first_;
+  std::vector<MpiProgress::Part> more_;
 };
 
 void MpiProgress::run() {
