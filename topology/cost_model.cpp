@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 
 #include "transport/call_signature.hpp"
 
@@ -29,8 +30,34 @@ std::string linkText(const char* name, const LinkCost& l) {
 
 }  // namespace
 
+bool hierSlicesPairOnce(const TopologyView& view) {
+  // Slice j belongs to local rank j % L_h on host h, for j < S (the
+  // largest host's L). Slices j and j' meet the same two owners on hosts h
+  // and g exactly when they are congruent modulo both L_h and L_g, i.e.
+  // modulo lcm(L_h, L_g): no two slices of the S do unless lcm >= S. Only
+  // hosts that recursive doubling pairs exchange (patterns::fold: the even
+  // host of each of the first H - H2 pairs hands its data to the odd one,
+  // which then takes part as core host i; the other core hosts follow).
+  const int hosts = view.numHosts();
+  const size_t s = static_cast<size_t>(view.maxRanksPerHost());
+  auto clash = [&](int h, int g) {
+    return std::lcm(view.ranksOnHost(h).size(), view.ranksOnHost(g).size()) < s;
+  };
+  const int p2 = floorPow2(std::max(hosts, 1)), extra = hosts - p2;
+  auto core = [&](int c) { return c < extra ? 2 * c + 1 : c + extra; };
+  for (int i = 0; i < extra; ++i) {
+    if (clash(2 * i, 2 * i + 1)) return false;
+  }
+  for (int mask = 1; mask < p2; mask <<= 1) {
+    for (int c = 0; c < p2; ++c) {
+      if (clash(core(c), core(c ^ mask))) return false;
+    }
+  }
+  return true;
+}
+
 bool hierSignsMessages(const TopologyView& view, size_t sliceBytes, size_t rdSliceBytes) {
-  return view.numHosts() > 1 && view.uniformHosts() && view.maxRanksPerHost() > 1 &&
+  return view.numHosts() > 1 && view.maxRanksPerHost() > 1 && hierSlicesPairOnce(view) &&
          sliceBytes <= std::min(rdSliceBytes, transport::kSignedPayloadLimit);
 }
 
@@ -84,6 +111,15 @@ double CostModel::roundSeconds(const Pairs& messages, double bytes) const {
     ++in[static_cast<size_t>(view_.hostOf(d))];
   }
   double worst = 0;
+  // A rank with several messages in one round (on uneven hosts, the owner
+  // of several of hier's slices) handles them one after another: every
+  // message after its costliest adds its fixed cost. Measured on 1 + 3
+  // emulated hosts at 1 Gbit/s (medians of 3 runs): hier, whose lone rank
+  // exchanges three slices, took 48.3 us at 16 B against 23.6 us at 4 B,
+  // where only one slice is not empty (PERFORMANCE.md, stop 25). A whole
+  // fixed cost per message over-prices that (about half of it here).
+  const size_t ranks = static_cast<size_t>(view_.size());
+  std::vector<double> sendFixed(ranks, 0), sendMost(ranks, 0), recvFixed(ranks, 0), recvMost(ranks, 0);
   for (const auto& [s, d] : messages) {
     const LinkClass c = view_.linkClass(s, d);
     if (c == LinkClass::kSelf) continue;
@@ -93,8 +129,17 @@ double CostModel::roundSeconds(const Pairs& messages, double bytes) const {
     }
     const LinkCost& l = costs_.link(c);
     worst = std::max(worst, std::max(l.roundFloorSeconds, l.alphaSeconds + bytes * l.betaSecondsPerByte * share));
+    const double fixed = l.fixedSeconds();
+    sendFixed[static_cast<size_t>(s)] += fixed;
+    sendMost[static_cast<size_t>(s)] = std::max(sendMost[static_cast<size_t>(s)], fixed);
+    recvFixed[static_cast<size_t>(d)] += fixed;
+    recvMost[static_cast<size_t>(d)] = std::max(recvMost[static_cast<size_t>(d)], fixed);
   }
-  return messages.empty() ? worst : worst + settings_.roundOverheadSeconds;
+  double serial = 0;
+  for (size_t r = 0; r < ranks; ++r) {
+    serial = std::max({serial, sendFixed[r] - sendMost[r], recvFixed[r] - recvMost[r]});
+  }
+  return messages.empty() ? worst : worst + serial + settings_.roundOverheadSeconds;
 }
 
 double CostModel::ringPass(const std::vector<int>& g, double bytes, bool reduce) const {
@@ -307,25 +352,49 @@ double CostModel::hierarchicalAllgather(double bytes) const {
   return roundSeconds(round, block) + costs_.shmSyncSeconds + (l - 1) / l * bytes * costs_.copySecondsPerByte;
 }
 
+std::vector<std::vector<int>> CostModel::sliceOwners() const {
+  // allreduce_hier.cpp: S slices (the largest host's rank count); slice j
+  // belongs to local rank j % L_h on host h.
+  const size_t slices = static_cast<size_t>(std::max(view_.maxRanksPerHost(), 1));
+  std::vector<std::vector<int>> owners(slices);
+  for (size_t j = 0; j < slices; ++j) {
+    for (int h = 0; h < view_.numHosts(); ++h) {
+      const auto& ranks = view_.ranksOnHost(h);
+      owners[j].push_back(ranks[j % ranks.size()]);
+    }
+  }
+  return owners;
+}
+
 double CostModel::hierarchical(double bytes) const {
   // Reduce-scatter through shared memory in each host, one exchange between
-  // hosts per local index on bytes / L (the L exchanges share each host's
-  // link): recursive doubling for slices up to hierRdSliceBytes, else a
-  // ring; then an allgather through shared memory. Each shared-memory phase
-  // copies the whole vector once per rank: the reduce-scatter stages the
-  // (L-1)/L others own and moves the rank's reduced slice (1/L) into its
-  // output; the allgather publishes that slice (1/L) and fetches the rest.
+  // hosts per slice on bytes / S (S: the largest host's rank count; the S
+  // exchanges share each host's link): recursive doubling for slices up to
+  // hierRdSliceBytes, else a ring; then an allgather through shared memory.
+  // Each shared-memory phase copies the whole vector once per rank: the
+  // reduce-scatter stages the part others own and moves the rank's reduced
+  // slices into its output; the allgather publishes them and fetches the
+  // rest. On a host of L_h < S ranks a rank owns up to ceil(S / L_h)
+  // slices and reduces L_h - 1 peers' parts of each; a rank alone on its
+  // host only copies its input to its output. The slowest host sets the
+  // shared-memory phases' time.
   const int hosts = view_.numHosts();
-  const double l = view_.maxRanksPerHost();
+  const double s = view_.maxRanksPerHost();
   double t = 0;
-  if (l > 1) {
-    t += 2 * costs_.shmSyncSeconds + bytes * (costs_.copySecondsPerByte + (l - 1) / l * costs_.reduceSecondsPerByte);
-    t += costs_.shmSyncSeconds + bytes * costs_.copySecondsPerByte;
+  for (int h = 0; h < hosts; ++h) {
+    const double l = static_cast<double>(view_.ranksOnHost(h).size());
+    double host = bytes * costs_.copySecondsPerByte;
+    if (l > 1) {
+      const double owned = std::ceil(s / l) / s;
+      host = 2 * costs_.shmSyncSeconds + bytes * (costs_.copySecondsPerByte + (l - 1) * owned * costs_.reduceSecondsPerByte);
+      host += costs_.shmSyncSeconds + bytes * costs_.copySecondsPerByte;
+    }
+    t = std::max(t, host);
   }
   if (hosts > 1) {
-    // All L exchanges run at once: one round carries L messages per host link.
-    const double slice = bytes / l;
-    const std::vector<std::vector<int>> rings = sameLocalIndex();
+    // All S exchanges run at once: one round carries S messages per host link.
+    const double slice = bytes / s;
+    const std::vector<std::vector<int>> rings = sliceOwners();
     if (slice <= static_cast<double>(settings_.hierRdSliceBytes)) return t + recursiveDoubling(rings, slice);
     Pairs round;
     for (const auto& ring : rings) {
@@ -382,7 +451,8 @@ std::optional<double> CostModel::predictAlgorithm(Collective collective, const s
         return sharedMemoryAllreduce(p, bytes);
       }
       if (algorithm == "hier") {
-        if (!view_.uniformHosts()) return std::nullopt;
+        // allreduce_hier.cpp's layoutProblem: several hosts, one with several ranks.
+        if (view_.numHosts() < 2 || view_.maxRanksPerHost() < 2) return std::nullopt;
         return hierarchical(bytes);
       }
       if (algorithm == "native") return native(std::min(ringAllreduce(all, bytes), recursiveDoubling({all}, bytes)));

@@ -61,12 +61,24 @@ struct ModelSettings {
   size_t hierRdSliceBytes = 16 * 1024;
 };
 
+/// Whether recursive doubling between hosts, run for each slice of a
+/// hierarchical call, sends at most one message between any two ranks
+/// (allreduce_hier.cpp: slice j belongs to local rank j % L_h on host h):
+/// true on hosts of equal size, and on uneven hosts where every two hosts
+/// that recursive doubling pairs have rank counts whose least common
+/// multiple is at least the largest host's (hosts of 1 and 3, 2 and 3,
+/// 4 and 3; not 2, 2 and 4, whose two small hosts pair their slices 0
+/// and 2 twice). Plans test it against every layout of up to 4 hosts.
+bool hierSlicesPairOnce(const TopologyView& view);
+
 /// Whether a hierarchical allreduce whose largest slice holds `sliceBytes`
 /// signs its messages between hosts instead of running the engine's call
-/// check: several hosts of equal size with several ranks each (every rank
-/// owns one slice) and slices that go by recursive doubling
-/// (`rdSliceBytes`, GRADCOMM_HIER_RD_SIZE) within kSignedPayloadLimit. The
-/// algorithm (allreduce_hier.cpp) and the model ask the same question here.
+/// check: several hosts, the largest with several ranks, slices that pair
+/// their owners once (hierSlicesPairOnce: then recursive doubling sends at
+/// most one message per ordered pair of ranks) and go by recursive
+/// doubling (`rdSliceBytes`, GRADCOMM_HIER_RD_SIZE) within
+/// kSignedPayloadLimit. The algorithm (allreduce_hier.cpp) and the model
+/// ask the same question here.
 bool hierSignsMessages(const TopologyView& view, size_t sliceBytes, size_t rdSliceBytes);
 
 /// Predicts the time of each algorithm for a call from the topology and the
@@ -74,7 +86,9 @@ bool hierSignsMessages(const TopologyView& view, size_t sliceBytes, size_t rdSli
 /// the slowest message in the round (alpha + bytes x beta of its link
 /// class, or the class's loaded-round floor when higher; beta multiplied
 /// by the number of messages sharing a host's network link in that
-/// round), plus the reduction's bytes x cost.
+/// round; a rank that sends or receives several messages in the round
+/// adds the fixed cost of each after its costliest), plus the reduction's
+/// bytes x cost.
 class CostModel {
  public:
   CostModel(TopologyView view, MachineCosts costs, ModelSettings settings = {});
@@ -83,7 +97,7 @@ class CostModel {
   /// selector's callBytes: the whole buffer; allgather and reduce-scatter
   /// the whole size x count buffer); nullopt when the model has no formula
   /// for that name or the algorithm cannot apply to this topology (shm
-  /// across hosts; hier on uneven hosts).
+  /// across hosts; hier on one host or one rank per host).
   std::optional<double> predict(Collective collective, const std::string& algorithm, size_t bytes) const;
   /// What the engine's call check adds to `algorithm`'s call: the software
   /// of one more message (roundOverheadSeconds), or 0 where the algorithm
@@ -128,6 +142,8 @@ class CostModel {
   double hierarchicalAllgather(double bytes) const;
   /// groups[i]: the rank of local index i on every host (uniform hosts).
   std::vector<std::vector<int>> sameLocalIndex() const;
+  /// groups[j]: the owner of hier's slice j on every host (any hosts).
+  std::vector<std::vector<int>> sliceOwners() const;
   /// The folding of non-power-of-two groups (rd, hd): the odd rank of each
   /// of the first 2(p - p2) pairs sends to the even one, and back at the end.
   double foldSeconds(const std::vector<std::vector<int>>& groups, double bytes, bool reduce) const;

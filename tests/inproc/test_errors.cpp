@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <numeric>
 #include <thread>
 #include <utility>
 
@@ -810,7 +811,9 @@ TEST(Errors, HierWithDifferentCountsFailsOnEveryRank) {
 // Small hierarchical calls sign their messages between hosts instead of
 // running the engine's call check: calls that differ in count (one side
 // with an empty slice, the other without; one side signed, the other not),
-// type or op still fail on every rank, wherever the odd rank is.
+// type or op still fail on every rank, wherever the odd rank is. On hosts
+// of equal size and on uneven hosts whose slices pair their owners once
+// (1 and 3 ranks: the lone rank owns all three slices; 3 and 2).
 TEST(Errors, SmallHierCallsThatDifferFailOnEveryRankWithoutTheCallCheck) {
   struct Case {
     const char* what;
@@ -828,13 +831,16 @@ TEST(Errors, SmallHierCallsThatDifferFailOnEveryRankWithoutTheCallCheck) {
       {"count 64 against 16384", 64, 16384, DataType::kFloat32, DataType::kFloat32, ReduceOp::kSum, ReduceOp::kSum},
       {"count 64 against 0", 64, 0, DataType::kFloat32, DataType::kFloat32, ReduceOp::kSum, ReduceOp::kSum},
   };
+  for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, {1, 3}, {3, 2}}) {
   transport::InProcWorld::Settings layout;
-  layout.hostSizes = {2, 2};
+  layout.hostSizes = sizes;
+  const int size = std::accumulate(sizes.begin(), sizes.end(), 0);
   for (const Case& c : cases) {
-    for (int odd = 0; odd < 4; ++odd) {
-      SCOPED_TRACE(std::string(c.what) + ", odd rank " + std::to_string(odd));
+    for (int odd = 0; odd < size; ++odd) {
+      SCOPED_TRACE(std::string(c.what) + ", odd rank " + std::to_string(odd) + " of hosts " +
+                   ::testing::PrintToString(sizes));
       auto out = perRank(
-          4,
+          size,
           [&](RankContext& ctx) {
             std::vector<float> buf(16384, 1.0f);
             const bool isOdd = ctx.rank == odd;
@@ -848,6 +854,7 @@ TEST(Errors, SmallHierCallsThatDifferFailOnEveryRankWithoutTheCallCheck) {
           quick(), layout);
       expectAMismatchOnEveryRank(out);
     }
+  }
   }
 }
 
@@ -879,53 +886,64 @@ class CountingTransport : public ForwardingTransport {
 // On 2 x 2, the call check crosses hosts from ranks 1 and 3 (their next
 // ranks live on the other host). Small hier calls sign their messages and
 // send no call check; an empty call and one whose slices go by rings do.
+// The same on uneven hosts whose slices pair their owners once (1 and 3
+// ranks); hosts of 2, 1 and 3 ranks pair slices 0 and 2 twice between
+// ranks 0 and 2, so small calls there keep the call check.
 TEST(Errors, SmallHierCallsSendNoCallCheckBetweenHosts) {
-  transport::InProcWorld::Settings layout;
-  layout.hostSizes = {2, 2};
-  auto world = transport::InProcWorld::create(4, layout);
-  struct Sent {
-    int small = -1, empty = -1, large = -1;
-  };
-  std::vector<Sent> sent(4);
-  std::vector<std::string> failed(4);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 4; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto counting = std::make_unique<CountingTransport>(world->transport(r), true);
-        CountingTransport* c = counting.get();
-        auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(counting), world->hostLayout(r),
-                                                               core::Config::resolve(quick()));
-        Communicator comm(impl);
-        CollectiveOptions o;
-        o.algorithm = "hier";
-        // 8 KiB slices: rd between hosts, signed; 32 KiB: rings.
-        std::vector<float> buf(16384, 1.0f);
-        auto checksDuring = [&](size_t count, int calls) {
-          const int before = c->plainChecks.load();
-          for (int i = 0; i < calls; ++i) {
-            std::fill(buf.begin(), buf.end(), 1.0f);
-            Work w = comm.allreduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum, o);
-            w.wait();
-            EXPECT_EQ(w.algorithm(), "hier");
-            if (count) EXPECT_EQ(buf[count - 1], 4.0f);
-          }
-          return c->plainChecks.load() - before;
-        };
-        sent[static_cast<size_t>(r)] = {checksDuring(4096, 5), checksDuring(0, 1), checksDuring(16384, 1)};
-      } catch (const Error& e) {
-        failed[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < 4; ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r));
-    EXPECT_EQ(failed[static_cast<size_t>(r)], "");
-    const bool crosses = r == 1 || r == 3;
-    EXPECT_EQ(sent[static_cast<size_t>(r)].small, 0);
-    EXPECT_EQ(sent[static_cast<size_t>(r)].empty, crosses ? 1 : 0);
-    EXPECT_EQ(sent[static_cast<size_t>(r)].large, crosses ? 1 : 0);
+  for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, {1, 3}, {2, 1, 3}}) {
+    SCOPED_TRACE("hosts " + ::testing::PrintToString(sizes));
+    const bool signs = sizes.size() == 2;
+    transport::InProcWorld::Settings layout;
+    layout.hostSizes = sizes;
+    const int size = std::accumulate(sizes.begin(), sizes.end(), 0);
+    std::vector<int> hostOf;
+    for (size_t h = 0; h < sizes.size(); ++h) hostOf.insert(hostOf.end(), static_cast<size_t>(sizes[h]), static_cast<int>(h));
+    auto world = transport::InProcWorld::create(size, layout);
+    struct Sent {
+      int small = -1, empty = -1, large = -1;
+    };
+    std::vector<Sent> sent(static_cast<size_t>(size));
+    std::vector<std::string> failed(static_cast<size_t>(size));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          auto counting = std::make_unique<CountingTransport>(world->transport(r), true);
+          CountingTransport* c = counting.get();
+          auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(counting), world->hostLayout(r),
+                                                                 core::Config::resolve(quick()));
+          Communicator comm(impl);
+          CollectiveOptions o;
+          o.algorithm = "hier";
+          // 4096 floats: slices of at most 8 KiB, rd between hosts; 16384
+          // floats: 32 KiB slices or more, rings.
+          std::vector<float> buf(16384, 1.0f);
+          auto checksDuring = [&](size_t count, int calls) {
+            const int before = c->plainChecks.load();
+            for (int i = 0; i < calls; ++i) {
+              std::fill(buf.begin(), buf.end(), 1.0f);
+              Work w = comm.allreduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kSum, o);
+              w.wait();
+              EXPECT_EQ(w.algorithm(), "hier");
+              if (count) EXPECT_EQ(buf[count - 1], static_cast<float>(size));
+            }
+            return c->plainChecks.load() - before;
+          };
+          sent[static_cast<size_t>(r)] = {checksDuring(4096, 5), checksDuring(0, 1), checksDuring(16384, 1)};
+        } catch (const Error& e) {
+          failed[static_cast<size_t>(r)] = e.what();
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int r = 0; r < size; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      EXPECT_EQ(failed[static_cast<size_t>(r)], "");
+      const bool crosses = hostOf[static_cast<size_t>(r)] != hostOf[static_cast<size_t>((r + 1) % size)];
+      EXPECT_EQ(sent[static_cast<size_t>(r)].small, signs ? 0 : (crosses ? 5 : 0));
+      EXPECT_EQ(sent[static_cast<size_t>(r)].empty, crosses ? 1 : 0);
+      EXPECT_EQ(sent[static_cast<size_t>(r)].large, crosses ? 1 : 0);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
-// Checks that scripts/netns-cluster really makes H separate hosts of P ranks:
-//  - MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) groups exactly the P ranks of
-//    each host (ranks hP..hP+P-1 on host h) and nothing across hosts;
+// Checks that scripts/netns-cluster really makes H separate hosts of P ranks
+// (or of P0, P1, ... ranks: --ppn P0,P1,...):
+//  - MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) groups exactly the ranks of
+//    each host (host 0's first, then host 1's, ...) and nothing across hosts;
 //  - every host has its own processor name, ending in "-h<index>";
 //  - bytes between hosts cross the host's eth0 (so they pass the tbf shaper),
 //    bytes within a host do not (shared memory).
@@ -8,6 +9,7 @@
 // Each rank writes PASS/FAIL to $GRADCOMM_TEST_MARKER_DIR/rank<N>.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -81,13 +83,25 @@ int main(int argc, char** argv) {
   const char* hostsEnv = std::getenv("GRADCOMM_NETNS_HOSTS");
   const char* ppnEnv = std::getenv("GRADCOMM_NETNS_PPN");
   const int hosts = hostsEnv ? std::atoi(hostsEnv) : 0;
-  const int ppn = ppnEnv ? std::atoi(ppnEnv) : 0;
-  if (hosts <= 0 || ppn <= 0) {
-    fail("GRADCOMM_NETNS_HOSTS/PPN not set; run under scripts/netns-cluster");
-  } else if (size != hosts * ppn) {
-    fail("world size " + std::to_string(size) + " != hosts x ppn = " + std::to_string(hosts * ppn));
+  // Ranks per host: "P" (every host) or "P0,P1,...".
+  std::vector<int> perHost;
+  if (ppnEnv) {
+    std::stringstream list(ppnEnv);
+    for (std::string item; std::getline(list, item, ',');) perHost.push_back(std::atoi(item.c_str()));
+    if (perHost.size() == 1 && hosts > 1) perHost.assign(static_cast<size_t>(hosts), perHost[0]);
   }
-  const int myHost = ppn > 0 ? rank_ / ppn : 0;
+  std::vector<int> hostOf;  // rank -> host
+  for (size_t h = 0; h < perHost.size(); ++h) hostOf.insert(hostOf.end(), static_cast<size_t>(std::max(perHost[h], 0)), static_cast<int>(h));
+  if (hosts <= 0 || perHost.empty()) {
+    fail("GRADCOMM_NETNS_HOSTS/PPN not set; run under scripts/netns-cluster");
+  } else if (static_cast<int>(perHost.size()) != hosts || size != static_cast<int>(hostOf.size())) {
+    fail("world size " + std::to_string(size) + " does not match " + std::to_string(hosts) + " hosts of " + ppnEnv +
+         " ranks");
+  }
+  const bool known = size == static_cast<int>(hostOf.size());
+  auto hostOfRank = [&](int r) { return known ? hostOf[static_cast<size_t>(r)] : 0; };
+  const int myHost = hostOfRank(rank_);
+  const int ppn = known ? perHost[static_cast<size_t>(myHost)] : 0;  // ranks on my host
 
   // Shared-memory groups: exactly my host's ranks.
   MPI_Comm local;
@@ -99,7 +113,7 @@ int main(int argc, char** argv) {
   std::string memberText;
   for (int m : members) {
     memberText += (memberText.empty() ? "" : ",") + std::to_string(m);
-    if (ppn > 0 && m / ppn != myHost) fail("rank " + std::to_string(m) + " of another host shares memory with me");
+    if (known && hostOfRank(m) != myHost) fail("rank " + std::to_string(m) + " of another host shares memory with me");
   }
   if (localSize != ppn) fail("shared-memory group has " + std::to_string(localSize) + " ranks, expected " + std::to_string(ppn));
   MPI_Comm_free(&local);
@@ -115,9 +129,9 @@ int main(int argc, char** argv) {
   }
   std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
   MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
-  for (int r = 0; r < size && ppn > 0; ++r) {
+  for (int r = 0; r < size && known; ++r) {
     const std::string other(&names[static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME]);
-    if ((r / ppn == myHost) != (other == me)) {
+    if ((hostOfRank(r) == myHost) != (other == me)) {
       fail("rank " + std::to_string(r) + " is named '" + other + "', I am '" + me + "'");
     }
   }
@@ -125,14 +139,17 @@ int main(int argc, char** argv) {
   // Traffic: between hosts over eth0, within a host not.
   unsigned long long rx = 0, tx = 0;
   if (!eth0Bytes(rx, tx)) fail("no eth0 in /proc/self/net/dev: not inside a netns-cluster host");
-  if (hosts >= 2 && ppn > 0) {
-    const unsigned long long moved = probe(0, ppn);
-    if ((rank_ == 0 || rank_ == ppn) && moved < kProbeBytes) {
+  // Collective probes: every rank passes the same ranks (host 1 starts
+  // after host 0's ranks).
+  const int host0 = known ? perHost[0] : 0;
+  if (hosts >= 2 && host0 > 0) {
+    const unsigned long long moved = probe(0, host0);
+    if ((rank_ == 0 || rank_ == host0) && moved < kProbeBytes) {
       fail("a " + std::to_string(kProbeBytes) + "-byte message to another host moved only " + std::to_string(moved) +
            " bytes over eth0");
     }
   }
-  if (ppn >= 2) {
+  if (host0 >= 2) {
     const unsigned long long moved = probe(0, 1);
     if ((rank_ == 0 || rank_ == 1) && moved > kProbeBytes / 4) {
       fail("a message within a host moved " + std::to_string(moved) + " bytes over eth0 (no shared memory?)");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -16,6 +17,7 @@
 #include "base/algo_rules.hpp"
 #include "gradcomm/error.hpp"
 #include "topology/calibration.hpp"
+#include "topology/cost_model.hpp"
 #include "transport/inproc_transport.hpp"
 
 using namespace gradcomm;
@@ -233,6 +235,54 @@ TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
       }
     }
   }
+}
+
+// Small hierarchical allreduces sign their messages (one tag for all of a
+// call's messages) only where no two of a rank's messages go to the same
+// peer. topology::hierSlicesPairOnce decides that from the host sizes; the
+// plans must agree with it on every layout of 2 to 4 hosts of 1 to 4 ranks
+// (both ways: where it says no, some pair of ranks does exchange twice).
+TEST(Plans, HierSlicesPairTheirOwnersOnceExactlyWhereTheTopologySaysSo) {
+  Tuning tuning;  // slices of 8 bytes go by recursive doubling
+  int signedLayouts = 0, unsignedLayouts = 0;
+  std::vector<int> sizes;
+  std::function<void(int)> each = [&](int hostsLeft) {
+    if (sizes.size() >= 2) {
+      std::vector<int> leaders;
+      for (int n : sizes) {
+        const int leader = static_cast<int>(leaders.size());
+        for (int i = 0; i < n; ++i) leaders.push_back(leader);
+      }
+      const topology::TopologyView view(leaders);
+      const int size = view.size();
+      if (view.maxRanksPerHost() >= 2) {
+        const auto call = makeCall(Collective::kAllreduce, 2 * static_cast<size_t>(view.maxRanksPerHost()), true,
+                                   ReduceOp::kSum, 0);
+        std::map<std::pair<int, int>, int> perPair;
+        for (int r = 0; r < size; ++r) {
+          for (const Step& st : hier::allreduceInterHostPlan(call, hier::Layout::of(view, r), tuning).steps) {
+            if (st.kind == StepKind::kSend) ++perPair[{r, st.peer}];
+          }
+        }
+        int most = 0;
+        for (const auto& [pair, n] : perPair) most = std::max(most, n);
+        const bool once = topology::hierSlicesPairOnce(view);
+        EXPECT_EQ(most <= 1, once) << "hosts " << ::testing::PrintToString(sizes) << ": " << most
+                                   << " messages between one pair";
+        ++(once ? signedLayouts : unsignedLayouts);
+      }
+    }
+    if (hostsLeft == 0) return;
+    for (int n = 1; n <= 4; ++n) {
+      sizes.push_back(n);
+      each(hostsLeft - 1);
+      sizes.pop_back();
+    }
+  };
+  each(4);
+  // Both kinds occur among the layouts enumerated.
+  EXPECT_GT(signedLayouts, 10);
+  EXPECT_GT(unsignedLayouts, 10);
 }
 
 // The hierarchy's exchange between hosts: slices of at most

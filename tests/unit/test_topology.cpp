@@ -295,9 +295,13 @@ TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckC
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 32 * 1024 + 4), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 0), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "hier", 8), ov);
-  // Hosts of different sizes: no signing.
-  CostModel uneven(TopologyView({0, 0, 2, 2, 2}), chosenCosts());
-  EXPECT_EQ(uneven.callCheckSeconds(Collective::kAllreduce, "hier", 8), ov);
+  // Hosts of 2 and 3 ranks pair each slice's owners once: signed. Hosts of
+  // 2, 2 and 4 pair slices 0 and 2 between the small hosts' first ranks
+  // twice: the call check.
+  CostModel twoAndThree(TopologyView({0, 0, 2, 2, 2}), chosenCosts());
+  EXPECT_EQ(twoAndThree.callCheckSeconds(Collective::kAllreduce, "hier", 8), 0.0);
+  CostModel twoTwoFour(TopologyView({0, 0, 2, 2, 4, 4, 4, 4}), chosenCosts());
+  EXPECT_EQ(twoTwoFour.callCheckSeconds(Collective::kAllreduce, "hier", 8), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "tree", 8), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBarrier, "dissemination", 0), ov);
   // One rank sends nothing.
@@ -363,17 +367,85 @@ TEST(CostModel, HierarchicalBroadcastAndAllgatherWinLargeOnTwoByTwo) {
   EXPECT_FALSE(flat.predict(Collective::kAllgather, "hier", kLarge));
 }
 
-TEST(CostModel, HierarchicalNeedsEvenHostsAndSharedMemoryNeedsOneHost) {
+TEST(CostModel, HierarchicalNeedsSeveralHostsOneWithSeveralRanksAndSharedMemoryNeedsOneHost) {
   CostModel uneven(TopologyView({0, 0, 0, 3, 3}), chosenCosts());
-  EXPECT_FALSE(uneven.predict(Collective::kAllreduce, "hier", 1024));
+  EXPECT_TRUE(uneven.predict(Collective::kAllreduce, "hier", 1024));
   EXPECT_FALSE(uneven.predict(Collective::kAllreduce, "shm", 1024));
   EXPECT_TRUE(uneven.predict(Collective::kAllreduce, "ring", 1024));
+  // hier cannot run on one host, nor with one rank per host (layoutProblem).
+  EXPECT_FALSE(CostModel(TopologyView::uniform(1, 4), chosenCosts()).predict(Collective::kAllreduce, "hier", 1024));
+  EXPECT_FALSE(CostModel(TopologyView::uniform(4, 1), chosenCosts()).predict(Collective::kAllreduce, "hier", 1024));
   CostModel twoByThree(TopologyView::uniform(2, 3), chosenCosts());
   EXPECT_TRUE(twoByThree.predict(Collective::kAllreduce, "hier", 1024));
   EXPECT_EQ(fastest(twoByThree, Collective::kAllreduce, kSmall, kFlat), "rd");
   const std::string large = fastest(twoByThree, Collective::kAllreduce, kLarge, kFlat);
   EXPECT_TRUE(large == "ring" || large == "hd") << large;
   EXPECT_FALSE(twoByThree.predict(Collective::kAllreduce, "bogus", 1024));
+}
+
+TEST(CostModel, HierarchicalSlicesPairTheirOwnersOnceWhereEveryTwoHostsCountsHaveALargeEnoughMultiple) {
+  auto layout = [](std::vector<int> sizes) {
+    std::vector<int> leaders;
+    for (int n : sizes) {
+      const int leader = static_cast<int>(leaders.size());
+      for (int i = 0; i < n; ++i) leaders.push_back(leader);
+    }
+    return TopologyView(leaders);
+  };
+  for (auto sizes : std::vector<std::vector<int>>{{2, 2}, {1, 3}, {3, 1}, {2, 3}, {4, 2}, {4, 3}, {3, 3, 1}}) {
+    EXPECT_TRUE(hierSlicesPairOnce(layout(sizes))) << ::testing::PrintToString(sizes);
+  }
+  // {2, 1, 3}: slices 0 and 2 both belong to the 2-rank host's first rank
+  // and the lone rank; {2, 2, 4}, {1, 2, 3} and {3, 2, 1} alike.
+  for (auto sizes : std::vector<std::vector<int>>{{2, 1, 3}, {2, 2, 4}, {1, 2, 3}, {3, 2, 1}}) {
+    EXPECT_FALSE(hierSlicesPairOnce(layout(sizes))) << ::testing::PrintToString(sizes);
+    EXPECT_FALSE(hierSignsMessages(layout(sizes), 8, 16 * 1024)) << ::testing::PrintToString(sizes);
+  }
+  EXPECT_TRUE(hierSignsMessages(layout({1, 3}), 8, 16 * 1024));
+  EXPECT_FALSE(hierSignsMessages(layout({1, 3}), 32 * 1024, 16 * 1024));  // slices go by ring
+  EXPECT_FALSE(hierSignsMessages(layout({1, 1}), 8, 16 * 1024));          // no hier at all
+}
+
+// Hosts of 1 and 3 ranks, term by term: 3 slices; the lone rank owns all
+// three and exchanges each with one rank of the other host, so its host
+// link carries 3 messages a round, and it handles them one after another
+// (two more fixed costs a round); the 3-rank host's shared-memory phases
+// (each rank reduces 2 peers' parts of its one slice) outlast the lone
+// rank's copy of its input.
+TEST(CostModel, HierarchicalAllreduceOnUnevenHostsPricesTheLargestHostAndTheSharedLink) {
+  const MachineCosts c = chosenCosts();
+  ModelSettings s;
+  s.hierRdSliceBytes = 1024;
+  CostModel m(TopologyView({0, 1, 1, 1}), c, s);
+  const double ov = s.roundOverheadSeconds;
+  auto shmPart = [&](double bytes) {
+    return 3 * c.shmSyncSeconds + bytes * (2 * c.copySecondsPerByte + 2.0 / 3.0 * c.reduceSecondsPerByte);
+  };
+  const double small = 3 * 1024, large = 3 * 2048;  // slices of 1 KiB and 2 KiB
+  const double serial = 2 * c.interHost.alphaSeconds;
+  const double rdSmall = c.interHost.alphaSeconds + 3 * (small / 3) * c.interHost.betaSecondsPerByte + serial + ov +
+                         (small / 3) * c.reduceSecondsPerByte;
+  // Signed (lcm(1, 3) = 3 slices): no call check.
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 3 * 1024), shmPart(small) + rdSmall, 1e-12);
+  const double chunk = large / 3 / 2;
+  const double ringLarge = 2 * (c.interHost.alphaSeconds + 3 * chunk * c.interHost.betaSecondsPerByte + serial + ov) +
+                           chunk * c.reduceSecondsPerByte;
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 3 * 2048), shmPart(large) + ringLarge + ov, 1e-12);
+  // Small calls: those three exchanges in a row cost more than flat rd's
+  // two rounds; large ones: hier's host link carries n where the flat
+  // ring's carries 1.5 n.
+  EXPECT_LT(*m.predict(Collective::kAllreduce, "rd", kSmall), *m.predict(Collective::kAllreduce, "hier", kSmall));
+  EXPECT_LT(*m.predict(Collective::kAllreduce, "hier", kLarge), *m.predict(Collective::kAllreduce, "ring", kLarge));
+  // A host of one rank alone: its copy is the shared-memory phases' time
+  // when it is the slowest (a free copy elsewhere would not be).
+  MachineCosts slowCopy = c;
+  slowCopy.reduceSecondsPerByte = 0;
+  slowCopy.shmSyncSeconds = 0;
+  CostModel flatCopy(TopologyView({0, 1, 1, 1}), slowCopy, s);
+  EXPECT_NEAR(*flatCopy.predict(Collective::kAllreduce, "hier", 3 * 1024),
+              small * 2 * c.copySecondsPerByte + c.interHost.alphaSeconds +
+                  3 * (small / 3) * c.interHost.betaSecondsPerByte + serial + ov,
+              1e-12);
 }
 
 TEST(CostModel, PredictionsGrowWithSizeForEveryModelledAlgorithm) {
@@ -559,11 +631,12 @@ TEST(Selector, PrecedenceIsForcedThenRulesThenTuningFileThenModel) {
 
 // 2 x 2: hier small (one signed rd round between hosts beside shared-memory
 // hand-offs, where rd adds a same-host message round) and large (n / L per
-// host link). Hosts of 1 and 3 ranks: the model has no hier there.
+// host link). Hosts of 1 and 3 ranks: rd small (hier's lone rank exchanges
+// its three slices one after another), hier large (n per host link where
+// the flat ring's carries 1.5 n).
 TEST(Selector, TwoHostsOfTwoChooseHierarchicalAllreduces) {
   ASSERT_NE(algorithms::findAlgorithm(Collective::kAllreduce, "hier"), nullptr);
   for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, std::vector<int>{1, 3}}) {
-    const bool even = sizes[0] == sizes[1];
     transport::InProcWorld::Settings layout;
     layout.hostSizes = sizes;
     auto world = transport::InProcWorld::create(4, layout);
@@ -572,13 +645,9 @@ TEST(Selector, TwoHostsOfTwoChooseHierarchicalAllreduces) {
     algorithms::Selector sel("auto", algorithms::DefaultRule{});
     sel.useModel(std::make_shared<CostModel>(view, chosenCosts()));
     auto small = sel.select(allreduce(kSmall), {*t, view}, "");
-    EXPECT_STREQ(small.algorithm->name(), even ? "hier" : "rd") << small.why;
+    EXPECT_STREQ(small.algorithm->name(), sizes[0] == sizes[1] ? "hier" : "rd") << small.why;
     auto large = sel.select(allreduce(kLarge), {*t, view}, "");
-    if (even) {
-      EXPECT_STREQ(large.algorithm->name(), "hier") << large.why;
-      EXPECT_EQ(large.why.rfind("cost model (test): hier ", 0), 0u) << large.why;
-    } else {
-      EXPECT_STRNE(large.algorithm->name(), "hier") << large.why;
-    }
+    EXPECT_STREQ(large.algorithm->name(), "hier") << large.why;
+    EXPECT_EQ(large.why.rfind("cost model (test): hier ", 0), 0u) << large.why;
   }
 }
