@@ -73,9 +73,9 @@ bool hierSlicesPairOnce(const TopologyView& view);
 
 /// Whether a hierarchical allreduce whose largest slice holds `sliceBytes`
 /// signs its messages between hosts instead of running the engine's call
-/// check: several hosts, the largest with several ranks, slices that pair
-/// their owners once (hierSlicesPairOnce: then recursive doubling sends at
-/// most one message per ordered pair of ranks) and go by recursive
+/// check: several hosts of equal size with several ranks each (uneven
+/// hosts whose slices pair once do not sign: wrong sums in the random
+/// property test, see cost_model.cpp), slices that go by recursive
 /// doubling (`rdSliceBytes`, GRADCOMM_HIER_RD_SIZE) within
 /// kSignedPayloadLimit. The algorithm (allreduce_hier.cpp) and the model
 /// ask the same question here.

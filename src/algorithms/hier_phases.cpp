@@ -43,11 +43,16 @@ std::string layoutProblem(const transport::Transport& t, const Layout& l) {
   if (l.localSize() >= 2) {
     const ShmGroup* g = const_cast<transport::Transport&>(t).sharedMemory();
     if (!g) return "there is no shared memory between the ranks of this host (GRADCOMM_SHM=0, or it failed)";
-    // Every slice (and allgather's rank blocks) needs a slot of at least one
-    // element of the widest type in a round.
-    if (g->bufferBytes() / l.localSize() < 8 * static_cast<size_t>(t.size())) {
-      return "its shared-memory chunk is too small (GRADCOMM_SHM_CHUNK below 8 bytes per rank)";
-    }
+  }
+  // Every slice (and allgather's rank blocks) needs a slot of at least one
+  // element of the widest type in a round, on every host with several
+  // ranks. The chunk is the same on every rank: a rank alone on its host,
+  // which has no group to ask, decides as the others do (otherwise it ran
+  // hier while they fell back, a mismatch of the default's choice).
+  if (t.sharedMemoryChunkBytes() < 8 * static_cast<size_t>(t.size())) {
+    return t.sharedMemoryChunkBytes() == 0
+               ? "there is no shared memory between the ranks of the hosts (GRADCOMM_SHM=0)"
+               : "its shared-memory chunk is too small (GRADCOMM_SHM_CHUNK below 8 bytes per rank)";
   }
   return {};
 }

@@ -103,6 +103,7 @@ class InProcTransport : public Transport {
     return first;
   }
   ShmGroup* sharedMemory() override { return shm_.get(); }
+  size_t sharedMemoryChunkBytes() const override { return world_->settings_.shmChunkBytes; }
   /// Maps this rank into its host's shared memory (created by the first rank).
   void attachSharedMemory() {
     const auto ranks = world_->hosts()[static_cast<size_t>(world_->hostOf(rank_))];

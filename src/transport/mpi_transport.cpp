@@ -340,7 +340,7 @@ uint32_t MpiTagLayout::fingerprintOf(int mpiTag) const {
 }
 
 MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, size_t shmChunkBytes)
-    : env_(std::move(env)) {
+    : env_(std::move(env)), shmChunkBytes_(shmChunkBytes) {
   checkMpi(MPI_Comm_dup(comm, &data_), "MPI_Comm_dup");
   checkMpi(MPI_Comm_dup(comm, &control_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);

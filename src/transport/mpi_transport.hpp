@@ -54,6 +54,7 @@ class MpiTransport : public Transport {
   bool abandonedTransfersPending() override;
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
+  size_t sharedMemoryChunkBytes() const override { return shmChunkBytes_; }
   /// The hosts as the shared-memory split and an allgather found them.
   HostLayout hostLayout() const { return {size(), hosts_, hostName_}; }
 
@@ -84,6 +85,7 @@ class MpiTransport : public Transport {
   std::shared_ptr<MpiProgress> progress_;    // one MPI_Testsome per look at the open transfers (ditto)
   std::unique_ptr<NativeCollectives> native_;
   std::unique_ptr<ShmGroup> shm_;
+  size_t shmChunkBytes_ = 0;
 };
 
 /// The MPI datatype that carries `type` (float16/bfloat16 travel as MPI_UINT16_T).

@@ -116,6 +116,11 @@ class Transport {
   /// Shared memory with the other ranks of this host, or null (one rank per
   /// host, or disabled with GRADCOMM_SHM=0).
   virtual ShmGroup* sharedMemory() { return nullptr; }
+  /// The bytes per rank of the hosts' shared-memory buffers
+  /// (GRADCOMM_SHM_CHUNK; the same on every rank), also on a rank alone on
+  /// its host, which has no group; 0 with shared memory off. Lets a rank
+  /// without a group decide as the ranks of other hosts do.
+  virtual size_t sharedMemoryChunkBytes() const { return 0; }
 
  protected:
   static void announceTo(ShmGroup& g, const CallSignature& call);

@@ -812,8 +812,8 @@ TEST(Errors, HierWithDifferentCountsFailsOnEveryRank) {
 // running the engine's call check: calls that differ in count (one side
 // with an empty slice, the other without; one side signed, the other not),
 // type or op still fail on every rank, wherever the odd rank is. On hosts
-// of equal size and on uneven hosts whose slices pair their owners once
-// (1 and 3 ranks: the lone rank owns all three slices; 3 and 2).
+// of equal size, and the same mismatches on uneven hosts (1 and 3 ranks:
+// the lone rank owns all three slices; 3 and 2), which use the call check.
 TEST(Errors, SmallHierCallsThatDifferFailOnEveryRankWithoutTheCallCheck) {
   struct Case {
     const char* what;
@@ -875,6 +875,11 @@ class CountingTransport : public ForwardingTransport {
     return inner().isend(peer, data, bytes, tag);
   }
   transport::ShmGroup* sharedMemory() override { return keepSharedMemory_ ? inner().sharedMemory() : nullptr; }
+  // Without its group the rank still knows the configured chunk, like a
+  // rank whose host's shared memory failed to set up.
+  size_t sharedMemoryChunkBytes() const override {
+    return const_cast<CountingTransport*>(this)->inner().sharedMemoryChunkBytes();
+  }
   std::atomic<int> checkSends{0}, dataSends{0}, plainChecks{0};
 
  private:
@@ -886,13 +891,13 @@ class CountingTransport : public ForwardingTransport {
 // On 2 x 2, the call check crosses hosts from ranks 1 and 3 (their next
 // ranks live on the other host). Small hier calls sign their messages and
 // send no call check; an empty call and one whose slices go by rings do.
-// The same on uneven hosts whose slices pair their owners once (1 and 3
-// ranks); hosts of 2, 1 and 3 ranks pair slices 0 and 2 twice between
-// ranks 0 and 2, so small calls there keep the call check.
+// Hosts of different sizes keep the call check for small calls, also
+// where their slices pair their owners once (1 and 3 ranks; signing there
+// gave wrong sums in the random property test, see cost_model.cpp).
 TEST(Errors, SmallHierCallsSendNoCallCheckBetweenHosts) {
   for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, {1, 3}, {2, 1, 3}}) {
     SCOPED_TRACE("hosts " + ::testing::PrintToString(sizes));
-    const bool signs = sizes.size() == 2;
+    const bool signs = sizes.size() == 2 && sizes[0] == sizes[1];
     transport::InProcWorld::Settings layout;
     layout.hostSizes = sizes;
     const int size = std::accumulate(sizes.begin(), sizes.end(), 0);
@@ -972,29 +977,82 @@ TEST(Errors, HierForcedOnOneHostFallsBackAndStaysCorrect) {
 // fall back. The call check then names the differing algorithm on every
 // rank instead of letting the two sides wait for each other.
 TEST(Errors, HierOnSomeRanksAndAFallbackOnOthersIsAMismatchEverywhere) {
+  // Rank 0 alone on its host; ranks 1 and 2 share a host whose shared
+  // memory failed (no group, the chunk configured as everywhere).
   transport::InProcWorld::Settings layout;
   layout.hostSizes = {1, 2};
-  layout.shmChunkBytes = 0;
-  auto out = perRank(
-      3,
-      [](RankContext& ctx) {
+  auto world = transport::InProcWorld::create(3, layout);
+  std::vector<std::string> what(3);
+  std::vector<int> code(3, -1);
+  std::vector<double> seconds(3, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        auto t = std::make_unique<CountingTransport>(world->transport(r), r == 0);
+        auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r),
+                                                               core::Config::resolve(quick()));
+        Communicator comm(impl);
         std::vector<float> buf(1000, 1.0f);
         CollectiveOptions o;
         o.algorithm = "hier";
-        ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
-        ctx.comm.barrier().wait();
-      },
-      quick(), layout);
+        comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, o).wait();
+        comm.barrier().wait();
+      } catch (const Error& e) {
+        what[static_cast<size_t>(r)] = e.what();
+        code[static_cast<size_t>(r)] = static_cast<int>(e.code());
+      }
+      seconds[static_cast<size_t>(r)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
+  }
+  for (auto& th : threads) th.join();
   bool named = false;
   for (int r = 0; r < 3; ++r) {
-    const auto& w = out.what[static_cast<size_t>(r)];
-    const int code = out.code[static_cast<size_t>(r)];
-    EXPECT_TRUE(code == static_cast<int>(ErrorCode::kMismatch) || code == static_cast<int>(ErrorCode::kRemote))
+    const auto& w = what[static_cast<size_t>(r)];
+    const int c = code[static_cast<size_t>(r)];
+    EXPECT_TRUE(c == static_cast<int>(ErrorCode::kMismatch) || c == static_cast<int>(ErrorCode::kRemote))
         << "rank " << r << ": " << w;
-    EXPECT_LT(out.seconds[static_cast<size_t>(r)], 10.0) << "rank " << r;
+    EXPECT_LT(seconds[static_cast<size_t>(r)], 10.0) << "rank " << r;
     named = named || (contains(w, "algorithm differs") && contains(w, "hier"));
   }
-  EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1] << "\n" << out.what[2];
+  EXPECT_TRUE(named) << what[0] << "\n" << what[1] << "\n" << what[2];
+}
+
+// A shared-memory chunk too small for hier (below 8 bytes per rank) is the
+// same on every rank, so a rank alone on its host falls back as the ranks
+// of the other hosts do: the default (which the cost model would make hier
+// for a large call on hosts of 1 and 3 ranks) and a forced hier run the
+// same algorithm everywhere and sum right. Before, the lone rank ran hier
+// and the others fell back: a mismatch of the default's choice (found by
+// the property test, seed 1795718977821024985).
+TEST(Errors, AChunkTooSmallForHierFallsBackOnEveryRankAlike) {
+  for (size_t chunk : {size_t{0}, size_t{8}, size_t{4096}}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    transport::InProcWorld::Settings layout;
+    layout.hostSizes = {1, 3};
+    layout.shmChunkBytes = chunk;
+    std::vector<std::string> ran(4);
+    runRanks(
+        4,
+        [&](RankContext& ctx) {
+          std::vector<float> in(1 << 16, static_cast<float>(ctx.rank + 1)), out(in.size(), 0.0f);
+          Work byDefault = ctx.comm.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum);
+          byDefault.wait();
+          for (float v : out) ASSERT_EQ(v, 10.0f);
+          CollectiveOptions o;
+          o.algorithm = "hier";
+          std::fill(out.begin(), out.end(), 0.0f);
+          Work forced = ctx.comm.allreduce(in.data(), out.data(), in.size(), DataType::kFloat32, ReduceOp::kSum, o);
+          forced.wait();
+          for (float v : out) ASSERT_EQ(v, 10.0f);
+          ran[static_cast<size_t>(ctx.rank)] = byDefault.algorithm() + "/" + forced.algorithm();
+        },
+        quick(), layout);
+    for (int r = 1; r < 4; ++r) EXPECT_EQ(ran[static_cast<size_t>(r)], ran[0]) << "rank " << r;
+    const bool hierRuns = chunk >= 8 * 4;
+    EXPECT_EQ(ran[0].substr(ran[0].find('/') + 1) == "hier", hierRuns) << ran[0];
+  }
 }
 
 namespace {
@@ -1017,6 +1075,7 @@ class LostNotices : public transport::Transport {
   void broadcastAbort(const std::string&) override {}
   std::optional<std::string> pollAbort() override { return std::nullopt; }
   transport::ShmGroup* sharedMemory() override { return inner_->sharedMemory(); }
+  size_t sharedMemoryChunkBytes() const override { return inner_->sharedMemoryChunkBytes(); }
 
  private:
   std::unique_ptr<transport::Transport> inner_;

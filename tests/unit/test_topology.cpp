@@ -295,11 +295,10 @@ TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckC
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 32 * 1024 + 4), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 0), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "hier", 8), ov);
-  // Hosts of 2 and 3 ranks pair each slice's owners once: signed. Hosts of
-  // 2, 2 and 4 pair slices 0 and 2 between the small hosts' first ranks
-  // twice: the call check.
+  // Hosts of different sizes keep the call check (signing there is off),
+  // also where their slices pair once (2 and 3 ranks).
   CostModel twoAndThree(TopologyView({0, 0, 2, 2, 2}), chosenCosts());
-  EXPECT_EQ(twoAndThree.callCheckSeconds(Collective::kAllreduce, "hier", 8), 0.0);
+  EXPECT_EQ(twoAndThree.callCheckSeconds(Collective::kAllreduce, "hier", 8), ov);
   CostModel twoTwoFour(TopologyView({0, 0, 2, 2, 4, 4, 4, 4}), chosenCosts());
   EXPECT_EQ(twoTwoFour.callCheckSeconds(Collective::kAllreduce, "hier", 8), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "tree", 8), ov);
@@ -401,8 +400,9 @@ TEST(CostModel, HierarchicalSlicesPairTheirOwnersOnceWhereEveryTwoHostsCountsHav
     EXPECT_FALSE(hierSlicesPairOnce(layout(sizes))) << ::testing::PrintToString(sizes);
     EXPECT_FALSE(hierSignsMessages(layout(sizes), 8, 16 * 1024)) << ::testing::PrintToString(sizes);
   }
-  EXPECT_TRUE(hierSignsMessages(layout({1, 3}), 8, 16 * 1024));
-  EXPECT_FALSE(hierSignsMessages(layout({1, 3}), 32 * 1024, 16 * 1024));  // slices go by ring
+  EXPECT_TRUE(hierSignsMessages(layout({2, 2}), 8, 16 * 1024));
+  EXPECT_FALSE(hierSignsMessages(layout({2, 2}), 32 * 1024, 16 * 1024));  // slices go by ring
+  EXPECT_FALSE(hierSignsMessages(layout({1, 3}), 8, 16 * 1024));          // uneven: not signed
   EXPECT_FALSE(hierSignsMessages(layout({1, 1}), 8, 16 * 1024));          // no hier at all
 }
 
@@ -425,8 +425,8 @@ TEST(CostModel, HierarchicalAllreduceOnUnevenHostsPricesTheLargestHostAndTheShar
   const double serial = 2 * c.interHost.alphaSeconds;
   const double rdSmall = c.interHost.alphaSeconds + 3 * (small / 3) * c.interHost.betaSecondsPerByte + serial + ov +
                          (small / 3) * c.reduceSecondsPerByte;
-  // Signed (lcm(1, 3) = 3 slices): no call check.
-  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 3 * 1024), shmPart(small) + rdSmall, 1e-12);
+  // Uneven hosts keep the call check.
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 3 * 1024), shmPart(small) + rdSmall + ov, 1e-12);
   const double chunk = large / 3 / 2;
   const double ringLarge = 2 * (c.interHost.alphaSeconds + 3 * chunk * c.interHost.betaSecondsPerByte + serial + ov) +
                            chunk * c.reduceSecondsPerByte;
@@ -444,7 +444,7 @@ TEST(CostModel, HierarchicalAllreduceOnUnevenHostsPricesTheLargestHostAndTheShar
   CostModel flatCopy(TopologyView({0, 1, 1, 1}), slowCopy, s);
   EXPECT_NEAR(*flatCopy.predict(Collective::kAllreduce, "hier", 3 * 1024),
               small * 2 * c.copySecondsPerByte + c.interHost.alphaSeconds +
-                  3 * (small / 3) * c.interHost.betaSecondsPerByte + serial + ov,
+                  3 * (small / 3) * c.interHost.betaSecondsPerByte + serial + ov + ov,
               1e-12);
 }
 

@@ -381,7 +381,8 @@ void connectAll(const std::shared_ptr<UcxTransport::State>& state, std::chrono::
 
 }  // namespace
 
-UcxTransport::UcxTransport(Bootstrap& boot, size_t shmChunkBytes, std::chrono::milliseconds connectTimeout) {
+UcxTransport::UcxTransport(Bootstrap& boot, size_t shmChunkBytes, std::chrono::milliseconds connectTimeout)
+    : shmChunkBytes_(shmChunkBytes) {
   const int rank = boot.rank(), size = boot.size();
   if (size > UcxTagLayout::kMaxRanks) {
     throw UnsupportedError("the UCX transport supports at most " + std::to_string(UcxTagLayout::kMaxRanks) +

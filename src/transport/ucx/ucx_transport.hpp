@@ -67,6 +67,7 @@ class UcxTransport : public Transport {
   void broadcastAbort(const std::string& reason) override;
   std::optional<std::string> pollAbort() override;
   ShmGroup* sharedMemory() override;
+  size_t sharedMemoryChunkBytes() const override { return shmChunkBytes_; }
   bool abandonedTransfersPending() override;
   /// The hosts as the exchanged host keys say.
   HostLayout hostLayout() const;
@@ -76,6 +77,7 @@ class UcxTransport : public Transport {
  private:
   std::shared_ptr<State> state_;
   std::unique_ptr<ShmGroup> shm_;
+  size_t shmChunkBytes_ = 0;
 };
 
 /// UCX's version ("1.13.1") and the transports and devices its context
