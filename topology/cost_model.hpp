@@ -69,6 +69,8 @@ struct ModelSettings {
 /// multiple is at least the largest host's (hosts of 1 and 3, 2 and 3,
 /// 4 and 3; not 2, 2 and 4, whose two small hosts pair their slices 0
 /// and 2 twice). Plans test it against every layout of up to 4 hosts.
+/// Not used for signing at present (hierSignsMessages: equal hosts only,
+/// where it always holds); kept, tested, for the uneven case's next try.
 bool hierSlicesPairOnce(const TopologyView& view);
 
 /// Whether a hierarchical allreduce whose largest slice holds `sliceBytes`
