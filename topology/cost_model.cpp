@@ -56,14 +56,26 @@ bool hierSlicesPairOnce(const TopologyView& view) {
   return true;
 }
 
-bool hierSignsMessages(const TopologyView& view, size_t sliceBytes, size_t rdSliceBytes) {
+size_t hierWaveElems(size_t slices, size_t segmentBytes, size_t elemSize) {
+  return std::max<size_t>(1, kHierWaveSegments * std::max<size_t>(slices, 1) *
+                                 std::max<size_t>(1, segmentBytes / std::max<size_t>(elemSize, 1)));
+}
+
+bool hierSignsMessages(const TopologyView& view, size_t count, size_t elemSize, size_t rdSliceBytes,
+                       size_t segmentBytes) {
   // Hosts of equal size only (where hierSlicesPairOnce always holds):
   // signing on uneven hosts whose slices pair once gave wrong sums in
   // about 2% of the random property test's runs
   // (Property.RandomCollectivesMatchTheReference, tiny segments: several
   // waves per call); cause not found (PERFORMANCE.md, stop 25).
-  return view.numHosts() > 1 && view.uniformHosts() && view.maxRanksPerHost() > 1 &&
-         sliceBytes <= std::min(rdSliceBytes, transport::kSignedPayloadLimit);
+  // One wave only: a call of several waves sends a pair one message per
+  // wave, and a later wave's may leave first (a fold's hand-back waits on
+  // its wave's receive), which one tag per call cannot tell apart.
+  const size_t slices = static_cast<size_t>(std::max(view.maxRanksPerHost(), 1));
+  const size_t sliceBytes = (count + slices - 1) / slices * elemSize;
+  return view.numHosts() > 1 && view.uniformHosts() && slices > 1 && count > 0 &&
+         sliceBytes <= std::min(rdSliceBytes, transport::kSignedPayloadLimit) &&
+         count <= hierWaveElems(slices, segmentBytes, elemSize);
 }
 
 MachineCosts MachineCosts::defaults() {
@@ -423,9 +435,11 @@ double CostModel::callCheckSeconds(Collective collective, const std::string& alg
   if (view_.size() < 2 || algorithm == "native" || algorithm == "shm") return 0;
   if (collective == Collective::kAllreduce && bytes > 0) {
     if (algorithm == "rd" && bytes <= transport::kSignedPayloadLimit) return 0;
-    if (algorithm == "hier") {
-      const size_t l = static_cast<size_t>(std::max(view_.maxRanksPerHost(), 1));
-      if (hierSignsMessages(view_, (bytes + l - 1) / l, settings_.hierRdSliceBytes)) return 0;
+    // Bytes as elements of one byte: the same waves wherever the segment
+    // is a whole number of elements.
+    if (algorithm == "hier" &&
+        hierSignsMessages(view_, bytes, 1, settings_.hierRdSliceBytes, settings_.segmentBytes)) {
+      return 0;
     }
   }
   return settings_.roundOverheadSeconds;

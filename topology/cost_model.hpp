@@ -73,15 +73,26 @@ struct ModelSettings {
 /// where it always holds); kept, tested, for the uneven case's next try.
 bool hierSlicesPairOnce(const TopologyView& view);
 
-/// Whether a hierarchical allreduce whose largest slice holds `sliceBytes`
-/// signs its messages between hosts instead of running the engine's call
-/// check: several hosts of equal size with several ranks each (uneven
-/// hosts whose slices pair once do not sign: wrong sums in the random
-/// property test, see cost_model.cpp), slices that go by recursive
-/// doubling (`rdSliceBytes`, GRADCOMM_HIER_RD_SIZE) within
-/// kSignedPayloadLimit. The algorithm (allreduce_hier.cpp) and the model
+/// Pipeline segments per slice in one wave of a hierarchical allreduce
+/// (allreduce_hier.cpp: each wave is a whole hierarchical allreduce of its
+/// range, and consecutive waves overlap).
+constexpr size_t kHierWaveSegments = 16;
+
+/// Elements in each wave (the last may hold fewer) of a hierarchical
+/// allreduce with `slices` slices per wave: kHierWaveSegments segments of
+/// `segmentBytes` (GRADCOMM_SEGMENT_SIZE) per slice.
+size_t hierWaveElems(size_t slices, size_t segmentBytes, size_t elemSize);
+
+/// Whether a hierarchical allreduce of `count` elements signs its messages
+/// between hosts instead of running the engine's call check: several
+/// hosts of equal size with several ranks each (uneven hosts whose slices
+/// pair once do not sign: wrong sums in the random property test, see
+/// cost_model.cpp), slices that go by recursive doubling (`rdSliceBytes`,
+/// GRADCOMM_HIER_RD_SIZE) within kSignedPayloadLimit, and a call of one
+/// wave (hierWaveElems). The algorithm (allreduce_hier.cpp) and the model
 /// ask the same question here.
-bool hierSignsMessages(const TopologyView& view, size_t sliceBytes, size_t rdSliceBytes);
+bool hierSignsMessages(const TopologyView& view, size_t count, size_t elemSize, size_t rdSliceBytes,
+                       size_t segmentBytes);
 
 /// Predicts the time of each algorithm for a call from the topology and the
 /// machine's costs: per algorithm a sum over its communication rounds of

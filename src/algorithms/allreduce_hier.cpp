@@ -73,7 +73,7 @@ Plan hier::allreduceInterHostPlan(const CollectiveCall& call, const hier::Layout
 
 namespace {
 
-// Waves: the vector is cut into waves of kWaveSegments pipeline segments
+// Waves: the vector is cut into waves of kHierWaveSegments pipeline segments
 // per slice, each a complete hierarchical allreduce of its range, so the
 // transfers between hosts of one wave overlap the shared-memory phases of
 // its neighbours. The shared-memory phases run strictly in the order
@@ -81,8 +81,6 @@ namespace {
 // that order when the schedule is made), and AG(w) waits for wave w's
 // transfers; so at most waves w and w+1 move data between hosts at once,
 // on lanes w % 2 (their own message indices and scratch).
-constexpr size_t kWaveSegments = 16;
-
 class HierAllreduceSchedule final : public Schedule {
  public:
   HierAllreduceSchedule(const CollectiveCall& call, const RunContext& ctx, const Algorithm* algorithm)
@@ -94,8 +92,7 @@ class HierAllreduceSchedule final : public Schedule {
     p_ = static_cast<int>(layout_.localSize());
     me_ = layout_.local;
     // Equal on every rank (tuning is agreed), whatever its host.
-    const size_t waveElems =
-        std::max<size_t>(1, kWaveSegments * layout_.slices * std::max<size_t>(1, ctx.tuning.segmentBytes / elem_));
+    const size_t waveElems = topology::hierWaveElems(layout_.slices, ctx.tuning.segmentBytes, elem_);
     const size_t waves = call.count == 0 ? 1 : (call.count + waveElems - 1) / waveElems;
     waves_.resize(waves);
     for (size_t w = 0; w < waves; ++w) {
@@ -379,13 +376,13 @@ class HierAllreduce final : public Algorithm {
   /// by the layout alone. Every shared-memory round compares the fingerprints
   /// of the host's ranks, and slice 0's owners link every host, so wherever
   /// calls differ some rank sees it. Count 0 moves nothing between hosts:
-  /// the engine checks it.
+  /// the engine checks it. One wave only (topology::hierSignsMessages):
+  /// with several, a pair exchanges a message per wave under one tag.
   bool signsMessages(const transport::CallSignature& call, const RunContext& ctx) const override {
     const topology::TopologyView* view = ctx.topology;
-    if (call.count == 0 || !view) return false;
-    const size_t l = static_cast<size_t>(std::max(view->maxRanksPerHost(), 1));
-    const size_t slice = (call.count + l - 1) / l * dataTypeSize(static_cast<DataType>(call.type));
-    return topology::hierSignsMessages(*view, slice, ctx.tuning.hierRdSliceBytes);
+    if (!view) return false;
+    return topology::hierSignsMessages(*view, call.count, dataTypeSize(static_cast<DataType>(call.type)),
+                                       ctx.tuning.hierRdSliceBytes, ctx.tuning.segmentBytes);
   }
 };
 

@@ -164,6 +164,45 @@ INSTANTIATE_TEST_SUITE_P(Hosts, HierLayouts,
                                   (info.param.chaos ? "_chaos" : "");
                          });
 
+// Small hier calls sign their messages between hosts (one tag per call, so
+// a pair's messages must arrive in the order their receives were posted).
+// With tiny pipeline segments a small call runs in several waves, and a
+// wave's transfers between hosts may start before an earlier wave's
+// (a fold's hand-back waits on that wave's receive, which chaos completes
+// out of order): those calls must keep distinct tags. Counts of 2 to 5
+// waves, 40 rounds each, on equal hosts with a fold (2x2x2), uneven ones
+// and a rank alone on its host.
+TEST(HierSignedCalls, CallsOfSeveralWavesGiveExactSums) {
+  for (const std::vector<int>& hosts : {std::vector<int>{2, 2, 2}, {2, 2, 1}, {1, 3}, {2, 1, 2}}) {
+    int p = 0;
+    for (int n : hosts) p += n;
+    transport::InProcWorld::Settings settings;
+    settings.hostSizes = hosts;
+    settings.chaos = true;
+    settings.shmChunkBytes = 4096;
+    settings.seed = 11 + static_cast<uint64_t>(p);
+    Options o;
+    o.set("SEGMENT_SIZE", "64");
+    o.set("NET_SEGMENT_SIZE", "64");
+    o.set("TIMEOUT", "60s");
+    SCOPED_TRACE("hosts of " + ::testing::PrintToString(hosts));
+    runRanks(
+        p,
+        [&](RankContext& ctx) {
+          uint64_t seed = 1;
+          for (int round = 0; round < 40; ++round) {
+            for (size_t count : {size_t{700}, size_t{1031}, size_t{2500}}) {
+              CollectiveCase c{Collective::kAllreduce, "hier", DataType::kFloat16, ReduceOp::kSum, count, 0,
+                               round % 2 == 0, seed++};
+              std::string err = runAndCheck(ctx.comm, c);
+              if (!err.empty()) throw std::runtime_error(err);
+            }
+          }
+        },
+        o, settings);
+  }
+}
+
 // GRADCOMM_WAIT=yield (what auto picks when ranks outnumber cores): the
 // small-call path and the engine hand the core over between polls. Four
 // ranks, more than this machine's two cores in CI: every size class still

@@ -69,6 +69,9 @@ TEST(Property, RandomCollectivesMatchTheReference) {
     const bool shmRuns = settings.hostSizes.empty() && p >= 2;
     const bool hierRuns = settings.hostSizes.size() >= 2 && largestHost >= 2 && settings.shmChunkBytes >= 8 * static_cast<size_t>(p);
     const uint64_t caseSeed = worldRng();
+    // Printed before it runs: an exception thrown out of the ranks names no trace.
+    std::printf("world %d: %d ranks, %s, segments of %zu bytes, shared-memory chunks of %zu, chaos %s\n", w, p,
+                hosts.c_str(), segment, settings.shmChunkBytes, settings.chaos ? "on" : "off");
     SCOPED_TRACE("seed " + std::to_string(seed) + " world " + std::to_string(w) + " ranks " + std::to_string(p) + ", " + hosts);
     runRanks(
         p,

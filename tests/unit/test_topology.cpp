@@ -398,12 +398,24 @@ TEST(CostModel, HierarchicalSlicesPairTheirOwnersOnceWhereEveryTwoHostsCountsHav
   // and the lone rank; {2, 2, 4}, {1, 2, 3} and {3, 2, 1} alike.
   for (auto sizes : std::vector<std::vector<int>>{{2, 1, 3}, {2, 2, 4}, {1, 2, 3}, {3, 2, 1}}) {
     EXPECT_FALSE(hierSlicesPairOnce(layout(sizes))) << ::testing::PrintToString(sizes);
-    EXPECT_FALSE(hierSignsMessages(layout(sizes), 8, 16 * 1024)) << ::testing::PrintToString(sizes);
+    EXPECT_FALSE(hierSignsMessages(layout(sizes), 4, 4, 16 * 1024, 256 * 1024)) << ::testing::PrintToString(sizes);
   }
-  EXPECT_TRUE(hierSignsMessages(layout({2, 2}), 8, 16 * 1024));
-  EXPECT_FALSE(hierSignsMessages(layout({2, 2}), 32 * 1024, 16 * 1024));  // slices go by ring
-  EXPECT_FALSE(hierSignsMessages(layout({1, 3}), 8, 16 * 1024));          // uneven: not signed
-  EXPECT_FALSE(hierSignsMessages(layout({1, 1}), 8, 16 * 1024));          // no hier at all
+  // Counts of float32 (4 bytes), 16 KiB slices by rd, 256 KiB segments.
+  auto signs = [&](std::vector<int> sizes, size_t count, size_t segment = 256 * 1024) {
+    return hierSignsMessages(layout(sizes), count, 4, 16 * 1024, segment);
+  };
+  EXPECT_TRUE(signs({2, 2}, 4));
+  EXPECT_TRUE(signs({2, 2}, 8 * 1024));   // slices of 16 KiB
+  EXPECT_FALSE(signs({2, 2}, 8 * 1024 + 2));  // slices go by ring
+  EXPECT_FALSE(signs({2, 2}, 0));          // nothing between hosts: the engine checks
+  EXPECT_FALSE(signs({1, 3}, 4));          // uneven: not signed
+  EXPECT_FALSE(signs({1, 1}, 4));          // no hier at all
+  // 64-byte segments: waves of 16 x 2 slices x 16 floats; a second wave
+  // sends each pair a second message under the call's one tag.
+  EXPECT_EQ(hierWaveElems(2, 64, 4), 512u);
+  EXPECT_EQ(hierWaveElems(2, 1, 4), 32u);  // a segment below one element holds one
+  EXPECT_TRUE(signs({2, 2, 2}, 512, 64));
+  EXPECT_FALSE(signs({2, 2, 2}, 513, 64));
 }
 
 // Hosts of 1 and 3 ranks, term by term: 3 slices; the lone rank owns all
