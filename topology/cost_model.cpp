@@ -63,19 +63,18 @@ size_t hierWaveElems(size_t slices, size_t segmentBytes, size_t elemSize) {
 
 bool hierSignsMessages(const TopologyView& view, size_t count, size_t elemSize, size_t rdSliceBytes,
                        size_t segmentBytes) {
-  // Hosts of equal size only (where hierSlicesPairOnce always holds):
-  // signing on uneven hosts whose slices pair once gave wrong sums in
-  // about 2% of the random property test's runs
-  // (Property.RandomCollectivesMatchTheReference, tiny segments: several
-  // waves per call); cause not found (PERFORMANCE.md, stop 25).
-  // One wave only: a call of several waves sends a pair one message per
-  // wave, and a later wave's may leave first (a fold's hand-back waits on
-  // its wave's receive), which one tag per call cannot tell apart.
+  // At most one message per ordered pair of ranks in a call: slices that
+  // pair their owners once (always on equal hosts; the loop over host
+  // pairs is paid on uneven ones only), and one wave: a call of several
+  // sends a pair a message per wave under the call's one tag, and a later
+  // wave's may leave first (a fold's hand-back waits on its own wave's
+  // receive).
   const size_t slices = static_cast<size_t>(std::max(view.maxRanksPerHost(), 1));
   const size_t sliceBytes = (count + slices - 1) / slices * elemSize;
-  return view.numHosts() > 1 && view.uniformHosts() && slices > 1 && count > 0 &&
+  return view.numHosts() > 1 && slices > 1 && count > 0 &&
          sliceBytes <= std::min(rdSliceBytes, transport::kSignedPayloadLimit) &&
-         count <= hierWaveElems(slices, segmentBytes, elemSize);
+         count <= hierWaveElems(slices, segmentBytes, elemSize) &&
+         (view.uniformHosts() || hierSlicesPairOnce(view));
 }
 
 MachineCosts MachineCosts::defaults() {
@@ -429,8 +428,7 @@ double CostModel::callCheckSeconds(Collective collective, const std::string& alg
   // beside the algorithm's first round: its latency overlaps the
   // algorithm, its software does not. Algorithms that compare calls
   // themselves (native, shm) or sign their messages (rd up to
-  // kSignedPayloadLimit; hier on equal hosts while its slices go by rd
-  // within that limit) send none. On 2 x 2 emulated hosts the check took
+  // kSignedPayloadLimit; hier where hierSignsMessages says) send none. On 2 x 2 emulated hosts the check took
   // hier from 47 to 54..57 us at 16 B..1 KiB.
   if (view_.size() < 2 || algorithm == "native" || algorithm == "shm") return 0;
   if (collective == Collective::kAllreduce && bytes > 0) {

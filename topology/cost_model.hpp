@@ -69,8 +69,6 @@ struct ModelSettings {
 /// multiple is at least the largest host's (hosts of 1 and 3, 2 and 3,
 /// 4 and 3; not 2, 2 and 4, whose two small hosts pair their slices 0
 /// and 2 twice). Plans test it against every layout of up to 4 hosts.
-/// Not used for signing at present (hierSignsMessages: equal hosts only,
-/// where it always holds); kept, tested, for the uneven case's next try.
 bool hierSlicesPairOnce(const TopologyView& view);
 
 /// Pipeline segments per slice in one wave of a hierarchical allreduce
@@ -85,9 +83,8 @@ size_t hierWaveElems(size_t slices, size_t segmentBytes, size_t elemSize);
 
 /// Whether a hierarchical allreduce of `count` elements signs its messages
 /// between hosts instead of running the engine's call check: several
-/// hosts of equal size with several ranks each (uneven hosts whose slices
-/// pair once do not sign: wrong sums in the random property test, see
-/// cost_model.cpp), slices that go by recursive doubling (`rdSliceBytes`,
+/// hosts, one with several ranks, whose slices pair their owners once
+/// (hierSlicesPairOnce), slices that go by recursive doubling (`rdSliceBytes`,
 /// GRADCOMM_HIER_RD_SIZE) within kSignedPayloadLimit, and a call of one
 /// wave (hierWaveElems). The algorithm (allreduce_hier.cpp) and the model
 /// ask the same question here.

@@ -367,17 +367,18 @@ class HierAllreduce final : public Algorithm {
   SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
     return makeSchedule<HierAllreduceSchedule>(ctx.workspace, call, ctx, this);
   }
-  /// Small calls on hosts of equal size sign their messages between hosts
-  /// instead of running the engine's call check, a message across each
-  /// host link (2x2 at 1 Gbit/s, 16 B..1 KiB: 48..52 us with it, 28..34
-  /// signed). Each rank owns one
-  /// slice, and recursive doubling sends one message per round (or fold) to
-  /// a different owner of it: at most one message per ordered pair, paired
-  /// by the layout alone. Every shared-memory round compares the fingerprints
-  /// of the host's ranks, and slice 0's owners link every host, so wherever
-  /// calls differ some rank sees it. Count 0 moves nothing between hosts:
-  /// the engine checks it. One wave only (topology::hierSignsMessages):
-  /// with several, a pair exchanges a message per wave under one tag.
+  /// Small calls sign their messages between hosts instead of running the
+  /// engine's call check, a message across each host link (2x2 at
+  /// 1 Gbit/s, 16 B..1 KiB: 48..52 us with it, 28..34 signed). Recursive
+  /// doubling sends one message per round (or fold) to a different owner of
+  /// a slice; on equal hosts each rank owns one slice, on uneven ones a rank
+  /// of a smaller host owns several, which must not meet the same owner
+  /// twice (topology::hierSlicesPairOnce): at most one message per ordered
+  /// pair, paired by the layout alone. One wave only: with several, a pair
+  /// exchanges a message per wave under one tag. Every shared-memory round
+  /// compares the fingerprints of the host's ranks, and slice 0's owners
+  /// link every host, so wherever calls differ some rank sees it. Count 0
+  /// moves nothing between hosts: the engine checks it.
   bool signsMessages(const transport::CallSignature& call, const RunContext& ctx) const override {
     const topology::TopologyView* view = ctx.topology;
     if (!view) return false;

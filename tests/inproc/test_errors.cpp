@@ -813,7 +813,8 @@ TEST(Errors, HierWithDifferentCountsFailsOnEveryRank) {
 // with an empty slice, the other without; one side signed, the other not),
 // type or op still fail on every rank, wherever the odd rank is. On hosts
 // of equal size, and the same mismatches on uneven hosts (1 and 3 ranks:
-// the lone rank owns all three slices; 3 and 2), which use the call check.
+// the lone rank owns all three slices; 3 and 2), which sign too (their
+// slices pair their owners once).
 TEST(Errors, SmallHierCallsThatDifferFailOnEveryRankWithoutTheCallCheck) {
   struct Case {
     const char* what;
@@ -891,13 +892,14 @@ class CountingTransport : public ForwardingTransport {
 // On 2 x 2, the call check crosses hosts from ranks 1 and 3 (their next
 // ranks live on the other host). Small hier calls sign their messages and
 // send no call check; an empty call and one whose slices go by rings do.
-// Hosts of different sizes keep the call check for small calls, also
-// where their slices pair their owners once (1 and 3 ranks; signing there
-// gave wrong sums in the random property test, see cost_model.cpp).
+// Hosts of different sizes sign where their slices pair their owners once
+// (1 and 3 ranks), and keep the call check where two slices of one rank
+// meet the same owner (2, 1 and 3: slices 0 and 2 of host 0's first rank
+// both go to the lone rank).
 TEST(Errors, SmallHierCallsSendNoCallCheckBetweenHosts) {
   for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, {1, 3}, {2, 1, 3}}) {
     SCOPED_TRACE("hosts " + ::testing::PrintToString(sizes));
-    const bool signs = sizes.size() == 2 && sizes[0] == sizes[1];
+    const bool signs = sizes.size() == 2;
     transport::InProcWorld::Settings layout;
     layout.hostSizes = sizes;
     const int size = std::accumulate(sizes.begin(), sizes.end(), 0);

@@ -295,10 +295,11 @@ TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckC
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 32 * 1024 + 4), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 0), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "hier", 8), ov);
-  // Hosts of different sizes keep the call check (signing there is off),
-  // also where their slices pair once (2 and 3 ranks).
+  // Hosts of different sizes sign where their slices pair once (2 and 3
+  // ranks), not where two slices of a rank meet one owner (2, 2 and 4).
   CostModel twoAndThree(TopologyView({0, 0, 2, 2, 2}), chosenCosts());
-  EXPECT_EQ(twoAndThree.callCheckSeconds(Collective::kAllreduce, "hier", 8), ov);
+  EXPECT_EQ(twoAndThree.callCheckSeconds(Collective::kAllreduce, "hier", 8), 0.0);
+  EXPECT_EQ(twoAndThree.callCheckSeconds(Collective::kAllreduce, "hier", 0), ov);
   CostModel twoTwoFour(TopologyView({0, 0, 2, 2, 4, 4, 4, 4}), chosenCosts());
   EXPECT_EQ(twoTwoFour.callCheckSeconds(Collective::kAllreduce, "hier", 8), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "tree", 8), ov);
@@ -408,7 +409,8 @@ TEST(CostModel, HierarchicalSlicesPairTheirOwnersOnceWhereEveryTwoHostsCountsHav
   EXPECT_TRUE(signs({2, 2}, 8 * 1024));   // slices of 16 KiB
   EXPECT_FALSE(signs({2, 2}, 8 * 1024 + 2));  // slices go by ring
   EXPECT_FALSE(signs({2, 2}, 0));          // nothing between hosts: the engine checks
-  EXPECT_FALSE(signs({1, 3}, 4));          // uneven: not signed
+  EXPECT_TRUE(signs({1, 3}, 4));           // uneven, slices pair once
+  EXPECT_TRUE(signs({2, 1, 2}, 4));
   EXPECT_FALSE(signs({1, 1}, 4));          // no hier at all
   // 64-byte segments: waves of 16 x 2 slices x 16 floats; a second wave
   // sends each pair a second message under the call's one tag.
@@ -437,8 +439,8 @@ TEST(CostModel, HierarchicalAllreduceOnUnevenHostsPricesTheLargestHostAndTheShar
   const double serial = 2 * c.interHost.alphaSeconds;
   const double rdSmall = c.interHost.alphaSeconds + 3 * (small / 3) * c.interHost.betaSecondsPerByte + serial + ov +
                          (small / 3) * c.reduceSecondsPerByte;
-  // Uneven hosts keep the call check.
-  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 3 * 1024), shmPart(small) + rdSmall + ov, 1e-12);
+  // Slices by rd sign their messages: no call check.
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 3 * 1024), shmPart(small) + rdSmall, 1e-12);
   const double chunk = large / 3 / 2;
   const double ringLarge = 2 * (c.interHost.alphaSeconds + 3 * chunk * c.interHost.betaSecondsPerByte + serial + ov) +
                            chunk * c.reduceSecondsPerByte;
@@ -456,7 +458,7 @@ TEST(CostModel, HierarchicalAllreduceOnUnevenHostsPricesTheLargestHostAndTheShar
   CostModel flatCopy(TopologyView({0, 1, 1, 1}), slowCopy, s);
   EXPECT_NEAR(*flatCopy.predict(Collective::kAllreduce, "hier", 3 * 1024),
               small * 2 * c.copySecondsPerByte + c.interHost.alphaSeconds +
-                  3 * (small / 3) * c.interHost.betaSecondsPerByte + serial + ov + ov,
+                  3 * (small / 3) * c.interHost.betaSecondsPerByte + serial + ov,
               1e-12);
 }
 
