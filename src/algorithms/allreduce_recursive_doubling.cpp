@@ -3,14 +3,212 @@
 // one bit. Non-power-of-two sizes fold the first 2(p - p2) ranks in pairs
 // before and unfold after. Both partners compute every element, so operands
 // are always ordered lower rank first: every rank gets identical bits.
+#include <immintrin.h>
+#include <sched.h>
+
+#include <cstring>
+
 #include "algorithms/catalog.hpp"
 #include "algorithms/patterns/binomial_tree.hpp"
+#include "algorithms/plan_runner.hpp"
+#include "gradcomm/error.hpp"
 
 namespace gradcomm::algorithms {
 namespace {
 
 using Id = PlanBuilder::Id;
 constexpr Id kNone = PlanBuilder::kNone;
+
+// The small signed call without a plan (what runInline runs, and what the
+// engine carries on with when peers are late): the same exchanges, fold
+// and operand order as the plan below, one exchange at a time, every
+// message in a staging slot of its own (the signature, then the data), so
+// a send never waits for a later step and in place needs no ordering. It
+// skips the plan's executor (dependency counts, ready lists), a cost paid
+// on every look at the peers, which on ranks that share cores sets the
+// pace of the whole call.
+class SignedRdSchedule final : public Schedule {
+ public:
+  SignedRdSchedule(const CollectiveCall& call, const RunContext& ctx)
+      : ctx_(ctx),
+        signature_(*ctx.signature),
+        in_(static_cast<const char*>(call.input)),
+        out_(static_cast<char*>(call.output)),
+        count_(call.count),
+        bytes_(call.count * dataTypeSize(call.type)),
+        avg_(call.op == ReduceOp::kAvg),
+        me_(ctx.transport->rank()),
+        buf_(ctx.workspace->takeBuffers()) {
+    ctx_.signature = nullptr;  // the caller's may not outlive this call
+    ctx_.phases = nullptr;
+    const int p = ctx.transport->size();
+    const auto f = patterns::fold(me_, p);
+    if (me_ < 2 * f.extra && me_ % 2 == 0) {
+      stages_[stages++] = {me_ + 1, kFoldAway};
+    } else {
+      if (me_ < 2 * f.extra) stages_[stages++] = {me_ - 1, kFoldIn};
+      for (int mask = 1; mask < f.p2; mask <<= 1) {
+        stages_[stages++] = {patterns::unfold(f.newRank ^ mask, f), kExchange};
+      }
+      if (me_ < 2 * f.extra) stages_[stages++] = {me_ - 1, kHandBack};
+    }
+    // One send slot and one receive slot per stage.
+    slot_ = (kSig + std::max(bytes_, transport::kSignedPayloadLimit) + 63) / 64 * 64;
+    if (buf_->staging.size() < 2 * stages * slot_) buf_->staging.resize(2 * stages * slot_);
+  }
+  SignedRdSchedule(SignedRdSchedule&&) = default;
+  ~SignedRdSchedule() override {
+    if (buf_) ctx_.workspace->giveBack(std::move(buf_));
+  }
+
+  bool advance() override {
+    bool moved = false;
+    for (;;) {
+      if (next_ < stages && !recv_ && !posted_) {
+        post(stages_[next_]);
+        moved = true;
+      }
+      // Sends of earlier stages finish in the background; the call is done
+      // when every one has.
+      for (int i = 0; i < sendsOpen_;) {
+        if (sends_[i]->test()) {
+          sends_[i] = std::move(sends_[--sendsOpen_]);
+          sends_[sendsOpen_].reset();
+          moved = true;
+        } else {
+          ++i;
+        }
+      }
+      if (!recv_ || !recv_->test()) return moved;
+      finish(stages_[next_]);
+      recv_.reset();
+      posted_ = false;
+      ++next_;
+      moved = true;
+    }
+  }
+  bool done() const override { return next_ == stages && sendsOpen_ == 0; }
+  std::string waitingFor() const override {
+    if (recv_) {
+      return "signed message from rank " + std::to_string(stages_[next_].peer) + " (step " + std::to_string(next_ + 1) +
+             " of " + std::to_string(stages) + ")";
+    }
+    return std::to_string(sendsOpen_) + " send(s) to complete";
+  }
+  std::vector<int> awaitedPeers() const override {
+    if (recv_) return {stages_[next_].peer};
+    return {};
+  }
+
+ private:
+  enum Kind : uint8_t {
+    kFoldAway,  // even rank of a folded pair: data to the odd one, the result back
+    kFoldIn,    // odd rank of a folded pair: the even one's data
+    kExchange,  // a round of the power-of-two core
+    kHandBack,  // odd rank of a folded pair: the result to the even one
+  };
+  struct Stage {
+    int peer;
+    Kind kind;
+  };
+  static constexpr size_t kSig = sizeof(transport::CallSignature);
+  static constexpr int kMaxStages = 34;  // 2 folds + 32 rounds
+
+  char* sendSlot(int k) { return buf_->staging.data() + (2 * static_cast<size_t>(k)) * slot_; }
+  char* recvSlot(int k) { return buf_->staging.data() + (2 * static_cast<size_t>(k) + 1) * slot_; }
+  // What this rank holds now: its input until the first reduction or
+  // hand-back lands in the output.
+  const char* current() const { return wroteOut_ ? out_ : in_; }
+
+  void post(const Stage& st) {
+    transport::Tag tag;
+    tag.seq = signature_.seq;
+    tag.message = transport::Tag::kCallCheck;
+    const int k = next_;
+    if (st.kind != kFoldIn) {
+      // The last stage sends the result (divided already for avg).
+      if (st.kind == kHandBack) finalise();
+      char* s = sendSlot(k);
+      std::memcpy(s, &signature_, kSig);
+      std::memcpy(s + kSig, current(), bytes_);
+      sends_[sendsOpen_++] = ctx_.transport->isend(st.peer, s, kSig + bytes_, tag);
+    }
+    if (st.kind == kHandBack) {
+      // Nothing comes back: the stage is over once its send is posted.
+      ++next_;
+      return;
+    }
+    recv_ = ctx_.transport->irecv(st.peer, recvSlot(k), kSig + std::max(bytes_, transport::kSignedPayloadLimit), tag);
+    posted_ = true;
+  }
+
+  void finish(const Stage& st) {
+    const char* theirs = accept(st.peer, recvSlot(next_));
+    if (st.kind == kFoldAway) {
+      std::memcpy(out_, theirs, bytes_);  // the whole result, divided for avg
+      wroteOut_ = true;
+      return;
+    }
+    // Lower rank's operand first: every rank computes identical bits.
+    if (st.peer < me_) {
+      ctx_.reduce(out_, theirs, current(), count_);
+    } else {
+      ctx_.reduce(out_, current(), theirs, count_);
+    }
+    wroteOut_ = true;
+    if (next_ + 1 == stages) finalise();
+  }
+
+  // After the last reduction: the output holds the result (a copy where no
+  // reduction wrote it), divided for avg.
+  void finalise() {
+    if (finalised_) return;
+    finalised_ = true;
+    if (!wroteOut_) {
+      if (out_ != in_) std::memcpy(out_, in_, bytes_);
+      wroteOut_ = true;
+    }
+    if (avg_) ctx_.divide(out_, count_, static_cast<double>(ctx_.transport->size()));
+  }
+
+  // The data of a signed receive, once its signature matches this call's.
+  const char* accept(int peer, const char* slot) {
+    const size_t got = recv_->received();
+    transport::CallSignature theirs;
+    if (got < kSig) {
+      throw MismatchError("rank " + std::to_string(me_) + ": a message of " + std::to_string(got) + " bytes from rank " +
+                          std::to_string(peer) +
+                          " carries no call signature: the ranks run different versions of the library");
+    }
+    std::memcpy(&theirs, slot, kSig);
+    if (!theirs.sameCall(signature_) || theirs.seq != signature_.seq) {
+      throw SignedCallMismatch(me_, peer, signature_, theirs);
+    }
+    if (got != kSig + bytes_) {
+      throw InternalError("rank " + std::to_string(me_) + " received " + std::to_string(got - kSig) +
+                          " bytes of data from rank " + std::to_string(peer) + " where its call expects " +
+                          std::to_string(bytes_));
+    }
+    return slot + kSig;
+  }
+
+  RunContext ctx_;
+  transport::CallSignature signature_;
+  const char* in_;
+  char* out_;
+  size_t count_, bytes_;
+  bool avg_;
+  int me_;
+  std::unique_ptr<RunnerBuffers> buf_;
+  size_t slot_ = 0;
+  Stage stages_[kMaxStages] = {};
+  int stages = 0;
+  int next_ = 0;
+  bool posted_ = false, wroteOut_ = false, finalised_ = false;
+  transport::RequestPtr recv_;
+  transport::RequestPtr sends_[kMaxStages];
+  int sendsOpen_ = 0;
+};
 
 class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
  public:
@@ -23,6 +221,34 @@ class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
   bool signsMessages(const transport::CallSignature& call, const RunContext& ctx) const override {
     const size_t bytes = call.count * dataTypeSize(static_cast<DataType>(call.type));
     return ctx.transport->size() >= 2 && call.count > 0 && bytes <= transport::kSignedPayloadLimit;
+  }
+  /// Signed calls run without the plan's executor, and on an idle engine in
+  /// the caller's thread (SignedRdSchedule).
+  bool runsInline(const CollectiveCall& call, const RunContext& ctx) const override {
+    return ctx.transport->size() >= 2 && call.count > 0 &&
+           call.count * dataTypeSize(call.type) <= transport::kSignedPayloadLimit;
+  }
+  bool runInline(const CollectiveCall& call, const RunContext& ctx, InlinePatience patience,
+                 SchedulePtr* rest) const override {
+    if (!ctx.signature || !runsInline(call, ctx)) return false;
+    SignedRdSchedule s(call, ctx);
+    for (int i = 0; i < patience.polls; ++i) {
+      s.advance();
+      if (s.done()) return true;
+      // Open MPI may have yielded in that look already (see ProgressEngine::driveOrBackOff).
+      if (ctx.transport->yieldedWhileIdle()) continue;
+      if (patience.yield) {
+        sched_yield();
+      } else {
+        _mm_pause();
+      }
+    }
+    *rest = makeSchedule<SignedRdSchedule>(ctx.workspace, std::move(s));
+    return false;
+  }
+  SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
+    if (ctx.signedMessages && ctx.signature) return makeSchedule<SignedRdSchedule>(ctx.workspace, call, ctx);
+    return PlannedAlgorithm::schedule(call, ctx);
   }
 
   Plan plan(const CollectiveCall& call, int r, int p, const Tuning&) const override {

@@ -153,13 +153,18 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
   if (!drive.owns_lock() || !idleForCaller()) return out;
   // The call starts when it is submitted: one clock read serves both.
   const auto now = Clock::now();
-  if (!inlineAllowed(now)) return out;
+  if (!inlineAllowed()) return out;
+  // The look for a failed peer's notice that operations make at their
+  // start (see drive()), when due: after the call's first messages left,
+  // and before it can be reported complete.
+  const bool pollAbort = now - lastAbortPoll_ >= std::chrono::microseconds(50);
   out.taken = true;
   callerSubmitting_.store(true, std::memory_order_relaxed);
-  // No operation holds a signature or phases for the algorithm to point at
-  // (see Algorithm::runInline).
+  // No operation holds a signature or phases for the algorithm to point at:
+  // the call's signature lives as long as runInline(), no longer (see
+  // Algorithm::runInline).
   ctx.workspace = &workspace_;
-  ctx.signature = nullptr;
+  ctx.signature = &signature;
   ctx.phases = nullptr;
   // The operation that carries on when the call does not finish here.
   auto makeOperation = [&] {
@@ -174,7 +179,16 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
   try {
     transport_->announce(signature);
     algorithms::SchedulePtr rest;
-    if (algo.runInline(call, ctx, {kInlinePatience, settings_.yieldWhenIdle}, &rest)) {
+    const bool finished = algo.runInline(call, ctx, {kInlinePatience, settings_.yieldWhenIdle}, &rest);
+    if (pollAbort) {
+      lastAbortPoll_ = Clock::now();
+      if (auto remote = transport_->pollAbort()) {
+        if (!out.op) out.op = makeOperation();
+        if (rest) out.op->schedule = std::move(rest);  // its transfers are abandoned with it
+        throw RemoteError(out.op->describe() + " cannot run because " + *remote);
+      }
+    }
+    if (finished) {
       out.finished = true;
       out.start = now;
       out.end = Clock::now();
@@ -192,6 +206,13 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
         this->drive();
       }
     }
+  } catch (const algorithms::SignedCallMismatch& m) {
+    // As drive() names it: this rank's operation against the peer's call.
+    if (!out.op) out.op = makeOperation();
+    active_ = out.op;
+    busy_.store(true);
+    failActive(std::make_exception_ptr(MismatchError(transport::mismatchMessage(
+        transport_->rank(), out.op->describe(), out.op->signature, m.peer, &m.theirs))));
   } catch (...) {
     if (!out.op) out.op = makeOperation();
     active_ = out.op;
@@ -203,10 +224,7 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
   return out;
 }
 
-bool ProgressEngine::inlineAllowed(Clock::time_point now) {
-  // A notice from a failed peer is looked for at the start of operations
-  // (see drive()): when that look is due, the usual path takes it.
-  if (now - lastAbortPoll_ >= std::chrono::microseconds(50)) return false;
+bool ProgressEngine::inlineAllowed() {
   transport::ShmGroup* g = transport_->sharedMemory();
   return !g || g->failedPeer() < 0;
 }

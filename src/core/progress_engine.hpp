@@ -145,9 +145,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// Requires driveMu_: nothing is active or queued and the engine has not
   /// failed or stopped, so a submitting caller may take the first step.
   bool idleForCaller() const { return !failedFlag_.load() && !stop_.load() && !busy_.load() && !active_; }
-  /// Requires driveMu_: no look for a failed peer's notice is due at `now`
-  /// (drive() takes it) and no host-local peer has failed.
-  bool inlineAllowed(detail::Clock::time_point now);
+  /// Requires driveMu_: no host-local peer has failed.
+  bool inlineAllowed();
   /// After a submitting caller stepped and let go of driveMu_: the thread
   /// leaves the rest to the caller for a grace period from `droveAt`, and
   /// is woken if `unfinished` (the call, if it goes on) needs it.

@@ -565,18 +565,21 @@ TEST(Work, RepeatedSmallSharedMemoryCallsKeepTheirRecords) {
 
 // A repeated small call whose peers are late: the call that began in the
 // submitting thread carries on as an operation, which the engine's thread
-// finishes while the caller does not wait.
+// finishes while the caller does not wait. Shared memory, and signed rd
+// (3 ranks: a fold, an exchange and the hand-back).
 TEST(Work, ARepeatedSmallCallWhosePeersAreLateCarriesOnAsAnOperation) {
-  runRanks(3, [](RankContext& ctx) {
+  for (const char* algo : {"shm", "rd"}) {
+  SCOPED_TRACE(algo);
+  runRanks(3, [algo](RankContext& ctx) {
     std::vector<float> buf(8, 1.0f);
     CollectiveOptions shm;
-    shm.algorithm = "shm";
+    shm.algorithm = algo;
     ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, shm).wait();
     std::fill(buf.begin(), buf.end(), static_cast<float>(ctx.rank + 1));
     std::this_thread::sleep_for(std::chrono::milliseconds(30 * ctx.rank));
     Work w = ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum, shm);
     EXPECT_EQ(w.sequence(), 1u);
-    EXPECT_EQ(w.algorithm(), "shm");
+    EXPECT_EQ(w.algorithm(), algo);
     const auto deadline = Clock::now() + std::chrono::seconds(20);
     // endTime() only reads the state; it does not drive progress.
     while (w.endTime() == Clock::time_point{}) {
@@ -588,6 +591,7 @@ TEST(Work, ARepeatedSmallCallWhosePeersAreLateCarriesOnAsAnOperation) {
     EXPECT_EQ(buf[0], 6.0f);
     EXPECT_EQ(buf[7], 6.0f);
   }, quick());
+  }
 }
 
 // Every field of a call is part of what the ranks agree on, whatever the
@@ -1124,8 +1128,12 @@ TEST(Errors, ALatePeerOnTheHostFailsAfterTheOtherTimedOutEvenWithoutItsNotice) {
 // its own); a larger one does not. Ranks that pass different counts across
 // that limit run one each: every rank must still fail, naming the count,
 // not hang until the timeout.
+// Both sides signed (100 and 101 floats: each runs in its caller's
+// thread, without an operation object, when the engine is idle), and one
+// side signed, the other not.
 TEST(Errors, SignedAndUnsignedRdCallsThatDifferFailOnEveryRankAndNameTheCount) {
-  const size_t small = 100, large = transport::kSignedPayloadLimit;  // floats: 400 B and 64 KiB
+  for (const size_t large : {size_t{101}, transport::kSignedPayloadLimit}) {  // floats: 404 B or 64 KiB
+  const size_t small = 100;
   for (int p : {2, 3, 4, 5}) {
     for (int odd : {0, p - 1}) {
       transport::InProcWorld::Settings layout;
@@ -1147,10 +1155,11 @@ TEST(Errors, SignedAndUnsignedRdCallsThatDifferFailOnEveryRankAndNameTheCount) {
       for (int r = 0; r < p; ++r) {
         const std::string& w = out.what[static_cast<size_t>(r)];
         named = named || (contains(w, "count differs") && contains(w, "count " + std::to_string(small)) &&
-                          contains(w, "count " + std::to_string(large)));
+                          contains(w, "count " + std::to_string(large)) && contains(w, "allreduce #"));
       }
       EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[1];
     }
+  }
   }
 }
 
