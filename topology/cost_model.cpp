@@ -428,8 +428,9 @@ double CostModel::callCheckSeconds(Collective collective, const std::string& alg
   // beside the algorithm's first round: its latency overlaps the
   // algorithm, its software does not. Algorithms that compare calls
   // themselves (native, shm) or sign their messages (rd up to
-  // kSignedPayloadLimit; hier where hierSignsMessages says) send none. On 2 x 2 emulated hosts the check took
-  // hier from 47 to 54..57 us at 16 B..1 KiB.
+  // kSignedPayloadLimit; hier where hierSignsMessages says) send none. On
+  // 2 x 2 emulated hosts the check took hier from 47 to 54..57 us at
+  // 16 B..1 KiB.
   if (view_.size() < 2 || algorithm == "native" || algorithm == "shm") return 0;
   if (collective == Collective::kAllreduce && bytes > 0) {
     if (algorithm == "rd" && bytes <= transport::kSignedPayloadLimit) return 0;
