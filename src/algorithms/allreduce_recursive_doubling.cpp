@@ -44,17 +44,17 @@ class SignedRdSchedule final : public Schedule {
     const int p = ctx.transport->size();
     const auto f = patterns::fold(me_, p);
     if (me_ < 2 * f.extra && me_ % 2 == 0) {
-      stages_[stages++] = {me_ + 1, kFoldAway};
+      stages_[numStages_++] = {me_ + 1, kFoldAway};
     } else {
-      if (me_ < 2 * f.extra) stages_[stages++] = {me_ - 1, kFoldIn};
+      if (me_ < 2 * f.extra) stages_[numStages_++] = {me_ - 1, kFoldIn};
       for (int mask = 1; mask < f.p2; mask <<= 1) {
-        stages_[stages++] = {patterns::unfold(f.newRank ^ mask, f), kExchange};
+        stages_[numStages_++] = {patterns::unfold(f.newRank ^ mask, f), kExchange};
       }
-      if (me_ < 2 * f.extra) stages_[stages++] = {me_ - 1, kHandBack};
+      if (me_ < 2 * f.extra) stages_[numStages_++] = {me_ - 1, kHandBack};
     }
     // One send slot and one receive slot per stage.
     slot_ = (kSig + std::max(bytes_, transport::kSignedPayloadLimit) + 63) / 64 * 64;
-    if (buf_->staging.size() < 2 * stages * slot_) buf_->staging.resize(2 * stages * slot_);
+    if (buf_->staging.size() < 2 * numStages_ * slot_) buf_->staging.resize(2 * numStages_ * slot_);
   }
   SignedRdSchedule(SignedRdSchedule&&) = default;
   ~SignedRdSchedule() override {
@@ -64,7 +64,7 @@ class SignedRdSchedule final : public Schedule {
   bool advance() override {
     bool moved = false;
     for (;;) {
-      if (next_ < stages && !recv_ && !posted_) {
+      if (next_ < numStages_ && !recv_ && !posted_) {
         post(stages_[next_]);
         moved = true;
       }
@@ -87,11 +87,11 @@ class SignedRdSchedule final : public Schedule {
       moved = true;
     }
   }
-  bool done() const override { return next_ == stages && sendsOpen_ == 0; }
+  bool done() const override { return next_ == numStages_ && sendsOpen_ == 0; }
   std::string waitingFor() const override {
     if (recv_) {
       return "signed message from rank " + std::to_string(stages_[next_].peer) + " (step " + std::to_string(next_ + 1) +
-             " of " + std::to_string(stages) + ")";
+             " of " + std::to_string(numStages_) + ")";
     }
     return std::to_string(sendsOpen_) + " send(s) to complete";
   }
@@ -156,7 +156,7 @@ class SignedRdSchedule final : public Schedule {
       ctx_.reduce(out_, current(), theirs, count_);
     }
     wroteOut_ = true;
-    if (next_ + 1 == stages) finalise();
+    if (next_ + 1 == numStages_) finalise();
   }
 
   // After the last reduction: the output holds the result (a copy where no
@@ -202,7 +202,7 @@ class SignedRdSchedule final : public Schedule {
   std::unique_ptr<RunnerBuffers> buf_;
   size_t slot_ = 0;
   Stage stages_[kMaxStages] = {};
-  int stages = 0;
+  int numStages_ = 0;
   int next_ = 0;
   bool posted_ = false, wroteOut_ = false, finalised_ = false;
   transport::RequestPtr recv_;
