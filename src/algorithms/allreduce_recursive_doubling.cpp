@@ -64,7 +64,7 @@ class SignedRdSchedule final : public Schedule {
   bool advance() override {
     bool moved = false;
     for (;;) {
-      if (next_ < numStages_ && !recv_ && !posted_) {
+      if (next_ < numStages_ && !recv_) {
         post(stages_[next_]);
         moved = true;
       }
@@ -82,7 +82,6 @@ class SignedRdSchedule final : public Schedule {
       if (!recv_ || !recv_->test()) return moved;
       finish(stages_[next_]);
       recv_.reset();
-      posted_ = false;
       ++next_;
       moved = true;
     }
@@ -129,9 +128,7 @@ class SignedRdSchedule final : public Schedule {
       // The last stage sends the result (divided already for avg).
       if (st.kind == kHandBack) finalise();
       char* s = sendSlot(k);
-      std::memcpy(s, &signature_, kSig);
-      std::memcpy(s + kSig, current(), bytes_);
-      sends_[sendsOpen_++] = ctx_.transport->isend(st.peer, s, kSig + bytes_, tag);
+      sends_[sendsOpen_++] = ctx_.transport->isend(st.peer, s, writeSigned(s, signature_, current(), bytes_), tag);
     }
     if (st.kind == kHandBack) {
       // Nothing comes back: the stage is over once its send is posted.
@@ -139,11 +136,10 @@ class SignedRdSchedule final : public Schedule {
       return;
     }
     recv_ = ctx_.transport->irecv(st.peer, recvSlot(k), kSig + std::max(bytes_, transport::kSignedPayloadLimit), tag);
-    posted_ = true;
   }
 
   void finish(const Stage& st) {
-    const char* theirs = accept(st.peer, recvSlot(next_));
+    const char* theirs = readSigned(recvSlot(next_), recv_->received(), bytes_, signature_, me_, st.peer);
     if (st.kind == kFoldAway) {
       std::memcpy(out_, theirs, bytes_);  // the whole result, divided for avg
       wroteOut_ = true;
@@ -171,27 +167,6 @@ class SignedRdSchedule final : public Schedule {
     if (avg_) ctx_.divide(out_, count_, static_cast<double>(ctx_.transport->size()));
   }
 
-  // The data of a signed receive, once its signature matches this call's.
-  const char* accept(int peer, const char* slot) {
-    const size_t got = recv_->received();
-    transport::CallSignature theirs;
-    if (got < kSig) {
-      throw MismatchError("rank " + std::to_string(me_) + ": a message of " + std::to_string(got) + " bytes from rank " +
-                          std::to_string(peer) +
-                          " carries no call signature: the ranks run different versions of the library");
-    }
-    std::memcpy(&theirs, slot, kSig);
-    if (!theirs.sameCall(signature_) || theirs.seq != signature_.seq) {
-      throw SignedCallMismatch(me_, peer, signature_, theirs);
-    }
-    if (got != kSig + bytes_) {
-      throw InternalError("rank " + std::to_string(me_) + " received " + std::to_string(got - kSig) +
-                          " bytes of data from rank " + std::to_string(peer) + " where its call expects " +
-                          std::to_string(bytes_));
-    }
-    return slot + kSig;
-  }
-
   RunContext ctx_;
   transport::CallSignature signature_;
   const char* in_;
@@ -204,11 +179,16 @@ class SignedRdSchedule final : public Schedule {
   Stage stages_[kMaxStages] = {};
   int numStages_ = 0;
   int next_ = 0;
-  bool posted_ = false, wroteOut_ = false, finalised_ = false;
+  bool wroteOut_ = false, finalised_ = false;
   transport::RequestPtr recv_;
   transport::RequestPtr sends_[kMaxStages];
   int sendsOpen_ = 0;
 };
+
+// Which calls sign their messages (and so run SignedRdSchedule).
+bool signedCall(size_t count, DataType type, const RunContext& ctx) {
+  return ctx.transport->size() >= 2 && count > 0 && count * dataTypeSize(type) <= transport::kSignedPayloadLimit;
+}
 
 class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
  public:
@@ -219,14 +199,12 @@ class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
   /// per ordered pair, and link every rank. Saves the call check's message
   /// per operation, about a message latency over TCP.
   bool signsMessages(const transport::CallSignature& call, const RunContext& ctx) const override {
-    const size_t bytes = call.count * dataTypeSize(static_cast<DataType>(call.type));
-    return ctx.transport->size() >= 2 && call.count > 0 && bytes <= transport::kSignedPayloadLimit;
+    return signedCall(call.count, static_cast<DataType>(call.type), ctx);
   }
   /// Signed calls run without the plan's executor, and on an idle engine in
   /// the caller's thread (SignedRdSchedule).
   bool runsInline(const CollectiveCall& call, const RunContext& ctx) const override {
-    return ctx.transport->size() >= 2 && call.count > 0 &&
-           call.count * dataTypeSize(call.type) <= transport::kSignedPayloadLimit;
+    return signedCall(call.count, call.type, ctx);
   }
   bool runInline(const CollectiveCall& call, const RunContext& ctx, InlinePatience patience,
                  SchedulePtr* rest) const override {

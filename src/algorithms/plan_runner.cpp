@@ -55,6 +55,31 @@ char* PlanRunner::address(const Span& s) const {
   return base ? base + s.offset * elemSize_ : nullptr;
 }
 
+size_t writeSigned(char* slot, const transport::CallSignature& mine, const void* data, size_t bytes) {
+  std::memcpy(slot, &mine, sizeof mine);
+  if (bytes) std::memcpy(slot + sizeof mine, data, bytes);
+  return sizeof mine + bytes;
+}
+
+const char* readSigned(const char* slot, size_t got, size_t bytes, const transport::CallSignature& mine, int me,
+                       int peer) {
+  transport::CallSignature theirs;
+  if (got < sizeof theirs) {
+    throw MismatchError("rank " + std::to_string(me) + ": a message of " + std::to_string(got) + " bytes from rank " +
+                        std::to_string(peer) +
+                        " carries no call signature: the ranks run different versions of the library");
+  }
+  std::memcpy(&theirs, slot, sizeof theirs);
+  if (!theirs.sameCall(mine) || theirs.seq != mine.seq) throw SignedCallMismatch(me, peer, mine, theirs);
+  if (got != sizeof theirs + bytes) {
+    // Equal calls make equal plans: a size that differs is a bug, not a user's mismatch.
+    throw InternalError("rank " + std::to_string(me) + " received " + std::to_string(got - sizeof theirs) +
+                        " bytes of data from rank " + std::to_string(peer) + " where its plan expects " +
+                        std::to_string(bytes));
+  }
+  return slot + sizeof theirs;
+}
+
 void PlanRunner::startSigned(uint32_t id) {
   const Step& s = steps_[id];
   const transport::CallSignature& mine = *ctx_.signature;
@@ -68,9 +93,7 @@ void PlanRunner::startSigned(uint32_t id) {
     if (bytes > transport::kSignedPayloadLimit) {
       throw InternalError("signed message of " + std::to_string(bytes) + " bytes, above the limit");
     }
-    std::memcpy(slot, &mine, kSig);
-    if (bytes) std::memcpy(slot + kSig, address(s.a), bytes);
-    buf_->active.push_back({id, ctx_.transport->isend(s.peer, slot, kSig + bytes, tag)});
+    buf_->active.push_back({id, ctx_.transport->isend(s.peer, slot, writeSigned(slot, mine, address(s.a), bytes), tag)});
   } else {
     buf_->active.push_back(
         {id, ctx_.transport->irecv(s.peer, slot, kSig + transport::kSignedPayloadLimit, tag)});
@@ -80,25 +103,10 @@ void PlanRunner::startSigned(uint32_t id) {
 void PlanRunner::acceptSigned(uint32_t id, const transport::Request& r) {
   const Step& s = steps_[id];
   if (s.kind != StepKind::kRecv) return;
-  const transport::CallSignature& mine = *ctx_.signature;
-  const char* slot = buf_->staging.data() + buf_->slotOf[id];
-  const size_t got = r.received(), bytes = s.dst.count * elemSize_;
-  const int me = ctx_.transport->rank();
-  transport::CallSignature theirs;
-  if (got < sizeof theirs) {
-    throw MismatchError("rank " + std::to_string(me) + ": a message of " + std::to_string(got) + " bytes from rank " +
-                        std::to_string(s.peer) +
-                        " carries no call signature: the ranks run different versions of the library");
-  }
-  std::memcpy(&theirs, slot, sizeof theirs);
-  if (!theirs.sameCall(mine) || theirs.seq != mine.seq) throw SignedCallMismatch(me, s.peer, mine, theirs);
-  if (got != sizeof theirs + bytes) {
-    // Equal calls make equal plans: a size that differs is a bug, not a user's mismatch.
-    throw InternalError("rank " + std::to_string(me) + " received " + std::to_string(got - sizeof theirs) +
-                        " bytes of data from rank " + std::to_string(s.peer) + " where its plan expects " +
-                        std::to_string(bytes));
-  }
-  if (bytes) std::memcpy(address(s.dst), slot + sizeof theirs, bytes);
+  const size_t bytes = s.dst.count * elemSize_;
+  const char* data = readSigned(buf_->staging.data() + buf_->slotOf[id], r.received(), bytes, *ctx_.signature,
+                                ctx_.transport->rank(), s.peer);
+  if (bytes) std::memcpy(address(s.dst), data, bytes);
 }
 
 void PlanRunner::start(uint32_t id) {

@@ -20,6 +20,17 @@ class SignedCallMismatch : public MismatchError {
   transport::CallSignature theirs;
 };
 
+/// Writes a signed message into `slot` (room for the signature and `bytes`):
+/// the signature `mine`, then `bytes` of `data`. Returns the message's size.
+size_t writeSigned(char* slot, const transport::CallSignature& mine, const void* data, size_t bytes);
+
+/// The data of the signed message of `got` bytes that `peer` sent into
+/// `slot`, once its signature matches `mine` (this rank `me`'s call) and it
+/// carries `bytes`. Throws MismatchError without a signature,
+/// SignedCallMismatch for another call, InternalError for another size.
+const char* readSigned(const char* slot, size_t got, size_t bytes, const transport::CallSignature& mine, int me,
+                       int peer);
+
 /// The generic executor of a Plan: posts sends and receives as soon as their
 /// dependencies complete, runs reductions on the calling thread, and never
 /// blocks. Transfers of later segments therefore overlap the reduction of

@@ -211,8 +211,7 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
     if (!out.op) out.op = makeOperation();
     active_ = out.op;
     busy_.store(true);
-    failActive(std::make_exception_ptr(MismatchError(transport::mismatchMessage(
-        transport_->rank(), out.op->describe(), out.op->signature, m.peer, &m.theirs))));
+    failActive(std::make_exception_ptr(signedMismatch(*out.op, m)));
   } catch (...) {
     if (!out.op) out.op = makeOperation();
     active_ = out.op;
@@ -424,8 +423,7 @@ bool ProgressEngine::drive() {
         }
       }
     } catch (const algorithms::SignedCallMismatch& m) {
-      throw MismatchError(transport::mismatchMessage(transport_->rank(), active_->describe(), active_->signature,
-                                                     m.peer, &m.theirs));
+      throw signedMismatch(*active_, m);
     } catch (const MismatchError&) {
       nameMismatch();
       throw;
@@ -469,6 +467,11 @@ void ProgressEngine::throwPeerFailed(int peer) {
   if (auto notice = awaitNotice()) throw RemoteError(active_->describe() + " cannot run because " + *notice);
   throw RemoteError(active_->describe() + " cannot run because rank " + std::to_string(peer) +
                     " on this host failed (its reason did not arrive)");
+}
+
+MismatchError ProgressEngine::signedMismatch(const detail::OperationState& op,
+                                            const algorithms::SignedCallMismatch& m) const {
+  return MismatchError(transport::mismatchMessage(transport_->rank(), op.describe(), op.signature, m.peer, &m.theirs));
 }
 
 void ProgressEngine::nameMismatch() {
