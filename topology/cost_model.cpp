@@ -61,20 +61,35 @@ size_t hierWaveElems(size_t slices, size_t segmentBytes, size_t elemSize) {
                                  std::max<size_t>(1, segmentBytes / std::max<size_t>(elemSize, 1)));
 }
 
+size_t hierSlicesUsed(size_t slices, size_t count, size_t elemSize, size_t sliceMinBytes) {
+  slices = std::max<size_t>(slices, 1);
+  if (sliceMinBytes == 0) return slices;
+  const size_t minElems = std::max<size_t>(1, sliceMinBytes / std::max<size_t>(elemSize, 1));
+  return std::clamp<size_t>(count / minElems, 1, slices);
+}
+
 bool hierSignsMessages(const TopologyView& view, size_t count, size_t elemSize, size_t rdSliceBytes,
-                       size_t segmentBytes) {
+                       size_t segmentBytes, size_t sliceMinBytes) {
   // At most one message per ordered pair of ranks in a call: slices that
   // pair their owners once (always on equal hosts; the loop over host
   // pairs is paid on uneven ones only), and one wave: a call of several
   // sends a pair a message per wave under the call's one tag, and a later
   // wave's may leave first (a fold's hand-back waits on its own wave's
-  // receive).
+  // receive). Where no host has fewer ranks than the call has slices, each
+  // owner has one slice, and two slices never share an owner.
   const size_t slices = static_cast<size_t>(std::max(view.maxRanksPerHost(), 1));
-  const size_t sliceBytes = (count + slices - 1) / slices * elemSize;
+  const size_t used = hierSlicesUsed(slices, count, elemSize, sliceMinBytes);
+  const size_t sliceBytes = (count + used - 1) / used * elemSize;
+  auto eachOwnsOne = [&] {
+    for (int h = 0; h < view.numHosts(); ++h) {
+      if (view.ranksOnHost(h).size() < used) return false;
+    }
+    return true;
+  };
   return view.numHosts() > 1 && slices > 1 && count > 0 &&
          sliceBytes <= std::min(rdSliceBytes, transport::kSignedPayloadLimit) &&
          count <= hierWaveElems(slices, segmentBytes, elemSize) &&
-         (view.uniformHosts() || hierSlicesPairOnce(view));
+         (view.uniformHosts() || eachOwnsOne() || hierSlicesPairOnce(view));
 }
 
 MachineCosts MachineCosts::defaults() {
@@ -368,12 +383,11 @@ double CostModel::hierarchicalAllgather(double bytes) const {
   return roundSeconds(round, block) + costs_.shmSyncSeconds + (l - 1) / l * bytes * costs_.copySecondsPerByte;
 }
 
-std::vector<std::vector<int>> CostModel::sliceOwners() const {
-  // allreduce_hier.cpp: S slices (the largest host's rank count); slice j
-  // belongs to local rank j % L_h on host h.
-  const size_t slices = static_cast<size_t>(std::max(view_.maxRanksPerHost(), 1));
-  std::vector<std::vector<int>> owners(slices);
-  for (size_t j = 0; j < slices; ++j) {
+std::vector<std::vector<int>> CostModel::sliceOwners(size_t used) const {
+  // allreduce_hier.cpp: `used` slices (hierSlicesUsed); slice j belongs to
+  // local rank j % L_h on host h.
+  std::vector<std::vector<int>> owners(used);
+  for (size_t j = 0; j < used; ++j) {
     for (int h = 0; h < view_.numHosts(); ++h) {
       const auto& ranks = view_.ranksOnHost(h);
       owners[j].push_back(ranks[j % ranks.size()]);
@@ -384,18 +398,21 @@ std::vector<std::vector<int>> CostModel::sliceOwners() const {
 
 double CostModel::hierarchical(double bytes) const {
   // Reduce-scatter through shared memory in each host, one exchange between
-  // hosts per slice on bytes / S (S: the largest host's rank count; the S
-  // exchanges share each host's link): recursive doubling for slices up to
-  // hierRdSliceBytes, else a ring; then an allgather through shared memory.
-  // Each shared-memory phase copies the whole vector once per rank: the
-  // reduce-scatter stages the part others own and moves the rank's reduced
-  // slices into its output; the allgather publishes them and fetches the
-  // rest. On a host of L_h < S ranks a rank owns up to ceil(S / L_h)
-  // slices and reduces L_h - 1 peers' parts of each; a rank alone on its
-  // host only copies its input to its output. The slowest host sets the
-  // shared-memory phases' time.
+  // hosts per slice on bytes / S (S: the slices the call uses, at most the
+  // largest host's rank count; the S exchanges share each host's link):
+  // recursive doubling for slices up to hierRdSliceBytes, else a ring; then
+  // an allgather through shared memory. Each shared-memory phase copies the
+  // whole vector once per rank: the reduce-scatter stages the part others
+  // own and moves the rank's reduced slices into its output; the allgather
+  // publishes them and fetches the rest. On a host of L_h ranks a rank owns
+  // up to ceil(S / L_h) slices and reduces L_h - 1 peers' parts of each; a
+  // rank alone on its host only copies its input to its output. The
+  // slowest host sets the shared-memory phases' time.
   const int hosts = view_.numHosts();
-  const double s = view_.maxRanksPerHost();
+  // Bytes as elements of one byte, as callCheckSeconds counts them.
+  const size_t used = hierSlicesUsed(static_cast<size_t>(std::max(view_.maxRanksPerHost(), 1)),
+                                     static_cast<size_t>(bytes), 1, settings_.hierSliceMinBytes);
+  const double s = static_cast<double>(used);
   double t = 0;
   for (int h = 0; h < hosts; ++h) {
     const double l = static_cast<double>(view_.ranksOnHost(h).size());
@@ -410,7 +427,7 @@ double CostModel::hierarchical(double bytes) const {
   if (hosts > 1) {
     // All S exchanges run at once: one round carries S messages per host link.
     const double slice = bytes / s;
-    const std::vector<std::vector<int>> rings = sliceOwners();
+    const std::vector<std::vector<int>> rings = sliceOwners(used);
     if (slice <= static_cast<double>(settings_.hierRdSliceBytes)) return t + recursiveDoubling(rings, slice);
     Pairs round;
     for (const auto& ring : rings) {
@@ -437,7 +454,8 @@ double CostModel::callCheckSeconds(Collective collective, const std::string& alg
     // Bytes as elements of one byte: the same waves wherever the segment
     // is a whole number of elements.
     if (algorithm == "hier" &&
-        hierSignsMessages(view_, bytes, 1, settings_.hierRdSliceBytes, settings_.segmentBytes)) {
+        hierSignsMessages(view_, bytes, 1, settings_.hierRdSliceBytes, settings_.segmentBytes,
+                          settings_.hierSliceMinBytes)) {
       return 0;
     }
   }

@@ -59,6 +59,9 @@ struct ModelSettings {
   /// host) of at most this many bytes go by recursive doubling, larger ones
   /// by a ring (GRADCOMM_HIER_RD_SIZE; algorithms::Tuning, the same rule).
   size_t hierRdSliceBytes = 16 * 1024;
+  /// The hierarchy's smallest slice (GRADCOMM_HIER_SLICE_MIN;
+  /// algorithms::Tuning, the same rule: hierSlicesUsed).
+  size_t hierSliceMinBytes = 32 * 1024;
 };
 
 /// Whether recursive doubling between hosts, run for each slice of a
@@ -89,7 +92,15 @@ size_t hierWaveElems(size_t slices, size_t segmentBytes, size_t elemSize);
 /// wave (hierWaveElems). The algorithm (allreduce_hier.cpp) and the model
 /// ask the same question here.
 bool hierSignsMessages(const TopologyView& view, size_t count, size_t elemSize, size_t rdSliceBytes,
-                       size_t segmentBytes);
+                       size_t segmentBytes, size_t sliceMinBytes);
+
+/// Slices a hierarchical allreduce (or one wave of it) of `count` elements
+/// is cut into: one per rank of the largest host (`slices`), fewer where
+/// they would hold less than `sliceMinBytes` each (GRADCOMM_HIER_SLICE_MIN;
+/// at least one; 0: always `slices`). Slice j belongs to local rank j % L_h,
+/// so a small call exchanges between hosts from each host's first ranks
+/// only: fewer messages on each host's link and fewer ranks that poll it.
+size_t hierSlicesUsed(size_t slices, size_t count, size_t elemSize, size_t sliceMinBytes);
 
 /// Predicts the time of each algorithm for a call from the topology and the
 /// machine's costs: per algorithm a sum over its communication rounds of
@@ -153,7 +164,7 @@ class CostModel {
   /// groups[i]: the rank of local index i on every host (uniform hosts).
   std::vector<std::vector<int>> sameLocalIndex() const;
   /// groups[j]: the owner of hier's slice j on every host (any hosts).
-  std::vector<std::vector<int>> sliceOwners() const;
+  std::vector<std::vector<int>> sliceOwners(size_t used) const;
   /// The folding of non-power-of-two groups (rd, hd): the odd rank of each
   /// of the first 2(p - p2) pairs sends to the even one, and back at the end.
   double foldSeconds(const std::vector<std::vector<int>>& groups, double bytes, bool reduce) const;

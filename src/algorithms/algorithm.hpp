@@ -47,6 +47,10 @@ struct Tuning {
   /// power of two) where the ring takes 2(H - 1), and on 2 hosts it moves the
   /// same bytes in one round instead of two (GRADCOMM_HIER_RD_SIZE).
   size_t hierRdSliceBytes = 16 * 1024;
+  /// The hierarchy's smallest slice: a call of fewer bytes than S slices of
+  /// this size uses fewer (topology::hierSlicesUsed), so fewer local ranks
+  /// exchange between hosts (GRADCOMM_HIER_SLICE_MIN).
+  size_t hierSliceMinBytes = 32 * 1024;
 };
 
 /// Everything a schedule needs to run: the transport, the kernels, the

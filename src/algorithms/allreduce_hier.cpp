@@ -41,7 +41,8 @@ using transport::ShmRankBlock;
 
 Plan hier::allreduceInterHostPlan(const CollectiveCall& call, const hier::Layout& l, const Tuning& tuning,
                                   uint32_t lane, size_t laneScratch) {
-  const patterns::Partition slices{call.count, l.slices};
+  const patterns::Partition slices{
+      call.count, topology::hierSlicesUsed(l.slices, call.count, dataTypeSize(call.type), tuning.hierSliceMinBytes)};
   // One choice for every slice of the call, from values every rank holds
   // alike (the owners of a slice on all hosts must run the same plan).
   const bool small = slices.sizeOf(0) * dataTypeSize(call.type) <= tuning.hierRdSliceBytes;
@@ -49,7 +50,7 @@ Plan hier::allreduceInterHostPlan(const CollectiveCall& call, const hier::Layout
       static_cast<const PlannedAlgorithm&>(small ? recursiveDoublingAllreduce() : ringAllreduce());
   Plan all;
   all.scratchCount = lane ? laneScratch : 0;
-  for (size_t j = static_cast<size_t>(l.local); j < l.slices; j += l.localSize()) {
+  for (size_t j = static_cast<size_t>(l.local); j < slices.parts; j += l.localSize()) {
     if (slices.sizeOf(j) == 0) continue;
     CollectiveCall sub = call;
     sub.count = slices.sizeOf(j);
@@ -99,7 +100,8 @@ class HierAllreduceSchedule final : public Schedule {
       Wave& v = waves_[w];
       v.begin = w * waveElems;
       v.count = call.count == 0 ? 0 : std::min(waveElems, call.count - v.begin);
-      v.slices = patterns::Partition{v.count, layout_.slices};
+      v.slices = patterns::Partition{
+          v.count, topology::hierSlicesUsed(layout_.slices, v.count, elem_, ctx.tuning.hierSliceMinBytes)};
     }
     // Shared-memory tasks in their fixed order.
     tasks_.push_back({true, 0});
@@ -383,7 +385,8 @@ class HierAllreduce final : public Algorithm {
     const topology::TopologyView* view = ctx.topology;
     if (!view) return false;
     return topology::hierSignsMessages(*view, call.count, dataTypeSize(static_cast<DataType>(call.type)),
-                                       ctx.tuning.hierRdSliceBytes, ctx.tuning.segmentBytes);
+                                       ctx.tuning.hierRdSliceBytes, ctx.tuning.segmentBytes,
+                                       ctx.tuning.hierSliceMinBytes);
   }
 };
 

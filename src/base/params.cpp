@@ -129,6 +129,11 @@ const std::vector<ParamDef>& registry() {
                            "Hierarchical allreduce: slices (the call's bytes / ranks per host) of at most "
                            "this size are summed between hosts by recursive doubling (log2 of the hosts "
                            "rounds), larger ones by a ring; 0: always a ring"));
+    d.push_back(bytesParam("GRADCOMM_HIER_SLICE_MIN", "32K", &Config::hierSliceMinBytes, 0,
+                           "Hierarchical allreduce: the smallest slice a call is cut into. A call of fewer "
+                           "bytes than ranks per host x this size uses fewer slices (so fewer local ranks "
+                           "exchange between hosts; one slice, on each host's first rank, below this size); "
+                           "0: always one slice per rank of the largest host"));
     d.push_back(intParam("GRADCOMM_PIPELINE_DEPTH", "4", &Config::pipelineDepth, 1, 64,
                          "Segments in flight per peer (receive slots) in pipelined algorithms"));
     d.push_back(choiceParam("GRADCOMM_SELECT", "model", &Config::select, {"model", "rule"},

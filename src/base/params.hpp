@@ -21,6 +21,7 @@ struct Config {
   size_t segmentBytes = 0;                // GRADCOMM_SEGMENT_SIZE
   size_t netSegmentBytes = 0;             // GRADCOMM_NET_SEGMENT_SIZE
   size_t hierRdSliceBytes = 0;            // GRADCOMM_HIER_RD_SIZE
+  size_t hierSliceMinBytes = 0;           // GRADCOMM_HIER_SLICE_MIN
   int pipelineDepth = 0;                  // GRADCOMM_PIPELINE_DEPTH
   size_t smallMessageBytes = 0;           // GRADCOMM_SMALL_MESSAGE
   size_t treeMaxBytes = 0;                // GRADCOMM_TREE_MAX

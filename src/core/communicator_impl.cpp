@@ -259,6 +259,7 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
   settings.segmentBytes = config_.segmentBytes;
   settings.shmChunkBytes = config_.shmChunkBytes;
   settings.hierRdSliceBytes = config_.hierRdSliceBytes;
+  settings.hierSliceMinBytes = config_.hierSliceMinBytes;
   selector_.useModel(std::make_shared<topology::CostModel>(view_, result->costs, settings), tuning);
 }
 
@@ -393,6 +394,7 @@ algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, 
   ctx.tuning.pipelineDepth = config_.pipelineDepth;
   ctx.tuning.shmChunkBytes = config_.shmChunkBytes;
   ctx.tuning.hierRdSliceBytes = config_.hierRdSliceBytes;
+  ctx.tuning.hierSliceMinBytes = config_.hierSliceMinBytes;
   return ctx;
 }
 

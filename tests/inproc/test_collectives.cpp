@@ -114,9 +114,12 @@ class HierLayouts : public ::testing::TestWithParam<HierLayout> {
     settings.seed = static_cast<uint64_t>(p) * 7 + layout.hostSizes.size() + static_cast<uint64_t>(coll);
     const std::vector<int> roots = coll == Collective::kBroadcast ? std::vector<int>{0, p / 2, p - 1} : std::vector<int>{0};
     // allreduce: slices of up to 64 bytes go between hosts by recursive
-    // doubling, larger ones by rings, so the counts below run both.
+    // doubling, larger ones by rings, so the counts below run both; slices
+    // of at least 64 bytes, so they also run calls of one slice, of fewer
+    // slices than ranks per host and of one per rank.
     Options options = smallSegments();
     options.set("HIER_RD_SIZE", "64");
+    options.set("HIER_SLICE_MIN", "64");
     runRanks(
         p,
         [&](RankContext& ctx) {

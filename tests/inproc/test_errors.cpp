@@ -896,14 +896,19 @@ class CountingTransport : public ForwardingTransport {
 // On 2 x 2, the call check crosses hosts from ranks 1 and 3 (their next
 // ranks live on the other host). Small hier calls sign their messages and
 // send no call check; an empty call and one whose slices go by rings do.
-// Hosts of different sizes sign where their slices pair their owners once
-// (1 and 3 ranks), and keep the call check where two slices of one rank
-// meet the same owner (2, 1 and 3: slices 0 and 2 of host 0's first rank
-// both go to the lone rank).
+// By default a call under 32 KiB per rank of the largest host is one slice
+// (GRADCOMM_HIER_SLICE_MIN) and signs on any layout. With a slice per rank
+// (0), hosts of different sizes sign where their slices pair their owners
+// once (1 and 3 ranks), and keep the call check where two slices of one
+// rank meet the same owner (2, 1 and 3: slices 0 and 2 of host 0's first
+// rank both go to the lone rank).
 TEST(Errors, SmallHierCallsSendNoCallCheckBetweenHosts) {
+  for (const char* sliceMin : {"32K", "0"})
   for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, {1, 3}, {2, 1, 3}}) {
-    SCOPED_TRACE("hosts " + ::testing::PrintToString(sizes));
-    const bool signs = sizes.size() == 2;
+    SCOPED_TRACE("hosts " + ::testing::PrintToString(sizes) + ", GRADCOMM_HIER_SLICE_MIN " + sliceMin);
+    const bool signs = std::string(sliceMin) != "0" || sizes.size() == 2;
+    Options options = quick();
+    options.set("HIER_SLICE_MIN", sliceMin);
     transport::InProcWorld::Settings layout;
     layout.hostSizes = sizes;
     const int size = std::accumulate(sizes.begin(), sizes.end(), 0);
@@ -922,11 +927,11 @@ TEST(Errors, SmallHierCallsSendNoCallCheckBetweenHosts) {
           auto counting = std::make_unique<CountingTransport>(world->transport(r), true);
           CountingTransport* c = counting.get();
           auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(counting), world->hostLayout(r),
-                                                                 core::Config::resolve(quick()));
+                                                                 core::Config::resolve(options));
           Communicator comm(impl);
           CollectiveOptions o;
           o.algorithm = "hier";
-          // 4096 floats: slices of at most 8 KiB, rd between hosts; 16384
+          // 4096 floats: slices of at most 16 KiB, rd between hosts; 16384
           // floats: 32 KiB slices or more, rings.
           std::vector<float> buf(16384, 1.0f);
           auto checksDuring = [&](size_t count, int calls) {

@@ -49,6 +49,10 @@ TEST(Property, RandomCollectivesMatchTheReference) {
     o.set("NET_SEGMENT_SIZE", std::to_string(segment));
     o.set("PIPELINE_DEPTH", std::to_string(1 + worldRng() % 4));
     o.set("SMALL_MESSAGE", std::to_string(worldRng() % 4096));
+    // hier: one slice per call (the default below 32 KiB), a few, or one per rank.
+    const size_t sliceMins[] = {0, 16, 256, 32 * 1024};
+    const size_t sliceMin = sliceMins[worldRng() % 4];
+    o.set("HIER_SLICE_MIN", std::to_string(sliceMin));
     o.set("TIMEOUT", "60s");
     transport::InProcWorld::Settings settings;
     settings.chaos = worldRng() % 2 == 0;
@@ -70,8 +74,9 @@ TEST(Property, RandomCollectivesMatchTheReference) {
     const bool hierRuns = settings.hostSizes.size() >= 2 && largestHost >= 2 && settings.shmChunkBytes >= 8 * static_cast<size_t>(p);
     const uint64_t caseSeed = worldRng();
     // Printed before it runs: an exception thrown out of the ranks names no trace.
-    std::printf("world %d: %d ranks, %s, segments of %zu bytes, shared-memory chunks of %zu, chaos %s\n", w, p,
-                hosts.c_str(), segment, settings.shmChunkBytes, settings.chaos ? "on" : "off");
+    std::printf("world %d: %d ranks, %s, segments of %zu bytes, shared-memory chunks of %zu, hier slices of >= %zu "
+                "bytes, chaos %s\n",
+                w, p, hosts.c_str(), segment, settings.shmChunkBytes, sliceMin, settings.chaos ? "on" : "off");
     SCOPED_TRACE("seed " + std::to_string(seed) + " world " + std::to_string(w) + " ranks " + std::to_string(p) + ", " + hosts);
     runRanks(
         p,

@@ -179,14 +179,17 @@ TEST(Plans, EveryPlannerIsRaceFreeAndItsMessagesPairUp) {
 // trees on one pair of ranks never reuse a message index).
 TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
   // allreduce: rings between hosts (no slice small enough for rd) and
-  // recursive doubling (every slice small enough).
-  for (size_t rdSlice : {size_t{0}, size_t{1} << 20}) {
-    SCOPED_TRACE("hierRdSliceBytes " + std::to_string(rdSlice));
+  // recursive doubling (every slice small enough); a slice per rank of the
+  // largest host, or fewer where slices would be under 8 bytes.
+  for (size_t rdSlice : {size_t{0}, size_t{1} << 20})
+  for (size_t sliceMin : {size_t{0}, size_t{8}}) {
+    SCOPED_TRACE("hierRdSliceBytes " + std::to_string(rdSlice) + " hierSliceMinBytes " + std::to_string(sliceMin));
     Tuning tuning;
     tuning.segmentBytes = 16;
     tuning.exchangeSegmentBytes = 16;
     tuning.pipelineDepth = 2;
     tuning.hierRdSliceBytes = rdSlice;
+    tuning.hierSliceMinBytes = sliceMin;
     struct Layout {
       std::vector<int> sizes;
       std::vector<int> hostOfRank;
@@ -244,6 +247,7 @@ TEST(Plans, HierInterHostPlansAreRaceFreeAndTheirMessagesPairUp) {
 // (both ways: where it says no, some pair of ranks does exchange twice).
 TEST(Plans, HierSlicesPairTheirOwnersOnceExactlyWhereTheTopologySaysSo) {
   Tuning tuning;  // slices of 8 bytes go by recursive doubling
+  tuning.hierSliceMinBytes = 0;  // a slice per rank of the largest host
   int signedLayouts = 0, unsignedLayouts = 0;
   std::vector<int> sizes;
   std::function<void(int)> each = [&](int hostsLeft) {
@@ -298,6 +302,7 @@ TEST(Plans, HierExchangesSmallSlicesByRecursiveDoublingAndLargeOnesByARing) {
     auto sendsOf = [&](size_t rdSliceBytes) {
       Tuning tuning;
       tuning.hierRdSliceBytes = rdSliceBytes;
+      tuning.hierSliceMinBytes = 0;  // a slice per local rank, however small
       const auto call = makeCall(Collective::kAllreduce, 64, true, ReduceOp::kSum, 0);
       const Plan plan = hier::allreduceInterHostPlan(call, l, tuning);
       return std::count_if(plan.steps.begin(), plan.steps.end(),
@@ -308,6 +313,36 @@ TEST(Plans, HierExchangesSmallSlicesByRecursiveDoublingAndLargeOnesByARing) {
     EXPECT_EQ(sendsOf(128), log2Hosts) << hosts << " hosts, slice at the limit";
     EXPECT_EQ(sendsOf(124), 2 * (hosts - 1)) << hosts << " hosts, slice above the limit";
   }
+}
+
+// Calls smaller than a slice per local rank of GRADCOMM_HIER_SLICE_MIN
+// bytes use fewer slices: on 2 hosts of 4 ranks, local rank j exchanges
+// between hosts only where slice j is in use.
+TEST(Plans, SmallHierCallsExchangeBetweenHostsFromTheFirstLocalRanksOnly) {
+  transport::InProcWorld::Settings settings;
+  settings.hostSizes = {4, 4};
+  auto world = transport::InProcWorld::create(8, settings);
+  auto sendsOf = [&](int rank, size_t count, size_t sliceMin) {
+    const auto l = hier::Layout::of(topology::detect(world->hostLayout(rank)), rank);
+    Tuning tuning;
+    tuning.hierSliceMinBytes = sliceMin;
+    const Plan plan = hier::allreduceInterHostPlan(makeCall(Collective::kAllreduce, count, true, ReduceOp::kSum, 0), l, tuning);
+    return std::count_if(plan.steps.begin(), plan.steps.end(), [](const Step& s) { return s.kind == StepKind::kSend; });
+  };
+  // float32: 64 elements = 256 bytes.
+  for (int rank : {0, 4}) {
+    EXPECT_EQ(sendsOf(rank, 64, Tuning{}.hierSliceMinBytes), 1) << "rank " << rank << ", default";
+    EXPECT_EQ(sendsOf(rank, 64, 0), 1) << "rank " << rank;
+  }
+  for (int rank : {1, 2, 3, 5, 6, 7}) {
+    EXPECT_EQ(sendsOf(rank, 64, Tuning{}.hierSliceMinBytes), 0) << "rank " << rank << ", default: one slice";
+    EXPECT_EQ(sendsOf(rank, 64, 0), 1) << "rank " << rank << ": a slice per local rank";
+  }
+  // Slices of at least 64 bytes: 64 elements (256 bytes) make 4, one per
+  // local rank; 63 (252 bytes) make 3, on local ranks 0..2.
+  EXPECT_EQ(sendsOf(3, 64, 64), 1);
+  EXPECT_EQ(sendsOf(3, 63, 64), 0);
+  EXPECT_EQ(sendsOf(2, 63, 64), 1);
 }
 
 // Ring and halving-doubling cut their exchanges by the exchange segment (the

@@ -263,14 +263,23 @@ TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
                   2 * b * c.reduceSecondsPerByte,
               1e-12);
   // hier: shared-memory reduce-scatter and allgather around one rd round
-  // on slices of b / 2 (two slices share each host link).
+  // on one slice (8 B is far below GRADCOMM_HIER_SLICE_MIN): each host's
+  // first rank reduces its peer's part and exchanges the whole call.
   const double hierSmall = *m.predict(Collective::kAllreduce, "hier", kSmall);
   EXPECT_NEAR(hierSmall,
+              3 * c.shmSyncSeconds + b * (2 * c.copySecondsPerByte + c.reduceSecondsPerByte) +
+                  (c.interHost.alphaSeconds + b * c.interHost.betaSecondsPerByte + ov) + b * c.reduceSecondsPerByte,
+              1e-12);
+  EXPECT_LT(hierSmall, rdSmall);
+  // With a slice per local rank (GRADCOMM_HIER_SLICE_MIN=0): slices of
+  // b / 2, two sharing each host link.
+  ModelSettings everyRank;
+  everyRank.hierSliceMinBytes = 0;
+  EXPECT_NEAR(*CostModel(TopologyView::uniform(2, 2), c, everyRank).predict(Collective::kAllreduce, "hier", kSmall),
               3 * c.shmSyncSeconds + b * (2 * c.copySecondsPerByte + 0.5 * c.reduceSecondsPerByte) +
                   (c.interHost.alphaSeconds + 2 * (b / 2) * c.interHost.betaSecondsPerByte + ov) +
                   (b / 2) * c.reduceSecondsPerByte,
               1e-12);
-  EXPECT_LT(hierSmall, rdSmall);
   EXPECT_EQ(fastest(m, Collective::kAllreduce, kSmall, kFlat), "rd");
 }
 
@@ -289,10 +298,18 @@ TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckC
   for (const char* algo : {"ring", "hd", "tree"}) {
     EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, algo, 8), ov) << algo;
   }
-  // 2 ranks per host: slices of half the call, by rd up to 16 KiB.
+  // 2 ranks per host: calls under 64 KiB are one slice (slices of at
+  // least GRADCOMM_HIER_SLICE_MIN, 32 KiB), by rd up to 16 KiB.
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 8), 0.0);
-  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 32 * 1024), 0.0);
-  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 32 * 1024 + 4), ov);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 16 * 1024), 0.0);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 16 * 1024 + 4), ov);
+  EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 64 * 1024), ov);  // 2 slices of 32 KiB: rings
+  // A slice per local rank: halves of the call by rd up to 16 KiB.
+  ModelSettings everyRank;
+  everyRank.hierSliceMinBytes = 0;
+  CostModel halves(TopologyView::uniform(2, 2), chosenCosts(), everyRank);
+  EXPECT_EQ(halves.callCheckSeconds(Collective::kAllreduce, "hier", 32 * 1024), 0.0);
+  EXPECT_EQ(halves.callCheckSeconds(Collective::kAllreduce, "hier", 32 * 1024 + 4), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kAllreduce, "hier", 0), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "hier", 8), ov);
   // Hosts of different sizes sign where their slices pair once (2 and 3
@@ -300,8 +317,10 @@ TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckC
   CostModel twoAndThree(TopologyView({0, 0, 2, 2, 2}), chosenCosts());
   EXPECT_EQ(twoAndThree.callCheckSeconds(Collective::kAllreduce, "hier", 8), 0.0);
   EXPECT_EQ(twoAndThree.callCheckSeconds(Collective::kAllreduce, "hier", 0), ov);
-  CostModel twoTwoFour(TopologyView({0, 0, 2, 2, 4, 4, 4, 4}), chosenCosts());
+  CostModel twoTwoFour(TopologyView({0, 0, 2, 2, 4, 4, 4, 4}), chosenCosts(), everyRank);
   EXPECT_EQ(twoTwoFour.callCheckSeconds(Collective::kAllreduce, "hier", 8), ov);
+  // With one slice (the default at 8 B) every owner meets each other once.
+  EXPECT_EQ(CostModel(TopologyView({0, 0, 2, 2, 4, 4, 4, 4}), chosenCosts()).callCheckSeconds(Collective::kAllreduce, "hier", 8), 0.0);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBroadcast, "tree", 8), ov);
   EXPECT_EQ(m.callCheckSeconds(Collective::kBarrier, "dissemination", 0), ov);
   // One rank sends nothing.
@@ -317,6 +336,7 @@ TEST(CostModel, HierarchicalAllreducePricesRecursiveDoublingForSmallSlicesAndARi
   const MachineCosts c = chosenCosts();
   ModelSettings s;
   s.hierRdSliceBytes = 1024;
+  s.hierSliceMinBytes = 0;  // a slice per local rank
   CostModel m(TopologyView::uniform(2, 2), c, s);
   const double ov = s.roundOverheadSeconds;
   auto shmPart = [&](double bytes) {
@@ -399,11 +419,11 @@ TEST(CostModel, HierarchicalSlicesPairTheirOwnersOnceWhereEveryTwoHostsCountsHav
   // and the lone rank; {2, 2, 4}, {1, 2, 3} and {3, 2, 1} alike.
   for (auto sizes : std::vector<std::vector<int>>{{2, 1, 3}, {2, 2, 4}, {1, 2, 3}, {3, 2, 1}}) {
     EXPECT_FALSE(hierSlicesPairOnce(layout(sizes))) << ::testing::PrintToString(sizes);
-    EXPECT_FALSE(hierSignsMessages(layout(sizes), 4, 4, 16 * 1024, 256 * 1024)) << ::testing::PrintToString(sizes);
+    EXPECT_FALSE(hierSignsMessages(layout(sizes), 4, 4, 16 * 1024, 256 * 1024, 0)) << ::testing::PrintToString(sizes);
   }
   // Counts of float32 (4 bytes), 16 KiB slices by rd, 256 KiB segments.
   auto signs = [&](std::vector<int> sizes, size_t count, size_t segment = 256 * 1024) {
-    return hierSignsMessages(layout(sizes), count, 4, 16 * 1024, segment);
+    return hierSignsMessages(layout(sizes), count, 4, 16 * 1024, segment, 0);
   };
   EXPECT_TRUE(signs({2, 2}, 4));
   EXPECT_TRUE(signs({2, 2}, 8 * 1024));   // slices of 16 KiB
@@ -418,6 +438,25 @@ TEST(CostModel, HierarchicalSlicesPairTheirOwnersOnceWhereEveryTwoHostsCountsHav
   EXPECT_EQ(hierWaveElems(2, 1, 4), 32u);  // a segment below one element holds one
   EXPECT_TRUE(signs({2, 2, 2}, 512, 64));
   EXPECT_FALSE(signs({2, 2, 2}, 513, 64));
+  // Calls of one slice (GRADCOMM_HIER_SLICE_MIN) pair each two owners once
+  // on any layout: {2, 1, 3} signs its small calls, and calls of two slices
+  // where every host has two ranks.
+  EXPECT_TRUE(hierSignsMessages(layout({2, 1, 3}), 4, 4, 16 * 1024, 256 * 1024, 32 * 1024));
+  EXPECT_TRUE(hierSignsMessages(layout({2, 2, 4}), 32, 4, 16 * 1024, 256 * 1024, 64));  // 2 slices of 64 B
+  EXPECT_FALSE(hierSignsMessages(layout({2, 2, 4}), 48, 4, 16 * 1024, 256 * 1024, 64));  // 3: slices 0 and 2 meet twice
+}
+
+TEST(HierSlices, SmallCallsUseFewerSlicesThanRanksPerHost) {
+  // float32, slices of at least 32 KiB (8192 elements).
+  EXPECT_EQ(hierSlicesUsed(2, 0, 4, 32 * 1024), 1u);
+  EXPECT_EQ(hierSlicesUsed(2, 1, 4, 32 * 1024), 1u);
+  EXPECT_EQ(hierSlicesUsed(2, 16383, 4, 32 * 1024), 1u);
+  EXPECT_EQ(hierSlicesUsed(2, 16384, 4, 32 * 1024), 2u);
+  EXPECT_EQ(hierSlicesUsed(4, 3 * 8192, 4, 32 * 1024), 3u);
+  EXPECT_EQ(hierSlicesUsed(4, size_t{1} << 30, 4, 32 * 1024), 4u);  // never more than the ranks per host
+  EXPECT_EQ(hierSlicesUsed(4, 1, 4, 0), 4u);                         // 0: a slice per rank
+  EXPECT_EQ(hierSlicesUsed(3, 5, 8, 2), 3u);  // a minimum below one element: one element each
+  EXPECT_EQ(hierSlicesUsed(0, 5, 4, 0), 1u);
 }
 
 // Hosts of 1 and 3 ranks, term by term: 3 slices; the lone rank owns all
@@ -430,6 +469,7 @@ TEST(CostModel, HierarchicalAllreduceOnUnevenHostsPricesTheLargestHostAndTheShar
   const MachineCosts c = chosenCosts();
   ModelSettings s;
   s.hierRdSliceBytes = 1024;
+  s.hierSliceMinBytes = 0;  // a slice per rank of the 3-rank host
   CostModel m(TopologyView({0, 1, 1, 1}), c, s);
   const double ov = s.roundOverheadSeconds;
   auto shmPart = [&](double bytes) {
@@ -450,6 +490,12 @@ TEST(CostModel, HierarchicalAllreduceOnUnevenHostsPricesTheLargestHostAndTheShar
   // ring's carries 1.5 n.
   EXPECT_LT(*m.predict(Collective::kAllreduce, "rd", kSmall), *m.predict(Collective::kAllreduce, "hier", kSmall));
   EXPECT_LT(*m.predict(Collective::kAllreduce, "hier", kLarge), *m.predict(Collective::kAllreduce, "ring", kLarge));
+  // By default a small call is one slice: one exchange between the lone
+  // rank and the other host's first rank, cheaper than rd's two rounds
+  // (measured on 1 + 3 emulated hosts: 1.7x faster at 16 B..1 KiB).
+  CostModel oneSlice(TopologyView({0, 1, 1, 1}), c);
+  EXPECT_LT(*oneSlice.predict(Collective::kAllreduce, "hier", kSmall),
+            *oneSlice.predict(Collective::kAllreduce, "rd", kSmall));
   // A host of one rank alone: its copy is the shared-memory phases' time
   // when it is the slowest (a free copy elsewhere would not be).
   MachineCosts slowCopy = c;
@@ -645,9 +691,9 @@ TEST(Selector, PrecedenceIsForcedThenRulesThenTuningFileThenModel) {
 
 // 2 x 2: hier small (one signed rd round between hosts beside shared-memory
 // hand-offs, where rd adds a same-host message round) and large (n / L per
-// host link). Hosts of 1 and 3 ranks: rd small (hier's lone rank exchanges
-// its three slices one after another), hier large (n per host link where
-// the flat ring's carries 1.5 n).
+// host link). Hosts of 1 and 3 ranks: hier small too (one slice: the lone
+// rank's one exchange with the other host's first rank, against rd's two
+// rounds), hier large (n per host link where the flat ring's carries 1.5 n).
 TEST(Selector, TwoHostsOfTwoChooseHierarchicalAllreduces) {
   ASSERT_NE(algorithms::findAlgorithm(Collective::kAllreduce, "hier"), nullptr);
   for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, std::vector<int>{1, 3}}) {
@@ -659,7 +705,7 @@ TEST(Selector, TwoHostsOfTwoChooseHierarchicalAllreduces) {
     algorithms::Selector sel("auto", algorithms::DefaultRule{});
     sel.useModel(std::make_shared<CostModel>(view, chosenCosts()));
     auto small = sel.select(allreduce(kSmall), {*t, view}, "");
-    EXPECT_STREQ(small.algorithm->name(), sizes[0] == sizes[1] ? "hier" : "rd") << small.why;
+    EXPECT_STREQ(small.algorithm->name(), "hier") << small.why;
     auto large = sel.select(allreduce(kLarge), {*t, view}, "");
     EXPECT_STREQ(large.algorithm->name(), "hier") << large.why;
     EXPECT_EQ(large.why.rfind("cost model (test): hier ", 0), 0u) << large.why;

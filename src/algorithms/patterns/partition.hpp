@@ -6,12 +6,16 @@
 namespace gradcomm::algorithms::patterns {
 
 /// Splits `count` elements into `parts` contiguous chunks whose sizes differ
-/// by at most one (the first count % parts chunks are one longer).
+/// by at most one (the first count % parts chunks are one longer). Chunks
+/// at or past `parts` are empty and sit at the end.
 struct Partition {
   size_t count = 0;
   size_t parts = 1;
-  size_t sizeOf(size_t i) const { return count / parts + (i < count % parts ? 1 : 0); }
-  size_t offsetOf(size_t i) const { return i * (count / parts) + (i < count % parts ? i : count % parts); }
+  size_t sizeOf(size_t i) const { return i >= parts ? 0 : count / parts + (i < count % parts ? 1 : 0); }
+  size_t offsetOf(size_t i) const {
+    if (i >= parts) return count;
+    return i * (count / parts) + (i < count % parts ? i : count % parts);
+  }
 };
 
 /// Splits a range of `count` elements into segments of at most `segment`.
