@@ -132,7 +132,8 @@ const std::vector<ParamDef>& registry() {
     d.push_back(bytesParam("GRADCOMM_HIER_SLICE_MIN", "32K", &Config::hierSliceMinBytes, 0,
                            "Hierarchical allreduce: the smallest slice a call is cut into. A call of fewer "
                            "bytes than ranks per host x this size uses fewer slices (so fewer local ranks "
-                           "exchange between hosts; one slice, on each host's first rank, below this size); "
+                           "exchange between hosts; one slice, on each host's first rank, below twice this "
+                           "size); "
                            "0: always one slice per rank of the largest host"));
     d.push_back(intParam("GRADCOMM_PIPELINE_DEPTH", "4", &Config::pipelineDepth, 1, 64,
                          "Segments in flight per peer (receive slots) in pipelined algorithms"));
