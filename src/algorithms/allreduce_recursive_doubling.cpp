@@ -135,7 +135,8 @@ class SignedRdSchedule final : public Schedule {
       ++next_;
       return;
     }
-    recv_ = ctx_.transport->irecv(st.peer, recvSlot(k), kSig + std::max(bytes_, transport::kSignedPayloadLimit), tag);
+    recv_ = ctx_.transport->irecvExpecting(st.peer, recvSlot(k), kSig + std::max(bytes_, transport::kSignedPayloadLimit),
+                                           kSig + bytes_, tag);
   }
 
   void finish(const Stage& st) {

@@ -95,8 +95,8 @@ void PlanRunner::startSigned(uint32_t id) {
     }
     buf_->active.push_back({id, ctx_.transport->isend(s.peer, slot, writeSigned(slot, mine, address(s.a), bytes), tag)});
   } else {
-    buf_->active.push_back(
-        {id, ctx_.transport->irecv(s.peer, slot, kSig + transport::kSignedPayloadLimit, tag)});
+    buf_->active.push_back({id, ctx_.transport->irecvExpecting(s.peer, slot, kSig + transport::kSignedPayloadLimit,
+                                                               kSig + s.dst.count * elemSize_, tag)});
   }
 }
 

@@ -46,6 +46,7 @@ class MpiTransport : public Transport {
   std::string name() const override { return "mpi"; }
   RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) override;
   RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
+  RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) override;
   bool probeMismatch(int peer, const Tag& expected) override;
   void broadcastAbort(const std::string& reason) override;
   std::optional<std::string> pollAbort() override;
@@ -63,6 +64,9 @@ class MpiTransport : public Transport {
 
  private:
   void postControlReceive();
+  /// `pace`: the bytes expected to arrive, which decide whether an idle
+  /// progress pass yielded (MpiProgress::run).
+  RequestPtr postRecv(int peer, void* data, size_t bytes, size_t pace, const Tag& tag);
   void setUpSharedMemory(MPI_Comm local, size_t chunkBytes);
 
   std::shared_ptr<MpiEnvironment> env_;
@@ -71,7 +75,8 @@ class MpiTransport : public Transport {
   int rank_ = 0;
   int size_ = 1;
   MpiTagLayout layout_;
-  MPI_Request controlRecv_ = MPI_REQUEST_NULL;
+  MPI_Request controlRecv_ = MPI_REQUEST_NULL;  // abort notices; every progress pass tests it too
+  uint64_t controlPassSeen_ = 0;                 // the last such pass pollAbort() relied on
   std::array<char, 1024> controlBuffer_{};
   struct AbortSend {
     std::string text;

@@ -86,6 +86,16 @@ class Transport {
 
   virtual RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) = 0;
   virtual RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) = 0;
+  /// A receive on the call-check channel (Tag::kCallCheck) into a buffer of
+  /// `capacity` bytes, of a message that should hold `expected` bytes: what
+  /// the peer sends when its call matches this rank's (a peer whose call
+  /// differs may send up to `capacity`). A transport that paces its waiting
+  /// by the size of what is in flight judges by `expected`, not by the
+  /// buffer (MPI: see MpiProgress::run).
+  virtual RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) {
+    (void)expected;
+    return irecv(peer, data, capacity, tag);
+  }
 
   /// True when a message from `peer` for operation `expected.seq` is waiting
   /// whose fingerprint differs, or (through shared memory) the peer announced

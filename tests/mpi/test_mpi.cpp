@@ -538,5 +538,46 @@ TEST(Mpi, TheTransportReportsOpenMpisIdleYieldOnlyWithSmallTransfersOpen) {
     EXPECT_FALSE(big->test());
     EXPECT_FALSE(t.yieldedWhileIdle()) << "a large transfer is open";
   }
+  {
+    // Signed and call-check receives have room for 16 KiB but expect a
+    // signature and a few bytes: they are judged by what they expect.
+    transport::Tag check;
+    check.seq = 78;
+    check.message = transport::Tag::kCallCheck;
+    auto r = t.irecvExpecting(peer, large.data(), large.size(), 72, check);
+    EXPECT_FALSE(r->test());
+    EXPECT_EQ(t.yieldedWhileIdle(), yields) << "a 72-byte message expected in a 64 KiB buffer";
+    check.seq = 79;
+    auto big = t.irecvExpecting(peer, large.data() + 1024, large.size() - 1024, 32 * 1024, check);
+    EXPECT_FALSE(big->test());
+    EXPECT_FALSE(t.yieldedWhileIdle()) << "a 32 KiB message expected";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// Every progress pass also tests the receive of abort notices (so that the
+// look for one costs no progress call of its own): a notice that a pass
+// completed must still reach pollAbort(), once.
+TEST(Mpi, AnAbortNoticeThatArrivesDuringTransfersReachesPollAbort) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  auto env = transport::MpiEnvironment::acquire();
+  transport::MpiTransport t(MPI_COMM_WORLD, env);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (t.rank() == 1) {
+    t.broadcastAbort("notice from the test");
+  } else if (t.rank() == 0) {
+    transport::Tag tag;
+    tag.seq = 80;  // never sent: the receive stays open and every test runs a pass
+    std::vector<char> buf(64);
+    auto r = t.irecv(1, buf.data(), buf.size(), tag);
+    // Passes only, until the notice must have arrived; then one look.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (std::chrono::steady_clock::now() < until) EXPECT_FALSE(r->test());
+    auto notice = t.pollAbort();
+    EXPECT_EQ(notice.value_or("(none)"), "rank 1: notice from the test") << "the notice a pass received was lost";
+    EXPECT_FALSE(t.pollAbort().has_value()) << "reported twice";
+  }
+  // Rank 1's sends complete as their receivers take them.
+  for (int i = 0; i < 100; ++i) (void)t.pollAbort();
   MPI_Barrier(MPI_COMM_WORLD);
 }

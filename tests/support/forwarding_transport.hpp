@@ -23,6 +23,10 @@ class ForwardingTransport : public transport::Transport {
   transport::RequestPtr irecv(int peer, void* data, size_t bytes, const transport::Tag& tag) override {
     return inner_->irecv(peer, data, bytes, tag);
   }
+  transport::RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected,
+                                       const transport::Tag& tag) override {
+    return inner_->irecvExpecting(peer, data, capacity, expected, tag);
+  }
   bool probeMismatch(int peer, const transport::Tag& expected) override { return inner_->probeMismatch(peer, expected); }
   void broadcastAbort(const std::string& reason) override { inner_->broadcastAbort(reason); }
   std::optional<std::string> pollAbort() override { return inner_->pollAbort(); }
