@@ -294,8 +294,10 @@ void MpiProgress::run() {
     // when the waiting loop skipped its yield there too, 1.1..2.4 ms with it).
     // Judged by the bytes expected, not the buffer: a signed or call-check
     // receive has room for 16 KiB, and judging by that made every waiting
-    // loop of a small signed call yield twice per look (1 host, 4 ranks on
-    // 2 cores, 8-byte rd: 2.3x the time of one yield per look).
+    // loop of a small signed call yield twice per look, handing the core to
+    // a peer twice (4 ranks on 2 cores, 8-byte rd, together with the notices
+    // riding along below: 7.7..10 context switches per call and rank before,
+    // 2.3..2.8 after; docs/PERFORMANCE.md, stop 28).
     idleYield_ = yieldsWhenIdle_ &&
                  std::all_of(owners_.begin(), owners_.end(), [](const Part* p) { return p->pace <= kOneFragmentBytes; });
     return;
@@ -304,6 +306,8 @@ void MpiProgress::run() {
     const size_t i = static_cast<size_t>(indices_[static_cast<size_t>(k)]);
     const MPI_Status& st = statuses_[static_cast<size_t>(k)];
     if (i == owners_.size()) {  // the watched receive
+      // One that failed is no notice (as when pollAbort's own test fails).
+      if (rc == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS) continue;
       controlDone_ = true;
       controlStatus_ = st;
       continue;
