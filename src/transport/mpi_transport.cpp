@@ -124,8 +124,8 @@ class MpiProgress {
   /// (4 ranks on 2 cores, 8-byte rd: about a third of the calls yielded
   /// once more after their data had arrived).
   void watchControl(MPI_Request* request) { control_ = request; }
-  /// The pass that last tested the watched receive (0: none yet).
-  uint64_t controlPass() const { return controlPass_; }
+  /// Whether a pass tested the watched receive since the last call; clears the mark.
+  bool takeControlTested() { return std::exchange(controlTested_, false); }
   /// Whether a pass completed the watched receive (its status in `*status`); clears the mark.
   bool takeControlDone(MPI_Status* status) {
     if (!controlDone_) return false;
@@ -149,7 +149,7 @@ class MpiProgress {
   bool yieldsWhenIdle_ = false;
   bool idleYield_ = false;
   MPI_Request* control_ = nullptr;
-  uint64_t controlPass_ = 0;
+  bool controlTested_ = false;
   bool controlDone_ = false;
   MPI_Status controlStatus_{};
 };
@@ -262,7 +262,7 @@ void MpiProgress::run() {
   if (watching) {
     handles_.push_back(*control_);
     owners_.push_back(nullptr);
-    controlPass_ = pass_;
+    controlTested_ = true;
   }
   const int n = static_cast<int>(handles_.size());
   indices_.resize(handles_.size());
@@ -283,7 +283,7 @@ void MpiProgress::run() {
       p->done = true;
       p->error = rc;
     }
-    controlPass_ = 0;
+    controlTested_ = false;
     return;
   }
   if (completed == MPI_UNDEFINED || completed == 0) {
@@ -596,13 +596,8 @@ std::optional<std::string> MpiTransport::pollAbort() {
   }
   MPI_Status status;
   if (!progress_->takeControlDone(&status)) {
-    if (controlRecv_ == MPI_REQUEST_NULL) return std::nullopt;
     // A progress pass since the last look tested it already.
-    const uint64_t tested = progress_->controlPass();
-    if (tested != 0 && tested != controlPassSeen_) {
-      controlPassSeen_ = tested;
-      return std::nullopt;
-    }
+    if (progress_->takeControlTested() || controlRecv_ == MPI_REQUEST_NULL) return std::nullopt;
     int flag = 0;
     if (MPI_Test(&controlRecv_, &flag, &status) != MPI_SUCCESS || !flag) return std::nullopt;
   }

@@ -76,7 +76,6 @@ class MpiTransport : public Transport {
   int size_ = 1;
   MpiTagLayout layout_;
   MPI_Request controlRecv_ = MPI_REQUEST_NULL;  // abort notices; every progress pass tests it too
-  uint64_t controlPassSeen_ = 0;                 // the last such pass pollAbort() relied on
   std::array<char, 1024> controlBuffer_{};
   struct AbortSend {
     std::string text;
