@@ -59,8 +59,11 @@ void ShmGroup::publish(int b, uint64_t rid, uint32_t fingerprint) {
   ShmRankBlock& me = block(localRank_);
   ShmRankBlock::Mailbox& box = me.mailbox[b];
   box.fingerprint = fingerprint;
+  // Release, not relaxed: a peer may read this value before `ready` below
+  // shows the round (when it asks about the round this mailbox held two
+  // rounds ago); it must then also see the reads the value stands for.
   box.consumedAtStage.store(static_cast<uint32_t>(me.consumed.load(std::memory_order_relaxed)),
-                            std::memory_order_relaxed);
+                            std::memory_order_release);
   box.ready.store(rid, std::memory_order_release);
 }
 
@@ -72,10 +75,16 @@ bool ShmGroup::finishedReading(int q, uint64_t rid) const {
   // after its peers finished reading the one two before it (its own
   // reading trails its staging by the few rounds a call pipelines), so the
   // value is within a few rounds of rid and its low 32 bits compare safely.
-  // A value from a later staging is larger: still a true answer.
+  // A value from a later staging is larger: still a true answer. That
+  // happens: a rank that finished a wave of the hierarchical allreduce
+  // stages the next wave's first two rounds at once, so the value can come
+  // from round rid + 3's staging while `ready` still shows rid + 1. Hence
+  // acquire on the value itself (paired with its release in publish), not
+  // only on `ready`: the answer carries the peer's reads whichever staging
+  // wrote it (tests/inproc/test_shm_threads.cpp). Acquire also keeps the
+  // second look at `ready` after it, as a fence would.
   if (box.ready.load(std::memory_order_acquire) == rid + 1) {
-    const uint32_t seen = box.consumedAtStage.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    const uint32_t seen = box.consumedAtStage.load(std::memory_order_acquire);
     if (box.ready.load(std::memory_order_relaxed) == rid + 1 &&
         static_cast<int32_t>(seen - static_cast<uint32_t>(rid)) >= 0) {
       return true;
