@@ -7,14 +7,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <thread>
-#include <vector>
 
-#include "transport/shm_group.hpp"
+#include "support/two_shm_ranks.hpp"
 
 namespace gradcomm::transport {
 namespace {
@@ -30,10 +27,8 @@ namespace {
 TEST(ShmGroupThreads, WavesOfTwoRoundsReuseABufferOnlyAfterThePeerReadIt) {
   constexpr size_t kBytes = 256;
   constexpr int kWaves = 20000;
-  const size_t total = 2 * ShmGroup::strideFor(kBytes);
-  std::shared_ptr<char> memory(static_cast<char*>(std::aligned_alloc(4096, (total + 4095) / 4096 * 4096)), std::free);
-  std::memset(memory.get(), 0, total);
-  ShmGroup g0({0, 1}, 0, kBytes, memory.get(), memory), g1({0, 1}, 1, kBytes, memory.get(), memory);
+  testing::TwoShmRanks ranks(kBytes);
+  ShmGroup &g0 = *ranks.rank0, &g1 = *ranks.rank1;
   std::string failure[2];
   auto run = [&](ShmGroup& g) {
     const int me = g.localRank(), peer = 1 - me;
@@ -58,11 +53,11 @@ TEST(ShmGroupThreads, WavesOfTwoRoundsReuseABufferOnlyAfterThePeerReadIt) {
         const ShmRankBlock::Mailbox& box = g.block(peer).mailbox[r & 1];
         if (!waitUntil([&] { return box.ready.load(std::memory_order_acquire) >= r; }, "stage", r)) return;
         const char* data = g.buffer(peer, static_cast<int>(r & 1));
-        for (size_t i = 0; i < kBytes; ++i) {
-          if (static_cast<unsigned char>(data[i]) != (r & 0xff) || box.fingerprint != static_cast<uint32_t>(r)) {
-            failure[me] = "round " + std::to_string(r) + ": the peer's buffer was rewritten before this rank read it";
-            return;
-          }
+        bool intact = box.fingerprint == static_cast<uint32_t>(r);
+        for (size_t i = 0; i < kBytes; ++i) intact = intact && static_cast<unsigned char>(data[i]) == (r & 0xff);
+        if (!intact) {
+          failure[me] = "round " + std::to_string(r) + ": the peer's buffer was rewritten before this rank read it";
+          return;
         }
         g.block(me).consumed.store(r, std::memory_order_release);
       }

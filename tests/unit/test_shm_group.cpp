@@ -2,27 +2,12 @@
 // views of one segment; no processes, no threads).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <cstring>
-#include <memory>
-
-#include "transport/shm_group.hpp"
+#include "support/two_shm_ranks.hpp"
 
 namespace gradcomm::transport {
 namespace {
 
-struct TwoRanks {
-  size_t bytes = 4096;
-  std::shared_ptr<char> memory;
-  std::unique_ptr<ShmGroup> rank0, rank1;
-  TwoRanks() {
-    const size_t total = 2 * ShmGroup::strideFor(bytes);
-    memory.reset(static_cast<char*>(std::aligned_alloc(4096, total)), std::free);
-    std::memset(memory.get(), 0, total);  // as a fresh segment is
-    rank0 = std::make_unique<ShmGroup>(std::vector<int>{0, 1}, 0, bytes, memory.get(), memory);
-    rank1 = std::make_unique<ShmGroup>(std::vector<int>{0, 1}, 1, bytes, memory.get(), memory);
-  }
-};
+using TwoRanks = testing::TwoShmRanks;
 
 // Round r uses mailbox r & 1. Rank 1 finished reading round 4, then staged
 // round 5: rank 0 learns that from the mailbox of round 5 alone.
