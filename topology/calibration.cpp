@@ -34,16 +34,17 @@ struct Wire {
   uint32_t magic = kMagic;
   uint32_t flags = 0;
   uint64_t textBytes = 0;
-  double values[9] = {};
+  double values[10] = {};
   uint32_t source = 0;  // 0 defaults, 1 calibrated, 2 file
   uint32_t pad = 0;
   int32_t probes[2] = {-1, -1};  // the peer rank 0 probes per link class, or -1
 };
 
 void pack(const MachineCosts& c, Wire* w) {
-  const double v[9] = {c.sameHost.alphaSeconds,  c.sameHost.betaSecondsPerByte, c.interHost.alphaSeconds,
-                       c.interHost.betaSecondsPerByte, c.copySecondsPerByte, c.reduceSecondsPerByte,
-                       c.shmSyncSeconds, c.sameHost.roundFloorSeconds, c.interHost.roundFloorSeconds};
+  const double v[10] = {c.sameHost.alphaSeconds,     c.sameHost.betaSecondsPerByte, c.interHost.alphaSeconds,
+                        c.interHost.betaSecondsPerByte, c.copySecondsPerByte,      c.reduceSecondsPerByte,
+                        c.shmSyncSeconds,               c.sameHost.roundFloorSeconds, c.interHost.roundFloorSeconds,
+                        c.shmByteFactor};
   std::memcpy(w->values, v, sizeof v);
   w->source = c.source == "defaults" ? 0 : c.source == "calibrated" ? 1 : 2;
 }
@@ -55,6 +56,7 @@ MachineCosts unpack(const Wire& w) {
   c.copySecondsPerByte = w.values[4];
   c.reduceSecondsPerByte = w.values[5];
   c.shmSyncSeconds = w.values[6];
+  c.shmByteFactor = w.values[9];
   c.source = w.source == 0 ? "defaults" : w.source == 1 ? "calibrated" : "file";
   return c;
 }
@@ -87,6 +89,15 @@ constexpr uint32_t kClassBase[2] = {16, 64};
 // (37..49 us predicted against 55..76).
 constexpr uint32_t kRingBase = kLoadedRingMessageBase;
 constexpr int kRingRounds = kLoadedRingRounds;
+// After them, rank 0 sends every rank the size of the loaded bulk rounds
+// (kBulkSizeMessage), then kLoadedBulkRounds rounds of that many bytes
+// (message indices kBulkBase + i): rank 0 takes the median round after the
+// first, and raises the slowest class's beta to what the round took beyond
+// alpha and the model's round overhead (fitLoadedBeta).
+constexpr uint32_t kBulkSizeMessage = kRingBase + kRingRounds;
+constexpr uint32_t kBulkBase = kBulkSizeMessage + 1;
+constexpr int kLoadedBulkRounds = 5;
+constexpr size_t kLoadedBulkBytes = 256 * 1024;
 // The loaded shared-memory phase (the ranks of each host, all at once,
 // where every one of them sees the same shared-memory group): kShmSyncRounds
 // hand-offs with no data; rank 0 takes the median of all but the first on
@@ -95,6 +106,15 @@ constexpr int kRingRounds = kLoadedRingRounds;
 // hierarchical call does (on 2x2 emulated hosts sharing 2 cores the median
 // was 0.1..1.6 us with rank 0's host alone and with both).
 constexpr int kShmSyncRounds = kShmHandOffRounds;
+// Then kShmDataRounds rounds with data, each the shared-memory allreduce's
+// round in small: every rank stages a round of its input into its buffer
+// (all but its own slice), reduces its slice from every rank's buffer,
+// gathers the other slices into its output, a hand-off after each step.
+// Each round reads a fresh part of the input and writes a fresh part of
+// the output, as a large call streams through them. Rank 0 takes the
+// median round after the first (fitShmByteFactor). A round is at most
+// kShmDataMaxBytes (the group's buffer is one round of the allreduce).
+constexpr size_t kShmDataMaxBytes = 1024 * 1024;
 
 /// A list of sends, receives and callbacks run strictly in order; callbacks
 /// may insert further steps right after themselves.
@@ -225,7 +245,12 @@ class SetupExchangeImpl : public SetupExchange {
       call([this] {
         // Measured on idle cores; where this host's ranks share fewer
         // CPUs, every byte moved or reduced on it takes longer.
-        costs_ = shareCores(costs_, static_cast<int>(view_.hostLocalRanks(0).size()), cpusAvailable());
+        const int local = static_cast<int>(view_.hostLocalRanks(0).size());
+        costs_ = shareCores(costs_, local, cpusAvailable());
+        if (!shmDataRounds_.empty()) {
+          const double roundBytes = static_cast<double>(shmSliceFloats_ * sizeof(float)) * local;
+          costs_.shmByteFactor = fitShmByteFactor(medianOf(shmDataRounds_), roundBytes, local, costs_);
+        }
         costs_.source = "calibrated";
         pack(costs_, &final_);
         for (int r = 1; r < t_.size(); ++r) send(r, &final_, sizeof final_, kFinalMessage);
@@ -385,6 +410,67 @@ class SetupExchangeImpl : public SetupExchange {
         }
       });
     }
+    // Then rounds of bulk data: rank 0 says how many bytes (what fits in
+    // the budget left), every rank runs them.
+    if (r == 0) {
+      call([this, p] {
+        bulkBytes_ = chooseBulkBytes();
+        for (int q = 1; q < p; ++q) send(q, &bulkBytes_, sizeof bulkBytes_, kBulkSizeMessage);
+        call([this] { bulk(); });
+      });
+    } else {
+      recv(0, &bulkBytes_, sizeof bulkBytes_, kBulkSizeMessage, [this] { bulk(); });
+    }
+  }
+
+  /// Rank 0: the loaded bulk rounds' size, kLoadedBulkBytes or kMediumBytes,
+  /// whichever fits in the budget left at twice the time the ping-pong's
+  /// medium round trip predicts (ranks moving data at once take longer),
+  /// or 0 (none) when neither fits or the class was not probed.
+  uint64_t chooseBulkBytes() const {
+    const int c = view_.numHosts() > 1 ? 1 : 0;
+    if (probes_[c] < 0 || !(rtt_[c][1] < 1e29)) return 0;
+    const double left = std::chrono::duration<double>(in_.budget).count() - secondsSince(start_);
+    for (const size_t bytes : {kLoadedBulkBytes, kMediumBytes}) {
+      const double round = rtt_[c][1] / 2 * static_cast<double>(bytes) / kMediumBytes;
+      if (kLoadedBulkRounds * round * 2 <= left) return bytes;
+    }
+    return 0;
+  }
+
+  /// Every rank: the loaded bulk rounds, as the 8-byte ones with
+  /// bulkBytes_ each: every rank's bytes in flight at once, as in a ring's
+  /// step, where the lone ping-pong had the link and the cores to itself.
+  /// Rank 0 takes the median round after the first and raises the slowest
+  /// class's beta to it (fitLoadedBeta).
+  void bulk() {
+    if (bulkBytes_ == 0 || bulkBytes_ > kLoadedBulkBytes) return;
+    const int p = t_.size(), r = t_.rank();
+    bulkOut_.assign(bulkBytes_, 0);
+    bulkIn_.assign(bulkBytes_, 0);
+    if (r == 0) ringStart_ = Clock::now();
+    for (int i = 0; i < kLoadedBulkRounds; ++i) {
+      const uint32_t message = kBulkBase + static_cast<uint32_t>(i);
+      Step out;
+      out.kind = Step::kSend;
+      out.peer = (r + 1) % p;
+      out.data = bulkOut_.data();
+      out.bytes = bulkOut_.size();
+      out.message = message;
+      out.detach = true;
+      add(std::move(out));
+      recv((r + p - 1) % p, bulkIn_.data(), bulkIn_.size(), message, [this, i, r] {
+        if (r != 0) return;
+        const auto now = Clock::now();
+        if (i > 0) bulkSeconds_.push_back(std::chrono::duration<double>(now - ringStart_).count());
+        ringStart_ = now;
+        if (i == kLoadedBulkRounds - 1) {
+          LinkCost& l = view_.numHosts() > 1 ? costs_.interHost : costs_.sameHost;
+          l.betaSecondsPerByte = fitLoadedBeta(medianOf(bulkSeconds_), static_cast<double>(bulkBytes_), l,
+                                               ModelSettings{}.roundOverheadSeconds);
+        }
+      });
+    }
   }
 
   /// Every rank of rank 0's host, when each sees the same shared-memory
@@ -404,6 +490,63 @@ class SetupExchangeImpl : public SetupExchange {
         if (i == kShmSyncRounds - 1) costs_.shmSyncSeconds = medianOf(shmRounds_);
       });
     }
+    shmData(*g);
+  }
+
+  /// The data rounds (kShmDataRounds): every rank of the host at once.
+  void shmData(transport::ShmGroup& g) {
+    const size_t l = static_cast<size_t>(g.localSize());
+    const size_t sliceFloats = std::min(g.bufferBytes(), kShmDataMaxBytes) / (l * sizeof(float));
+    if (sliceFloats == 0) return;
+    shmSliceFloats_ = sliceFloats;
+    const size_t roundFloats = sliceFloats * l;
+    call([this, roundFloats] {
+      shmIn_.assign(roundFloats * kShmDataRounds, 1.0f);
+      shmOut_.assign(roundFloats * kShmDataRounds, 0.0f);
+      shmReduce_ = kernels::reduceFunction(DataType::kFloat32, ReduceOp::kSum, kernels::resolveSimd("auto"));
+    });
+    const bool measures = t_.rank() == 0;
+    for (int i = 0; i < kShmDataRounds; ++i) {
+      const size_t base = static_cast<size_t>(i) * roundFloats;
+      const int me = g.localRank();
+      const size_t mine = static_cast<size_t>(me) * sliceFloats;
+      call([this, &g, base, mine, roundFloats, sliceFloats] {
+        float* buf = reinterpret_cast<float*>(g.buffer(g.localRank(), 0));
+        if (mine) std::memcpy(buf, shmIn_.data() + base, mine * sizeof(float));
+        const size_t after = mine + sliceFloats;
+        std::memcpy(buf + after, shmIn_.data() + base + after, (roundFloats - after) * sizeof(float));
+      });
+      shmHandOff(g, {});
+      call([this, &g, base, mine, sliceFloats, me] {
+        float* acc = reinterpret_cast<float*>(g.buffer(me, 0)) + mine;
+        const float* prev = nullptr;
+        for (int q = 0; q < g.localSize(); ++q) {
+          const float* src = q == me ? shmIn_.data() + base + mine : reinterpret_cast<const float*>(g.buffer(q, 0)) + mine;
+          if (prev) shmReduce_(acc, prev, src, sliceFloats);
+          prev = prev ? acc : src;
+        }
+        std::memcpy(shmOut_.data() + base + mine, acc, sliceFloats * sizeof(float));
+      });
+      shmHandOff(g, {});
+      call([this, &g, base, sliceFloats, me] {
+        for (int q = 0; q < g.localSize(); ++q) {
+          if (q == me) continue;
+          const size_t at = static_cast<size_t>(q) * sliceFloats;
+          std::memcpy(shmOut_.data() + base + at, reinterpret_cast<const float*>(g.buffer(q, 0)) + at,
+                      sliceFloats * sizeof(float));
+        }
+      });
+      shmHandOff(g, [this, i, measures] {
+        if (!measures) return;
+        const auto now = Clock::now();
+        if (i > 0) shmDataRounds_.push_back(std::chrono::duration<double>(now - shmStart_).count());
+        shmStart_ = now;
+      });
+    }
+    call([this] {
+      shmIn_ = {};
+      shmOut_ = {};
+    });
   }
 
   /// One hand-off among the host's ranks: publish a new round, wait until
@@ -481,6 +624,9 @@ class SetupExchangeImpl : public SetupExchange {
   std::vector<int32_t> leaders_;  ///< rank 0's view of the hosts (sent, or received)
   Clock::time_point start_, t0_, ringStart_;  // ringStart_: the last round's end (rank 0)
   std::vector<double> roundSeconds_;
+  uint64_t bulkBytes_ = 0;              ///< the loaded bulk rounds' size (rank 0's choice)
+  std::vector<char> bulkOut_, bulkIn_;  ///< the loaded bulk rounds' buffers
+  std::vector<double> bulkSeconds_;     ///< rank 0's loaded bulk round times
   // The shared-memory phase: the round in progress and whether it is
   // published; rank 0's hand-off times.
   int32_t shmSize_ = 0;                ///< the shared-memory group this rank sees (0: none)
@@ -490,6 +636,12 @@ class SetupExchangeImpl : public SetupExchange {
   bool shmPublished_ = false;
   Clock::time_point shmStart_;
   std::vector<double> shmRounds_;
+  // The data rounds: a slice's floats, each rank's input and output (all
+  // rounds), the kernel; rank 0's round times.
+  size_t shmSliceFloats_ = 0;
+  std::vector<float> shmIn_, shmOut_;
+  kernels::ReduceFn shmReduce_ = nullptr;
+  std::vector<double> shmDataRounds_;
   std::array<double, 3> rtt_[2] = {};
   bool large_[2] = {false, false};
 };
@@ -505,6 +657,19 @@ LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, 
   const double alpha = std::min(smallRoundTrip / 2, oneWay);
   const double floorBeta = std::max(copySecondsPerByte, 1e-13);
   return {alpha, std::max((oneWay - alpha) / static_cast<double>(bulkBytes), floorBeta)};
+}
+
+double fitShmByteFactor(double roundSeconds, double roundBytes, int localRanks, const MachineCosts& c) {
+  const double l = localRanks;
+  const double formula = (2 * l - 1) / l * c.copySecondsPerByte + (l - 1) / l * c.reduceSecondsPerByte;
+  if (localRanks < 2 || !(roundBytes > 0) || !(formula > 0) || !(roundSeconds > 0)) return 1;
+  const double perByte = std::max(0.0, roundSeconds - 3 * c.shmSyncSeconds) / roundBytes;
+  return std::clamp(perByte / formula, kShmByteFactorMin, kShmByteFactorMax);
+}
+
+double fitLoadedBeta(double roundSeconds, double bytes, const LinkCost& lone, double roundOverheadSeconds) {
+  if (!(bytes > 0) || !(roundSeconds > 0)) return lone.betaSecondsPerByte;
+  return std::max(lone.betaSecondsPerByte, (roundSeconds - roundOverheadSeconds - lone.alphaSeconds) / bytes);
 }
 
 double fitRoundFloor(double roundSeconds, double roundOverheadSeconds) {
@@ -560,6 +725,7 @@ std::string formatCalibration(const MachineCosts& c, const std::string& layout) 
   out << "copy " << c.copySecondsPerByte << "\n";
   out << "reduce " << c.reduceSecondsPerByte << "\n";
   out << "shm_sync " << c.shmSyncSeconds << "\n";
+  out << "shm_bytes " << c.shmByteFactor << "\n";
   return out.str();
 }
 
@@ -616,9 +782,19 @@ MachineCosts parseCalibration(const std::string& text, const std::string& origin
       expect(2);
       c.shmSyncSeconds = number(1);
       seen[4] = true;
+    } else if (w[0] == "shm_bytes") {
+      // A factor, not a time (files of earlier versions have none: 1).
+      expect(2);
+      char* end = nullptr;
+      const double v = std::strtod(w[1].c_str(), &end);
+      if (!end || *end || !(v >= kShmByteFactorMin) || !(v <= kShmByteFactorMax)) {
+        throw ConfigError(where + "'" + w[1] + "' is not a shared-memory byte factor between " +
+                          "0.25 and 16");
+      }
+      c.shmByteFactor = v;
     } else {
       throw ConfigError(where + "unknown key '" + w[0] +
-                        "' (expected layout, same_host, inter_host, copy, reduce or shm_sync)");
+                        "' (expected layout, same_host, inter_host, copy, reduce, shm_sync or shm_bytes)");
     }
   }
   const char* names[5] = {"same_host", "inter_host", "copy", "reduce", "shm_sync"};

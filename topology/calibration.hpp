@@ -42,6 +42,27 @@ LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, 
 /// rounds of 4..8 KiB, 216).
 double fitRoundFloor(double roundSeconds, double roundOverheadSeconds);
 
+/// A link class's beta once a round in which every rank sent `bytes` to
+/// the next rank and received as much from the previous, all at once, took
+/// `roundSeconds`: what the round took beyond the model's round overhead
+/// and the class's alpha, per byte, where that is more than the lone
+/// ping-pong's beta (`lone`); else the lone beta. Ranks that share cores or
+/// a link while they all move data at once see less than one pair alone.
+double fitLoadedBeta(double roundSeconds, double bytes, const LinkCost& lone, double roundOverheadSeconds);
+
+/// Bounds of MachineCosts::shmByteFactor (a fit outside them is clamped,
+/// a file's value outside them rejected).
+constexpr double kShmByteFactorMin = 0.25, kShmByteFactorMax = 16;
+/// MachineCosts::shmByteFactor once a round of the calibration's
+/// shared-memory data rounds took `roundSeconds` on a host of `localRanks`
+/// ranks, each rank's round `roundBytes` of input: the time beyond the
+/// round's three hand-offs (c.shmSyncSeconds each), per byte, over what the
+/// model's formula prices a byte of a chunked call at from c's copy and
+/// reduce costs (each rank copies (2L - 1) / L of the bytes and reduces
+/// (L - 1) / L). Clamped to [kShmByteFactorMin, kShmByteFactorMax]; 1 where
+/// nothing can be fitted (one rank, no time, no costs).
+double fitShmByteFactor(double roundSeconds, double roundBytes, int localRanks, const MachineCosts& c);
+
 /// The text of a calibration file for `layout` ("HxL").
 std::string formatCalibration(const MachineCosts& costs, const std::string& layout);
 /// Parses a calibration file. Throws ConfigError "ORIGIN line N: ..." for a
@@ -88,6 +109,8 @@ constexpr uint32_t kLoadedRingMessageBase = 128;
 constexpr int kLoadedRingRounds = 17;
 /// Hand-offs of the shared-memory phase (each host's ranks at once).
 constexpr int kShmHandOffRounds = 17;
+/// Then rounds with data of that phase, three hand-offs each.
+constexpr int kShmDataRounds = 7;
 
 /// The collective run once at communicator creation: rank 0 sends its
 /// decisions (and the tuning file's text) to every rank, then, when asked,

@@ -10,6 +10,10 @@
 namespace gradcomm::topology {
 namespace {
 
+/// allreduce_shm.cpp's direct path (ShmAllreduceSchedule::kDirectMaxBytes):
+/// calls up to this size run one hand-off on data that stays in the caches.
+constexpr double kShmDirectBytes = 16 * 1024;
+
 int floorPow2(int p) {
   int p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
@@ -104,11 +108,11 @@ MachineCosts MachineCosts::defaults() {
 }
 
 std::string MachineCosts::describe() const {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, ", copy %.2fGB/s, reduce %.2fGB/s, shm hand-off %.2fus (%s)",
+  char buf[128];
+  std::snprintf(buf, sizeof buf, ", copy %.2fGB/s, reduce %.2fGB/s, shm hand-off %.2fus, shm bytes x%.2f (",
                 copySecondsPerByte > 0 ? 1e-9 / copySecondsPerByte : 0.0,
-                reduceSecondsPerByte > 0 ? 1e-9 / reduceSecondsPerByte : 0.0, shmSyncSeconds * 1e6, source.c_str());
-  return linkText("same-host", sameHost) + ", " + linkText("inter-host", interHost) + buf;
+                reduceSecondsPerByte > 0 ? 1e-9 / reduceSecondsPerByte : 0.0, shmSyncSeconds * 1e6, shmByteFactor);
+  return linkText("same-host", sameHost) + ", " + linkText("inter-host", interHost) + buf + source + ")";
 }
 
 CostModel::CostModel(TopologyView view, MachineCosts costs, ModelSettings settings)
@@ -321,6 +325,10 @@ double CostModel::dissemination(const std::vector<int>& g) const {
   return t;
 }
 
+double CostModel::shmByteScale(double bytes) const {
+  return bytes > kShmDirectBytes ? costs_.shmByteFactor : 1.0;
+}
+
 double CostModel::sharedMemoryAllreduce(int local, double bytes) const {
   // Per round of local x chunk bytes: stage, reduce own slice, gather
   // (three flag hand-offs). Per byte: a rank stages and gathers the
@@ -332,11 +340,12 @@ double CostModel::sharedMemoryAllreduce(int local, double bytes) const {
   const double rounds = std::max(1.0, std::ceil(bytes / roundBytes));
   // Up to 16 KiB in one round (allreduce_shm.cpp's direct path): one
   // hand-off; every rank stages its input and reduces all L of them.
-  if (rounds == 1 && bytes <= 16 * 1024) {
+  if (rounds == 1 && bytes <= kShmDirectBytes) {
     return costs_.shmSyncSeconds + bytes * (costs_.copySecondsPerByte + (l - 1) * costs_.reduceSecondsPerByte);
   }
-  return rounds * 3 * costs_.shmSyncSeconds +
-         bytes * ((2 * l - 1) / l * costs_.copySecondsPerByte + (l - 1) / l * costs_.reduceSecondsPerByte);
+  return rounds * 3 * costs_.shmSyncSeconds + bytes * shmByteScale(bytes) *
+                                                   ((2 * l - 1) / l * costs_.copySecondsPerByte +
+                                                    (l - 1) / l * costs_.reduceSecondsPerByte);
 }
 
 std::vector<std::vector<int>> CostModel::sameLocalIndex() const {
@@ -356,10 +365,11 @@ double CostModel::hierarchicalBroadcast(double bytes) const {
   // rank copies the (L - 1) / L it does not own). The model knows no root:
   // the trees are rooted at the first host.
   const double l = view_.maxRanksPerHost();
-  double t = costs_.shmSyncSeconds + bytes * costs_.copySecondsPerByte;
+  const double copy = costs_.copySecondsPerByte * shmByteScale(bytes);
+  double t = costs_.shmSyncSeconds + bytes * copy;
   if (view_.numHosts() > 1) {
     t += binomialTrees(sameLocalIndex(), bytes / l, false);
-    t += costs_.shmSyncSeconds + (l - 1) / l * bytes * costs_.copySecondsPerByte;
+    t += costs_.shmSyncSeconds + (l - 1) / l * bytes * copy;
   }
   return t;
 }
@@ -380,7 +390,8 @@ double CostModel::hierarchicalAllgather(double bytes) const {
       round.emplace_back(r, ranks[static_cast<size_t>(view_.localIndex(r)) % ranks.size()]);
     }
   }
-  return roundSeconds(round, block) + costs_.shmSyncSeconds + (l - 1) / l * bytes * costs_.copySecondsPerByte;
+  return roundSeconds(round, block) + costs_.shmSyncSeconds +
+         (l - 1) / l * bytes * costs_.copySecondsPerByte * shmByteScale(bytes);
 }
 
 std::vector<std::vector<int>> CostModel::sliceOwners(size_t used) const {
@@ -419,8 +430,10 @@ double CostModel::hierarchical(double bytes) const {
     double host = bytes * costs_.copySecondsPerByte;
     if (l > 1) {
       const double owned = std::ceil(s / l) / s;
-      host = 2 * costs_.shmSyncSeconds + bytes * (costs_.copySecondsPerByte + (l - 1) * owned * costs_.reduceSecondsPerByte);
-      host += costs_.shmSyncSeconds + bytes * costs_.copySecondsPerByte;
+      const double scale = shmByteScale(bytes);
+      host = 2 * costs_.shmSyncSeconds +
+             bytes * scale * (costs_.copySecondsPerByte + (l - 1) * owned * costs_.reduceSecondsPerByte);
+      host += costs_.shmSyncSeconds + bytes * scale * costs_.copySecondsPerByte;
     }
     t = std::max(t, host);
   }

@@ -33,6 +33,12 @@ struct MachineCosts {
   double copySecondsPerByte = 0;    ///< memcpy on one core (shared-memory staging)
   double reduceSecondsPerByte = 0;  ///< the float32 sum kernel, per input byte
   double shmSyncSeconds = 0;        ///< one flag hand-off between ranks of a host
+  /// What a byte of a chunked shared-memory call (above the 16 KiB direct
+  /// path) costs, as a multiple of what copySecondsPerByte and
+  /// reduceSecondsPerByte price it at: calibration measures it with every
+  /// rank of rank 0's host moving data at once through the segment (data
+  /// that another core just wrote, ranks sharing cores). 1: not measured.
+  double shmByteFactor = 1;
   /// Where the numbers came from: "defaults", "calibrated", "file PATH".
   std::string source = "defaults";
 
@@ -158,6 +164,10 @@ class CostModel {
   double treeAllreduce(const std::vector<int>& group, double bytes) const;
   double dissemination(const std::vector<int>& group) const;
   double sharedMemoryAllreduce(int localRanks, double bytes) const;
+  /// The multiplier of a shared-memory phase's byte costs in a call of
+  /// `bytes`: MachineCosts::shmByteFactor above the 16 KiB that stay in the
+  /// caches (the direct path), else 1.
+  double shmByteScale(double bytes) const;
   double hierarchical(double bytes) const;
   double hierarchicalBroadcast(double bytes) const;
   double hierarchicalAllgather(double bytes) const;

@@ -74,6 +74,7 @@ void expectAllAlike(const Seen& seen) {
     EXPECT_EQ(a.reduceSecondsPerByte, b.reduceSecondsPerByte) << "rank " << r;
     EXPECT_EQ(a.copySecondsPerByte, b.copySecondsPerByte) << "rank " << r;
     EXPECT_EQ(a.shmSyncSeconds, b.shmSyncSeconds) << "rank " << r;
+    EXPECT_EQ(a.shmByteFactor, b.shmByteFactor) << "rank " << r;
     EXPECT_EQ(a.source, b.source) << "rank " << r;
     EXPECT_EQ(seen.choices[0], seen.choices[static_cast<size_t>(r)]) << "rank " << r;
   }
@@ -97,11 +98,16 @@ TEST(Calibration, EveryRankHoldsRankZerosNumbersAndChoosesAlike) {
 
     // Hosts with shared memory between ranks measured its hand-off with
     // every rank of the host at once; single-rank hosts have none to measure.
+    // So did its data rounds (a fitted factor, within its bounds).
     if (perHost > 1) {
       EXPECT_NE(seen.costs[0].shmSyncSeconds, defaults.shmSyncSeconds);
       EXPECT_GT(seen.costs[0].shmSyncSeconds, 0.0);
+      EXPECT_NE(seen.costs[0].shmByteFactor, defaults.shmByteFactor);
+      EXPECT_GE(seen.costs[0].shmByteFactor, topology::kShmByteFactorMin);
+      EXPECT_LE(seen.costs[0].shmByteFactor, topology::kShmByteFactorMax);
     } else {
       EXPECT_EQ(seen.costs[0].shmSyncSeconds, defaults.shmSyncSeconds);
+      EXPECT_EQ(seen.costs[0].shmByteFactor, defaults.shmByteFactor);
     }
   }
 }
@@ -239,10 +245,11 @@ TEST(Calibration, EveryHostRunsTheSharedMemoryPhaseAtOnceAndAHostWithoutSharedMe
     std::vector<uint64_t> nextRound(5, 0);
     const auto failed = createCalibrated(*world, without, [&](int r, detail::CommunicatorImpl& impl) {
       // The rounds this rank's group took before any collective: the
-      // calibration's hand-offs, or none.
+      // calibration's hand-offs (without data, then three per data round),
+      // or none.
       if (auto* g = impl.engine().transport().sharedMemory()) nextRound[static_cast<size_t>(r)] = g->takeRound();
     });
-    const uint64_t ran = topology::kShmHandOffRounds + 1, skipped = 1;
+    const uint64_t ran = topology::kShmHandOffRounds + 3 * topology::kShmDataRounds + 1, skipped = 1;
     for (int r = 0; r < 5; ++r) {
       EXPECT_EQ(failed[static_cast<size_t>(r)], "") << "rank " << r;
       const bool secondHost = r >= 2;

@@ -124,6 +124,36 @@ TEST(Calibration, ALoadedRoundSetsTheRoundFloorLessTheModelsOverhead) {
   EXPECT_DOUBLE_EQ(fitRoundFloor(1e-6, 2e-6), 0.0);
 }
 
+TEST(Calibration, ALoadedBulkRoundRaisesBetaButNeverLowersIt) {
+  const LinkCost lone{5e-6, 1e-9};
+  // 256 KiB in 400 us with every rank sending at once: 2 us of the model's
+  // round overhead and the 5 us alpha, the rest is the loaded beta.
+  EXPECT_DOUBLE_EQ(fitLoadedBeta(400e-6, 256 * 1024, lone, 2e-6), (400e-6 - 2e-6 - 5e-6) / (256 * 1024));
+  // A round faster than the lone ping-pong predicts keeps the lone beta.
+  EXPECT_DOUBLE_EQ(fitLoadedBeta(100e-6, 256 * 1024, lone, 2e-6), 1e-9);
+  // No round measured: the lone beta.
+  EXPECT_DOUBLE_EQ(fitLoadedBeta(0, 256 * 1024, lone, 2e-6), 1e-9);
+}
+
+// The shared-memory data rounds: a round of 512 KiB per rank on 4 ranks
+// that took 3 hand-offs plus 1.5x what copy and reduce price its bytes at.
+TEST(Calibration, SharedMemoryDataRoundsFitTheByteFactorBeyondTheHandOffs) {
+  MachineCosts c = MachineCosts::defaults();
+  c.copySecondsPerByte = 1e-10;
+  c.reduceSecondsPerByte = 2e-10;
+  c.shmSyncSeconds = 4e-6;
+  const double bytes = 512 * 1024, l = 4;
+  const double formula = bytes * ((2 * l - 1) / l * 1e-10 + (l - 1) / l * 2e-10);
+  EXPECT_NEAR(fitShmByteFactor(3 * 4e-6 + 1.5 * formula, bytes, 4, c), 1.5, 1e-12);
+  // Clamped: a round that took almost nothing, and one that took forever.
+  EXPECT_DOUBLE_EQ(fitShmByteFactor(1e-9, bytes, 4, c), kShmByteFactorMin);
+  EXPECT_DOUBLE_EQ(fitShmByteFactor(1.0, bytes, 4, c), kShmByteFactorMax);
+  // Nothing to fit: one rank, no time, no bytes.
+  EXPECT_DOUBLE_EQ(fitShmByteFactor(1e-3, bytes, 1, c), 1.0);
+  EXPECT_DOUBLE_EQ(fitShmByteFactor(0, bytes, 4, c), 1.0);
+  EXPECT_DOUBLE_EQ(fitShmByteFactor(1e-3, 0, 4, c), 1.0);
+}
+
 TEST(Calibration, RanksThatOutnumberTheirCpusPayForEveryByteOnTheirHostInProportion) {
   MachineCosts idle = MachineCosts::defaults();
   idle.copySecondsPerByte = 1e-10;
@@ -213,6 +243,25 @@ TEST(CostModel, SharedMemoryAllreducePricesEveryCopyOfItsRounds) {
   const double d = 4096;
   EXPECT_NEAR(*m.predict(Collective::kAllreduce, "shm", 4096),
               c.shmSyncSeconds + d * c.copySecondsPerByte + 3 * d * c.reduceSecondsPerByte, 1e-12);
+
+  // The calibrated byte factor prices the chunked rounds' bytes (data that
+  // streams through memory and another core's cache), not the hand-offs,
+  // and not the direct path's 16 KiB that stay in the caches.
+  MachineCosts slow = c;
+  slow.shmByteFactor = 1.5;
+  CostModel ms(TopologyView::uniform(1, 4), slow, s);
+  EXPECT_NEAR(*ms.predict(Collective::kAllreduce, "shm", kLarge),
+              rounds * 3 * c.shmSyncSeconds +
+                  1.5 * (b * (7 / l) * c.copySecondsPerByte + b * (3 / l) * c.reduceSecondsPerByte),
+              1e-12);
+  EXPECT_NEAR(*ms.predict(Collective::kAllreduce, "shm", 4096), *m.predict(Collective::kAllreduce, "shm", 4096), 1e-15);
+  // The hierarchy's shared-memory phases alike: on 2x2 the difference is
+  // half the factor's extra on the host part (2 copies and the reduce of
+  // half the bytes, L = 2 owning one slice each).
+  CostModel h(TopologyView::uniform(2, 2), c, s), hs(TopologyView::uniform(2, 2), slow, s);
+  EXPECT_NEAR(*hs.predict(Collective::kAllreduce, "hier", kLarge) - *h.predict(Collective::kAllreduce, "hier", kLarge),
+              0.5 * b * (2 * c.copySecondsPerByte + 0.5 * c.reduceSecondsPerByte), 1e-9);
+  EXPECT_NEAR(*hs.predict(Collective::kAllreduce, "hier", 4096), *h.predict(Collective::kAllreduce, "hier", 4096), 1e-15);
 }
 
 TEST(CostModel, FourHostsPreferRecursiveDoublingSmallAndHalvingDoublingInTheMiddle) {
@@ -601,6 +650,12 @@ TEST(CalibrationFile, RoundTripsAndRejectsMalformedLines) {
   EXPECT_DOUBLE_EQ(back.interHost.roundFloorSeconds, c.interHost.roundFloorSeconds);
   EXPECT_DOUBLE_EQ(back.shmSyncSeconds, c.shmSyncSeconds);
   EXPECT_EQ(back.source, "file");
+  MachineCosts factor = c;
+  factor.shmByteFactor = 1.37;
+  EXPECT_DOUBLE_EQ(parseCalibration(formatCalibration(factor, "1x4"), "cal.txt", nullptr).shmByteFactor, 1.37);
+  // Files written before the factor existed have no line for it: 1.
+  const std::string old = "same_host 1e-6 1e-10\ninter_host 1e-5 1e-9\ncopy 1e-10\nreduce 1e-10\nshm_sync 1e-6\n";
+  EXPECT_DOUBLE_EQ(parseCalibration(old, "cal.txt", nullptr).shmByteFactor, 1.0);
   auto failsWith = [](const std::string& text, const std::string& needle) {
     try {
       parseCalibration(text, "cal.txt", nullptr);
@@ -613,6 +668,9 @@ TEST(CalibrationFile, RoundTripsAndRejectsMalformedLines) {
   failsWith("same_host 1e-6 1e-10 1e-5 1\n", "takes 2 or 3 values");
   failsWith("layout 1x1\nsame_host 1e-6 fast\n", "cal.txt line 2: 'fast' is not a time in seconds");
   failsWith("bandwidth 3\n", "cal.txt line 1: unknown key 'bandwidth'");
+  failsWith("shm_bytes 40\n", "cal.txt line 1: '40' is not a shared-memory byte factor between 0.25 and 16");
+  failsWith("shm_bytes x2\n", "'x2' is not a shared-memory byte factor");
+  failsWith("shm_bytes 1 2\n", "'shm_bytes' takes 1 value(s), got 2");
   failsWith("same_host 1e-6 1e-10\ninter_host 1e-5 1e-9\ncopy 1e-10\nreduce 1e-10\n", "no 'shm_sync' line");
 }
 
