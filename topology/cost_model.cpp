@@ -11,7 +11,7 @@ namespace gradcomm::topology {
 namespace {
 
 /// allreduce_shm.cpp's direct path (ShmAllreduceSchedule::kDirectMaxBytes):
-/// calls up to this size run one hand-off on data that stays in the caches.
+/// calls up to this size run one hand-off.
 constexpr double kShmDirectBytes = 16 * 1024;
 
 int floorPow2(int p) {
@@ -325,8 +325,9 @@ double CostModel::dissemination(const std::vector<int>& g) const {
   return t;
 }
 
-double CostModel::shmByteScale(double bytes) const {
-  return bytes > kShmDirectBytes ? costs_.shmByteFactor : 1.0;
+double CostModel::shmByteScale(double bytes, double local) const {
+  return bytes > local * static_cast<double>(std::max<size_t>(settings_.shmChunkBytes, 1)) ? costs_.shmByteFactor
+                                                                                           : 1.0;
 }
 
 double CostModel::sharedMemoryAllreduce(int local, double bytes) const {
@@ -343,7 +344,7 @@ double CostModel::sharedMemoryAllreduce(int local, double bytes) const {
   if (rounds == 1 && bytes <= kShmDirectBytes) {
     return costs_.shmSyncSeconds + bytes * (costs_.copySecondsPerByte + (l - 1) * costs_.reduceSecondsPerByte);
   }
-  return rounds * 3 * costs_.shmSyncSeconds + bytes * shmByteScale(bytes) *
+  return rounds * 3 * costs_.shmSyncSeconds + bytes * shmByteScale(bytes, l) *
                                                    ((2 * l - 1) / l * costs_.copySecondsPerByte +
                                                     (l - 1) / l * costs_.reduceSecondsPerByte);
 }
@@ -365,7 +366,7 @@ double CostModel::hierarchicalBroadcast(double bytes) const {
   // rank copies the (L - 1) / L it does not own). The model knows no root:
   // the trees are rooted at the first host.
   const double l = view_.maxRanksPerHost();
-  const double copy = costs_.copySecondsPerByte * shmByteScale(bytes);
+  const double copy = costs_.copySecondsPerByte * shmByteScale(bytes, l);
   double t = costs_.shmSyncSeconds + bytes * copy;
   if (view_.numHosts() > 1) {
     t += binomialTrees(sameLocalIndex(), bytes / l, false);
@@ -391,7 +392,7 @@ double CostModel::hierarchicalAllgather(double bytes) const {
     }
   }
   return roundSeconds(round, block) + costs_.shmSyncSeconds +
-         (l - 1) / l * bytes * costs_.copySecondsPerByte * shmByteScale(bytes);
+         (l - 1) / l * bytes * costs_.copySecondsPerByte * shmByteScale(bytes, l);
 }
 
 std::vector<std::vector<int>> CostModel::sliceOwners(size_t used) const {
@@ -430,7 +431,7 @@ double CostModel::hierarchical(double bytes) const {
     double host = bytes * costs_.copySecondsPerByte;
     if (l > 1) {
       const double owned = std::ceil(s / l) / s;
-      const double scale = shmByteScale(bytes);
+      const double scale = shmByteScale(bytes, l);
       host = 2 * costs_.shmSyncSeconds +
              bytes * scale * (costs_.copySecondsPerByte + (l - 1) * owned * costs_.reduceSecondsPerByte);
       host += costs_.shmSyncSeconds + bytes * scale * costs_.copySecondsPerByte;

@@ -33,8 +33,8 @@ struct MachineCosts {
   double copySecondsPerByte = 0;    ///< memcpy on one core (shared-memory staging)
   double reduceSecondsPerByte = 0;  ///< the float32 sum kernel, per input byte
   double shmSyncSeconds = 0;        ///< one flag hand-off between ranks of a host
-  /// What a byte of a chunked shared-memory call (above the 16 KiB direct
-  /// path) costs, as a multiple of what copySecondsPerByte and
+  /// What a byte of a shared-memory call of several rounds costs, as a
+  /// multiple of what copySecondsPerByte and
   /// reduceSecondsPerByte price it at: calibration measures it with every
   /// rank of rank 0's host moving data at once through the segment (data
   /// that another core just wrote, ranks sharing cores). 1: not measured.
@@ -165,9 +165,14 @@ class CostModel {
   double dissemination(const std::vector<int>& group) const;
   double sharedMemoryAllreduce(int localRanks, double bytes) const;
   /// The multiplier of a shared-memory phase's byte costs in a call of
-  /// `bytes`: MachineCosts::shmByteFactor above the 16 KiB that stay in the
-  /// caches (the direct path), else 1.
-  double shmByteScale(double bytes) const;
+  /// `bytes` on hosts of `local` ranks: MachineCosts::shmByteFactor for a
+  /// call of more than one round of the shm allreduce (local x
+  /// GRADCOMM_SHM_CHUNK bytes), whose data streams through memory as in
+  /// calibration's data rounds; else 1 (one round's data mostly stays in
+  /// the caches: on 1x4, 64 KiB and 256 KiB measured at or below the
+  /// unscaled price, and priced at the factor, 64 KiB chose `hd` in one run
+  /// of three).
+  double shmByteScale(double bytes, double local) const;
   double hierarchical(double bytes) const;
   double hierarchicalBroadcast(double bytes) const;
   double hierarchicalAllgather(double bytes) const;

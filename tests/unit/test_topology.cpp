@@ -244,9 +244,9 @@ TEST(CostModel, SharedMemoryAllreducePricesEveryCopyOfItsRounds) {
   EXPECT_NEAR(*m.predict(Collective::kAllreduce, "shm", 4096),
               c.shmSyncSeconds + d * c.copySecondsPerByte + 3 * d * c.reduceSecondsPerByte, 1e-12);
 
-  // The calibrated byte factor prices the chunked rounds' bytes (data that
-  // streams through memory and another core's cache), not the hand-offs,
-  // and not the direct path's 16 KiB that stay in the caches.
+  // The calibrated byte factor prices the bytes of calls of several rounds
+  // (data that streams through memory and another core's cache), not the
+  // hand-offs, and not calls of one round (4 x 128 KiB here).
   MachineCosts slow = c;
   slow.shmByteFactor = 1.5;
   CostModel ms(TopologyView::uniform(1, 4), slow, s);
@@ -255,13 +255,19 @@ TEST(CostModel, SharedMemoryAllreducePricesEveryCopyOfItsRounds) {
                   1.5 * (b * (7 / l) * c.copySecondsPerByte + b * (3 / l) * c.reduceSecondsPerByte),
               1e-12);
   EXPECT_NEAR(*ms.predict(Collective::kAllreduce, "shm", 4096), *m.predict(Collective::kAllreduce, "shm", 4096), 1e-15);
+  const size_t oneRound = 4 * s.shmChunkBytes;
+  EXPECT_NEAR(*ms.predict(Collective::kAllreduce, "shm", oneRound), *m.predict(Collective::kAllreduce, "shm", oneRound),
+              1e-15);
+  EXPECT_GT(*ms.predict(Collective::kAllreduce, "shm", 2 * oneRound), *m.predict(Collective::kAllreduce, "shm", 2 * oneRound));
   // The hierarchy's shared-memory phases alike: on 2x2 the difference is
   // half the factor's extra on the host part (2 copies and the reduce of
   // half the bytes, L = 2 owning one slice each).
   CostModel h(TopologyView::uniform(2, 2), c, s), hs(TopologyView::uniform(2, 2), slow, s);
   EXPECT_NEAR(*hs.predict(Collective::kAllreduce, "hier", kLarge) - *h.predict(Collective::kAllreduce, "hier", kLarge),
               0.5 * b * (2 * c.copySecondsPerByte + 0.5 * c.reduceSecondsPerByte), 1e-9);
-  EXPECT_NEAR(*hs.predict(Collective::kAllreduce, "hier", 4096), *h.predict(Collective::kAllreduce, "hier", 4096), 1e-15);
+  const size_t hostRound = 2 * s.shmChunkBytes;
+  EXPECT_NEAR(*hs.predict(Collective::kAllreduce, "hier", hostRound), *h.predict(Collective::kAllreduce, "hier", hostRound),
+              1e-15);
 }
 
 TEST(CostModel, FourHostsPreferRecursiveDoublingSmallAndHalvingDoublingInTheMiddle) {
