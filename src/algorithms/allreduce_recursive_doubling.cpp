@@ -212,10 +212,19 @@ class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
     if (!ctx.signature || !runsInline(call, ctx)) return false;
     SignedRdSchedule s(call, ctx);
     for (int i = 0; i < patience.polls; ++i) {
-      s.advance();
+      const bool moved = s.advance();
       if (s.done()) return true;
-      // Open MPI may have yielded in that look already (see ProgressEngine::driveOrBackOff).
-      if (ctx.transport->yieldedWhileIdle()) continue;
+      // Open MPI may have yielded in that look already (see
+      // ProgressEngine::driveOrBackOff). A look that moved something (a
+      // stage posted, a transfer found complete) looks again at once, as
+      // the engine's loop does: MPI_Testsome that finds a transfer complete
+      // returns without a progress pass, so nothing yielded, and the next
+      // look's pass yields if it finds nothing. Yielding there too handed
+      // the core away once more per call than MPI_Allreduce's own wait
+      // (4x1 at 1 Gbit/s, 256 B: 3.3 involuntary context switches per call
+      // and rank against MPI's 2.4; docs/PERFORMANCE.md, stop 30).
+      const bool yielded = ctx.transport->yieldedWhileIdle();
+      if (moved || yielded) continue;
       if (patience.yield) {
         sched_yield();
       } else {
