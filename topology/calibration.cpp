@@ -203,6 +203,13 @@ class SetupExchangeImpl : public SetupExchange {
   void recv(int peer, void* data, size_t bytes, uint32_t message, std::function<void()> then = {}, bool spin = false) {
     add(Step{Step::kRecv, peer, data, bytes, message, spin, std::move(then)});
   }
+  /// A send that no step waits for (it completes in the background; the
+  /// exchange ends only once it has).
+  void sendDetached(int peer, void* data, size_t bytes, uint32_t message) {
+    Step s{Step::kSend, peer, data, bytes, message, false, {}};
+    s.detach = true;
+    add(std::move(s));
+  }
   void call(std::function<void()> f) { add(Step{Step::kCall, -1, nullptr, 0, 0, false, std::move(f)}); }
   void poll(std::function<bool()> f, std::function<void()> then = {}) {
     Step s;
@@ -390,14 +397,7 @@ class SetupExchangeImpl : public SetupExchange {
     for (int i = 0; i < kRingRounds; ++i) {
       // Detached: every rank's send and receive of a round are in flight
       // together (a transport may complete a send only once it is matched).
-      Step out;
-      out.kind = Step::kSend;
-      out.peer = (r + 1) % p;
-      out.data = ringOut_.data();
-      out.bytes = ringOut_.size();
-      out.message = kRingBase + static_cast<uint32_t>(i);
-      out.detach = true;
-      add(std::move(out));
+      sendDetached((r + 1) % p, ringOut_.data(), ringOut_.size(), kRingBase + static_cast<uint32_t>(i));
       recv((r + p - 1) % p, ringIn_.data(), ringIn_.size(), kRingBase + static_cast<uint32_t>(i), [this, i, r] {
         if (r != 0) return;
         const auto now = Clock::now();
@@ -451,14 +451,7 @@ class SetupExchangeImpl : public SetupExchange {
     if (r == 0) ringStart_ = Clock::now();
     for (int i = 0; i < kLoadedBulkRounds; ++i) {
       const uint32_t message = kBulkBase + static_cast<uint32_t>(i);
-      Step out;
-      out.kind = Step::kSend;
-      out.peer = (r + 1) % p;
-      out.data = bulkOut_.data();
-      out.bytes = bulkOut_.size();
-      out.message = message;
-      out.detach = true;
-      add(std::move(out));
+      sendDetached((r + 1) % p, bulkOut_.data(), bulkOut_.size(), message);
       recv((r + p - 1) % p, bulkIn_.data(), bulkIn_.size(), message, [this, i, r] {
         if (r != 0) return;
         const auto now = Clock::now();
@@ -788,8 +781,7 @@ MachineCosts parseCalibration(const std::string& text, const std::string& origin
       char* end = nullptr;
       const double v = std::strtod(w[1].c_str(), &end);
       if (!end || *end || !(v >= kShmByteFactorMin) || !(v <= kShmByteFactorMax)) {
-        throw ConfigError(where + "'" + w[1] + "' is not a shared-memory byte factor between " +
-                          "0.25 and 16");
+        throw ConfigError(where + "'" + w[1] + "' is not a shared-memory byte factor between 0.25 and 16");
       }
       c.shmByteFactor = v;
     } else {
