@@ -16,10 +16,12 @@
 #include <mpi.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -96,9 +98,17 @@ int main(int argc, char** argv) {
     else usageError(("unknown option '" + a + "'").c_str());
   }
   if (bytes % 4) usageError("--bytes must be a multiple of 4 (float32)");
+  if (algo != "default") {
+    const auto names = gradcomm::algorithmNames(gradcomm::Collective::kAllreduce);
+    if (std::find(names.begin(), names.end(), algo) == names.end()) {
+      std::string valid = "default";
+      for (const auto& n : names) valid += ", " + n;
+      usageError(("unknown --algo '" + algo + "' (valid: " + valid + ")").c_str());
+    }
+  }
   const size_t count = static_cast<size_t>(bytes) / 4;
   std::vector<float> in(count, 1.0f), out(count, 0.0f);
-  {
+  try {
     gradcomm::Communicator comm = gradcomm::communicatorFromMpi(MPI_COMM_WORLD);
     gradcomm::CollectiveOptions o;
     if (algo != "default") o.algorithm = algo;
@@ -143,6 +153,12 @@ int main(int argc, char** argv) {
         }
       }
     }
+  } catch (const std::exception& e) {
+    // A configuration or call gradcomm rejects (GRADCOMM_* settings, an
+    // unknown --algo): every rank says why, then the job ends.
+    std::fprintf(stderr, "gradcomm-small-call-cost: rank %d: %s\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+    return 2;
   }
   MPI_Finalize();
   return 0;
