@@ -6,13 +6,10 @@
 #include <numeric>
 
 #include "transport/call_signature.hpp"
+#include "transport/shm_group.hpp"
 
 namespace gradcomm::topology {
 namespace {
-
-/// allreduce_shm.cpp's direct path (ShmAllreduceSchedule::kDirectMaxBytes):
-/// calls up to this size run one hand-off.
-constexpr double kShmDirectBytes = 16 * 1024;
 
 int floorPow2(int p) {
   int p2 = 1;
@@ -341,7 +338,7 @@ double CostModel::sharedMemoryAllreduce(int local, double bytes) const {
   const double rounds = std::max(1.0, std::ceil(bytes / roundBytes));
   // Up to 16 KiB in one round (allreduce_shm.cpp's direct path): one
   // hand-off; every rank stages its input and reduces all L of them.
-  if (rounds == 1 && bytes <= kShmDirectBytes) {
+  if (rounds == 1 && bytes <= static_cast<double>(transport::kShmDirectMaxBytes)) {
     return costs_.shmSyncSeconds + bytes * (costs_.copySecondsPerByte + (l - 1) * costs_.reduceSecondsPerByte);
   }
   return rounds * 3 * costs_.shmSyncSeconds + bytes * shmByteScale(bytes, l) *

@@ -61,7 +61,7 @@ class ShmAllreduceSchedule final : public Schedule {
   bool done() const override { return gatherNext_ == rounds_; }
   /// One round of at most kDirectMaxBytes: the path runInline() may take.
   bool direct() const { return direct_; }
-  static constexpr size_t kDirectMaxBytes = 16 * 1024;
+  static constexpr size_t kDirectMaxBytes = transport::kShmDirectMaxBytes;
 
   std::string waitingFor() const override {
     std::string what = "shared-memory round " + std::to_string(gatherNext_ + 1) + " of " + std::to_string(rounds_) + ": ";

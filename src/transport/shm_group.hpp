@@ -18,6 +18,11 @@
 
 namespace gradcomm::transport {
 
+/// The shared-memory allreduce's direct path: a call of at most this many
+/// bytes in one round takes one hand-off, and may run inline. The cost
+/// model prices it as such.
+constexpr size_t kShmDirectMaxBytes = 16 * 1024;
+
 /// Control block of one local rank, in shared memory. Each flag sits on its
 /// own cache line: writers never share a line with other writers.
 struct ShmRankBlock {
