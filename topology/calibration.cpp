@@ -394,22 +394,9 @@ class SetupExchangeImpl : public SetupExchange {
     const int p = t_.size(), r = t_.rank();
     ringOut_.assign(8, 0);
     ringIn_.assign(8, 0);
-    for (int i = 0; i < kRingRounds; ++i) {
-      // Detached: every rank's send and receive of a round are in flight
-      // together (a transport may complete a send only once it is matched).
-      sendDetached((r + 1) % p, ringOut_.data(), ringOut_.size(), kRingBase + static_cast<uint32_t>(i));
-      recv((r + p - 1) % p, ringIn_.data(), ringIn_.size(), kRingBase + static_cast<uint32_t>(i), [this, i, r] {
-        if (r != 0) return;
-        const auto now = Clock::now();
-        if (i > 0) roundSeconds_.push_back(std::chrono::duration<double>(now - ringStart_).count());
-        ringStart_ = now;
-        if (i == kRingRounds - 1) {
-          const double round = medianOf(roundSeconds_);
-          LinkCost& l = view_.numHosts() > 1 ? costs_.interHost : costs_.sameHost;
-          l.roundFloorSeconds = fitRoundFloor(round, ModelSettings{}.roundOverheadSeconds);
-        }
-      });
-    }
+    loadedRing(ringOut_, ringIn_, kRingBase, kRingRounds, roundSeconds_, [](double round, LinkCost& l) {
+      l.roundFloorSeconds = fitRoundFloor(round, ModelSettings{}.roundOverheadSeconds);
+    });
     // Then rounds of bulk data: rank 0 says how many bytes (what fits in
     // the budget left), every rank runs them.
     if (r == 0) {
@@ -445,23 +432,35 @@ class SetupExchangeImpl : public SetupExchange {
   /// class's beta to it (fitLoadedBeta).
   void bulk() {
     if (bulkBytes_ == 0 || bulkBytes_ > kLoadedBulkBytes) return;
-    const int p = t_.size(), r = t_.rank();
     bulkOut_.assign(bulkBytes_, 0);
     bulkIn_.assign(bulkBytes_, 0);
+    loadedRing(bulkOut_, bulkIn_, kBulkBase, kLoadedBulkRounds, bulkSeconds_, [this](double round, LinkCost& l) {
+      l.betaSecondsPerByte =
+          fitLoadedBeta(round, static_cast<double>(bulkBytes_), l, ModelSettings{}.roundOverheadSeconds);
+    });
+  }
+
+  /// Every rank: `rounds` rounds of sending `out` to the next rank and
+  /// receiving `in` from the previous (message indices base + i), all ranks
+  /// at once, each round after the last one's receive. Detached: every
+  /// rank's send and receive of a round are in flight together (a transport
+  /// may complete a send only once it is matched). Rank 0 times rounds
+  /// 2..rounds one by one into `seconds`, then hands their median and the
+  /// slowest link class (inter-host on several hosts, else same-host) to
+  /// `fit`.
+  void loadedRing(std::vector<char>& out, std::vector<char>& in, uint32_t base, int rounds,
+                  std::vector<double>& seconds, std::function<void(double, LinkCost&)> fit) {
+    const int p = t_.size(), r = t_.rank();
     if (r == 0) ringStart_ = Clock::now();
-    for (int i = 0; i < kLoadedBulkRounds; ++i) {
-      const uint32_t message = kBulkBase + static_cast<uint32_t>(i);
-      sendDetached((r + 1) % p, bulkOut_.data(), bulkOut_.size(), message);
-      recv((r + p - 1) % p, bulkIn_.data(), bulkIn_.size(), message, [this, i, r] {
+    for (int i = 0; i < rounds; ++i) {
+      const uint32_t message = base + static_cast<uint32_t>(i);
+      sendDetached((r + 1) % p, out.data(), out.size(), message);
+      recv((r + p - 1) % p, in.data(), in.size(), message, [this, i, r, rounds, &seconds, fit] {
         if (r != 0) return;
         const auto now = Clock::now();
-        if (i > 0) bulkSeconds_.push_back(std::chrono::duration<double>(now - ringStart_).count());
+        if (i > 0) seconds.push_back(std::chrono::duration<double>(now - ringStart_).count());
         ringStart_ = now;
-        if (i == kLoadedBulkRounds - 1) {
-          LinkCost& l = view_.numHosts() > 1 ? costs_.interHost : costs_.sameHost;
-          l.betaSecondsPerByte = fitLoadedBeta(medianOf(bulkSeconds_), static_cast<double>(bulkBytes_), l,
-                                               ModelSettings{}.roundOverheadSeconds);
-        }
+        if (i == rounds - 1) fit(medianOf(seconds), view_.numHosts() > 1 ? costs_.interHost : costs_.sameHost);
       });
     }
   }
