@@ -69,6 +69,32 @@ size_t hierSlicesUsed(size_t slices, size_t count, size_t elemSize, size_t slice
   return std::clamp<size_t>(count / minElems, 1, slices);
 }
 
+uint32_t hdSameHostDistances(const TopologyView& view) {
+  const int p = view.size();
+  const int p2 = floorPow2(std::max(p, 1)), extra = p - p2;
+  // Core rank c is rank 2c + 1 for c < extra (the odd one of a folded
+  // pair), else c + extra (patterns::unfold).
+  auto real = [extra](int c) { return c < extra ? 2 * c + 1 : c + extra; };
+  uint32_t set = 0;
+  for (int d = 1; d < p2 && d < 32; d <<= 1) {
+    bool same = true;
+    for (int c = 0; c < p2 && same; ++c) same = view.hostOf(real(c)) == view.hostOf(real(c ^ d));
+    if (same) set |= uint32_t{1} << d;
+  }
+  return set;
+}
+
+std::vector<int> hdHalvingOrder(int p2, uint32_t sameHostDistances) {
+  std::vector<int> order;
+  for (const bool same : {true, false}) {
+    for (int d = p2 / 2; d >= 1; d /= 2) {
+      const bool isSame = d < 32 && (sameHostDistances >> d & 1u) != 0;
+      if (isSame == same) order.push_back(d);
+    }
+  }
+  return order;
+}
+
 bool hierSignsMessages(const TopologyView& view, size_t count, size_t elemSize, size_t rdSliceBytes,
                        size_t segmentBytes, size_t sliceMinBytes) {
   // At most one message per ordered pair of ranks in a call: slices that
@@ -204,9 +230,10 @@ double CostModel::foldSeconds(const std::vector<std::vector<int>>& groups, doubl
 }
 
 namespace {
-/// The rank of core index c after folding (the even rank of the first pairs).
+/// The rank of core index c after folding: the odd rank of each of the
+/// first pairs (the even one hands its data to it; patterns::unfold).
 int coreRank(const std::vector<int>& g, int c, int extra) {
-  return g[static_cast<size_t>(c < extra ? 2 * c : c + extra)];
+  return g[static_cast<size_t>(c < extra ? 2 * c + 1 : c + extra)];
 }
 }  // namespace
 
@@ -231,9 +258,11 @@ double CostModel::halvingDoubling(const std::vector<int>& g, double bytes) const
   const int p2 = floorPow2(p), extra = p - p2;
   double t = foldSeconds({g}, bytes, true);
   double part = bytes;
-  // Distance halving: the first round exchanges half the vector with the
-  // partner p2/2 away; the allgather retraces the rounds backwards.
-  for (int dist = p2 / 2; dist >= 1; dist /= 2) {
+  // The first round exchanges half the vector, with the partner at the
+  // first distance of hdHalvingOrder (same-host distances first); the
+  // allgather retraces the rounds backwards.
+  const uint32_t sameHost = static_cast<int>(g.size()) == view_.size() ? hdSameHostDistances(view_) : 0;
+  for (const int dist : hdHalvingOrder(p2, sameHost)) {
     part /= 2;
     Pairs round;
     for (int c = 0; c < p2; ++c) round.emplace_back(coreRank(g, c, extra), coreRank(g, c ^ dist, extra));

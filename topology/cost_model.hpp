@@ -1,5 +1,6 @@
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -107,6 +108,24 @@ bool hierSignsMessages(const TopologyView& view, size_t count, size_t elemSize, 
 /// so a small call exchanges between hosts from each host's first ranks
 /// only: fewer messages on each host's link and fewer ranks that poll it.
 size_t hierSlicesUsed(size_t slices, size_t count, size_t elemSize, size_t sliceMinBytes);
+
+/// Halving-doubling (allreduce_hd) over the ranks 0..size-1 of `view`,
+/// whose first 2(size - p2) ranks fold in pairs (the odd rank of each pair
+/// stays in the core, p2 the largest power of two <= size): the exchange
+/// distances, in core ranks, at which every pair of partners shares a host,
+/// as a bit set (distance d is bit d). On 2x2 (ranks 0,1 | 2,3): {1}.
+uint32_t hdSameHostDistances(const TopologyView& view);
+
+/// The order of halving-doubling's reduce-scatter rounds over `p2` core
+/// ranks (its allgather retraces them backwards): the distances in
+/// `sameHostDistances` first, then the others, each from the largest down.
+/// The first round moves half the vector, the next a quarter, so the
+/// largest exchanges stay inside hosts where they can: on 2x2 at 1 Gbit/s,
+/// distance halving (2, then 1) sent half of a 1 MiB vector across hosts
+/// in its first round, and took 17.6 ms where Open MPI's nonblocking
+/// allreduce (same-host partner first) took 9.2 (docs/PERFORMANCE.md,
+/// stop 31). Without such distances: p2/2, p2/4, ..., 1.
+std::vector<int> hdHalvingOrder(int p2, uint32_t sameHostDistances);
 
 /// Predicts the time of each algorithm for a call from the topology and the
 /// machine's costs: per algorithm a sum over its communication rounds of

@@ -51,6 +51,11 @@ struct Tuning {
   /// this size uses fewer (topology::hierSlicesUsed), so fewer local ranks
   /// exchange between hosts (GRADCOMM_HIER_SLICE_MIN).
   size_t hierSliceMinBytes = 32 * 1024;
+  /// Halving-doubling's exchange distances (in core ranks) whose partners
+  /// all share a host, as a bit set (topology::hdSameHostDistances): its
+  /// reduce-scatter takes them first (topology::hdHalvingOrder). Identical
+  /// on every rank (the communicator's view).
+  uint32_t hdSameHostDistances = 0;
 };
 
 /// Everything a schedule needs to run: the transport, the kernels, the

@@ -1,15 +1,19 @@
 // Recursive halving-doubling allreduce (Rabenseifner): a reduce-scatter by
-// recursive vector halving (distance halving, so core rank i ends up owning
-// chunk i), then an allgather by recursive doubling. Bandwidth-optimal like
-// the ring with log2(p) instead of p-1 latency terms. Non-power-of-two
-// sizes fold the first 2(p - p2) ranks in pairs first and unfold after.
-// Every exchange is cut into pipeline segments.
+// recursive vector halving, then an allgather by recursive doubling that
+// retraces its rounds backwards. Bandwidth-optimal like the ring with
+// log2(p) instead of p-1 latency terms. The first round moves half the
+// vector, so the reduce-scatter takes the distances whose partners share a
+// host first (topology::hdHalvingOrder; distance halving, p2/2 first,
+// where none do). Non-power-of-two sizes fold the first 2(p - p2) ranks in
+// pairs first and unfold after. Every exchange is cut into pipeline
+// segments.
 #include <vector>
 
 #include "algorithms/catalog.hpp"
 #include "algorithms/patterns/binomial_tree.hpp"
 #include "algorithms/patterns/partition.hpp"
 #include "algorithms/plan_helpers.hpp"
+#include "topology/cost_model.hpp"
 
 namespace gradcomm::algorithms {
 namespace {
@@ -105,10 +109,14 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
     }
     msg = 2 * stride;
 
-    // Phase 1: reduce-scatter by recursive halving over core ranks.
+    // Phase 1: reduce-scatter by recursive halving over core ranks. Each
+    // round halves the window of chunks this rank is responsible for,
+    // keeping the lower half where its rank has the round's distance bit
+    // clear; any order of the distances works, every rank taking the same.
+    const std::vector<int> order = topology::hdHalvingOrder(f.p2, tuning.hdSameHostDistances);
     const Partition chunks{n, static_cast<size_t>(f.p2)};
     int lo = 0, hi = f.p2;  // window of chunk indices we are responsible for
-    for (int mask = f.p2 / 2; mask >= 1; mask /= 2) {
+    for (const int mask : order) {
       const int partner = patterns::unfold(f.newRank ^ mask, f);
       const int mid = lo + (hi - lo) / 2;
       const bool keepLower = (f.newRank & mask) == 0;
@@ -128,7 +136,8 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
       lo = keepLo;
       hi = keepHi;
     }
-    // We own chunk newRank: divide it once, here, for avg.
+    // We own chunk lo (newRank under distance halving): divide it once,
+    // here, for avg.
     const size_t ownOff = chunks.offsetOf(static_cast<size_t>(lo));
     const size_t ownCnt = chunks.offsetOf(static_cast<size_t>(hi)) - ownOff;
     if (!haveOut && !call.inPlace) join({b.copy(out(ownOff, ownCnt), in(ownOff, ownCnt), {barrier})});
@@ -136,8 +145,10 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
     if (call.op == ReduceOp::kAvg) join({b.divide(out(ownOff, ownCnt), {barrier})});
     closeRound();
 
-    // Phase 2: allgather by recursive doubling; windows grow back.
-    for (int mask = 1; mask < f.p2; mask *= 2) {
+    // Phase 2: allgather by recursive doubling, the reduce-scatter's
+    // rounds backwards; windows grow back.
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const int mask = *it;
       const int partner = patterns::unfold(f.newRank ^ mask, f);
       const int size = hi - lo;
       const bool partnerAbove = (f.newRank & mask) == 0;

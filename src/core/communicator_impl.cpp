@@ -395,6 +395,7 @@ algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, 
   ctx.tuning.shmChunkBytes = config_.shmChunkBytes;
   ctx.tuning.hierRdSliceBytes = config_.hierRdSliceBytes;
   ctx.tuning.hierSliceMinBytes = config_.hierSliceMinBytes;
+  ctx.tuning.hdSameHostDistances = topology::hdSameHostDistances(view_);
   return ctx;
 }
 

@@ -167,6 +167,57 @@ INSTANTIATE_TEST_SUITE_P(Hosts, HierLayouts,
                                   (info.param.chaos ? "_chaos" : "");
                          });
 
+// Halving-doubling takes the distances whose partners share a host first
+// (topology::hdHalvingOrder), so on several hosts its rounds run in another
+// order than distance halving: 2x2 (1, then 2), 2x4 (2, 1, then 4),
+// 4 + 2 + 2 (1, 4, then 2), one with a fold (2 + 2 + 2: no such distance),
+// and ranks placed round-robin (3 + 2). Every op (avg bit for bit on every
+// rank), three element sizes, counts that split into uneven chunks, in and
+// out of place, chaos on half the layouts.
+class HalvingDoublingLayouts : public ::testing::TestWithParam<HierLayout> {};
+
+TEST_P(HalvingDoublingLayouts, AllreduceMatchesTheReferenceOnEveryRank) {
+  const HierLayout layout = GetParam();
+  int p = 0;
+  for (int n : layout.hostSizes) p += n;
+  transport::InProcWorld::Settings settings;
+  settings.hostSizes = layout.hostSizes;
+  settings.hostOfRank = layout.hostOfRank;
+  settings.chaos = layout.chaos;
+  settings.seed = static_cast<uint64_t>(p) * 13 + layout.hostSizes.size();
+  runRanks(
+      p,
+      [&](RankContext& ctx) {
+        uint64_t seed = 1;
+        for (DataType t : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64}) {
+          for (ReduceOp op : allOps()) {
+            if (!supported(t, op)) continue;
+            for (size_t count : {size_t{0}, size_t{1}, size_t{3}, static_cast<size_t>(p + 1), size_t{37}, size_t{1001}}) {
+              for (bool inPlace : {false, true}) {
+                CollectiveCase c{Collective::kAllreduce, "hd", t, op, count, 0, inPlace, seed++};
+                std::string err = runAndCheck(ctx.comm, c);
+                if (!err.empty()) throw std::runtime_error(err);
+              }
+            }
+          }
+        }
+      },
+      smallSegments(), settings);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, HalvingDoublingLayouts,
+                         ::testing::Values(HierLayout{{2, 2}, false}, HierLayout{{4, 4}, true},
+                                           HierLayout{{4, 2, 2}, false}, HierLayout{{2, 2, 2}, true},
+                                           HierLayout{{3, 2}, true, {0, 1, 0, 1, 0}}),
+                         [](const auto& info) {
+                           std::string name = "h";
+                           for (size_t i = 0; i < info.param.hostSizes.size(); ++i) {
+                             name += (i ? "x" : "") + std::to_string(info.param.hostSizes[i]);
+                           }
+                           return name + (info.param.hostOfRank.empty() ? "" : "_roundrobin") +
+                                  (info.param.chaos ? "_chaos" : "");
+                         });
+
 // Small hier calls sign their messages between hosts (one tag per call, so
 // a pair's messages must arrive in the order their receives were posted).
 // With tiny pipeline segments a small call runs in several waves, and a

@@ -338,6 +338,37 @@ TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
   EXPECT_EQ(fastest(m, Collective::kAllreduce, kSmall, kFlat), "rd");
 }
 
+TEST(CostModel, HalvingDoublingTakesTheDistancesWithinHostsFirst) {
+  // Which distances (in core ranks) pair only ranks of one host.
+  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(2, 2)), 1u << 1);
+  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(2, 4)), (1u << 1) | (1u << 2));
+  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(1, 4)), (1u << 1) | (1u << 2));
+  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(4, 1)), 0u);
+  EXPECT_EQ(hdSameHostDistances(TopologyView({0, 0, 0, 0, 4, 4, 6, 6})), 1u << 1);  // hosts of 4, 2, 2
+  // 2 + 2 + 2 folds ranks 0 and 2 into 1 and 3: the core is ranks 1, 3, 4, 5.
+  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(3, 2)), 0u);
+  // Ranks round-robin over 2 hosts: partners 2 apart share a host.
+  EXPECT_EQ(hdSameHostDistances(TopologyView({0, 1, 0, 1})), 1u << 2);
+  // The order: same-host distances first, each group from the largest down.
+  EXPECT_EQ(hdHalvingOrder(4, 0), (std::vector<int>{2, 1}));
+  EXPECT_EQ(hdHalvingOrder(4, 1u << 1), (std::vector<int>{1, 2}));
+  EXPECT_EQ(hdHalvingOrder(8, (1u << 1) | (1u << 2)), (std::vector<int>{2, 1, 4}));
+  EXPECT_EQ(hdHalvingOrder(8, 1u << 1), (std::vector<int>{1, 4, 2}));
+  EXPECT_EQ(hdHalvingOrder(8, (1u << 1) | (1u << 2) | (1u << 4)), (std::vector<int>{4, 2, 1}));
+  EXPECT_EQ(hdHalvingOrder(1, 0), std::vector<int>{});
+  // The model follows it: on 2x2 the first round (half the vector) stays on
+  // the host, the second (a quarter) crosses, both ranks of a host at once.
+  const MachineCosts c = chosenCosts();
+  const double ov = ModelSettings{}.roundOverheadSeconds;
+  const double n = kLarge;
+  const double expected =
+      2 * (c.sameHost.alphaSeconds + n / 2 * c.sameHost.betaSecondsPerByte + ov) +
+      2 * (c.interHost.alphaSeconds + 2 * (n / 4) * c.interHost.betaSecondsPerByte + ov) +
+      (n / 2 + n / 4) * c.reduceSecondsPerByte + ov;
+  const double hd = *CostModel(TopologyView::uniform(2, 2), c).predict(Collective::kAllreduce, "hd", kLarge);
+  EXPECT_NEAR(hd, expected, expected * 1e-9);
+}
+
 // The engine's call check costs one more message's software, except where
 // the algorithm compares calls itself (shm, native) or signs its messages
 // (rd up to the signed-payload limit; hier on equal hosts while its slices
