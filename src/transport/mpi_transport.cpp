@@ -323,7 +323,7 @@ namespace {
 
 /// Open MPI's mpi_yield_when_idle (on when set, or when ranks outnumber
 /// cores), read through the MPI tool interface; false where it is unknown.
-bool mpiYieldsWhenIdle() {
+bool readMpiYieldsWhenIdle() {
   int provided = 0;
   if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return false;
   bool yields = false;
@@ -341,6 +341,15 @@ bool mpiYieldsWhenIdle() {
     }
   }
   MPI_T_finalize();
+  return yields;
+}
+
+/// readMpiYieldsWhenIdle(), once per process: MPI_T_init_thread registers
+/// every framework of Open MPI and opens its component libraries, about
+/// 210 ms each time here (of a communicator's 220 ms creation with
+/// calibration off), and the parameter cannot change once MPI is up.
+bool mpiYieldsWhenIdle() {
+  static const bool yields = readMpiYieldsWhenIdle();
   return yields;
 }
 
