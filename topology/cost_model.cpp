@@ -76,10 +76,10 @@ uint32_t hdSameHostDistances(const TopologyView& view) {
   // pair), else c + extra (patterns::unfold).
   auto real = [extra](int c) { return c < extra ? 2 * c + 1 : c + extra; };
   uint32_t set = 0;
-  for (int d = 1; d < p2 && d < 32; d <<= 1) {
+  for (int k = 0; k < 31 && (1 << k) < p2; ++k) {
     bool same = true;
-    for (int c = 0; c < p2 && same; ++c) same = view.hostOf(real(c)) == view.hostOf(real(c ^ d));
-    if (same) set |= uint32_t{1} << d;
+    for (int c = 0; c < p2 && same; ++c) same = view.hostOf(real(c)) == view.hostOf(real(c ^ (1 << k)));
+    if (same) set |= uint32_t{1} << k;
   }
   return set;
 }
@@ -87,9 +87,10 @@ uint32_t hdSameHostDistances(const TopologyView& view) {
 std::vector<int> hdHalvingOrder(int p2, uint32_t sameHostDistances) {
   std::vector<int> order;
   for (const bool same : {true, false}) {
-    for (int d = p2 / 2; d >= 1; d /= 2) {
-      const bool isSame = d < 32 && (sameHostDistances >> d & 1u) != 0;
-      if (isSame == same) order.push_back(d);
+    for (int k = 30; k >= 0; --k) {
+      if ((1 << k) >= p2) continue;
+      const bool isSame = (sameHostDistances >> k & 1u) != 0;
+      if (isSame == same) order.push_back(1 << k);
     }
   }
   return order;

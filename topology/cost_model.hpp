@@ -113,7 +113,8 @@ size_t hierSlicesUsed(size_t slices, size_t count, size_t elemSize, size_t slice
 /// whose first 2(size - p2) ranks fold in pairs (the odd rank of each pair
 /// stays in the core, p2 the largest power of two <= size): the exchange
 /// distances, in core ranks, at which every pair of partners shares a host,
-/// as a bit set (distance d is bit d). On 2x2 (ranks 0,1 | 2,3): {1}.
+/// as a bit set (distance 2^k is bit k). On 2x2 (ranks 0,1 | 2,3): bit 0
+/// (distance 1).
 uint32_t hdSameHostDistances(const TopologyView& view);
 
 /// The order of halving-doubling's reduce-scatter rounds over `p2` core

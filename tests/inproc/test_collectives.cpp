@@ -100,16 +100,32 @@ struct HierLayout {
   std::vector<int> hostOfRank = {};  // non-empty: placement instead of consecutive ranks
 };
 
+/// "h2x3_chaos", "h3x2_roundrobin": a layout's test name.
+static std::string layoutName(const ::testing::TestParamInfo<HierLayout>& info) {
+  std::string name = "h";
+  for (size_t i = 0; i < info.param.hostSizes.size(); ++i) {
+    name += (i ? "x" : "") + std::to_string(info.param.hostSizes[i]);
+  }
+  return name + (info.param.hostOfRank.empty() ? "" : "_roundrobin") + (info.param.chaos ? "_chaos" : "");
+}
+
+/// The in-process world of `layout`; `*ranks` gets its number of ranks.
+static transport::InProcWorld::Settings worldOf(const HierLayout& layout, int* ranks) {
+  *ranks = 0;
+  for (int n : layout.hostSizes) *ranks += n;
+  transport::InProcWorld::Settings settings;
+  settings.hostSizes = layout.hostSizes;
+  settings.hostOfRank = layout.hostOfRank;
+  settings.chaos = layout.chaos;
+  return settings;
+}
+
 class HierLayouts : public ::testing::TestWithParam<HierLayout> {
  protected:
   void check(Collective coll) {
     const HierLayout layout = GetParam();
     int p = 0;
-    for (int n : layout.hostSizes) p += n;
-    transport::InProcWorld::Settings settings;
-    settings.hostSizes = layout.hostSizes;
-    settings.hostOfRank = layout.hostOfRank;
-    settings.chaos = layout.chaos;
+    transport::InProcWorld::Settings settings = worldOf(layout, &p);
     settings.shmChunkBytes = 64;
     settings.seed = static_cast<uint64_t>(p) * 7 + layout.hostSizes.size() + static_cast<uint64_t>(coll);
     const std::vector<int> roots = coll == Collective::kBroadcast ? std::vector<int>{0, p / 2, p - 1} : std::vector<int>{0};
@@ -158,14 +174,7 @@ INSTANTIATE_TEST_SUITE_P(Hosts, HierLayouts,
                                            HierLayout{{2, 2, 2}, false},
                                            // Ranks 0, 2, 4 on one host, 1, 3 on the other.
                                            HierLayout{{3, 2}, true, {0, 1, 0, 1, 0}}),
-                         [](const auto& info) {
-                           std::string name = "h";
-                           for (size_t i = 0; i < info.param.hostSizes.size(); ++i) {
-                             name += (i ? "x" : "") + std::to_string(info.param.hostSizes[i]);
-                           }
-                           return name + (info.param.hostOfRank.empty() ? "" : "_roundrobin") +
-                                  (info.param.chaos ? "_chaos" : "");
-                         });
+                         layoutName);
 
 // Halving-doubling takes the distances whose partners share a host first
 // (topology::hdHalvingOrder), so on several hosts its rounds run in another
@@ -179,11 +188,7 @@ class HalvingDoublingLayouts : public ::testing::TestWithParam<HierLayout> {};
 TEST_P(HalvingDoublingLayouts, AllreduceMatchesTheReferenceOnEveryRank) {
   const HierLayout layout = GetParam();
   int p = 0;
-  for (int n : layout.hostSizes) p += n;
-  transport::InProcWorld::Settings settings;
-  settings.hostSizes = layout.hostSizes;
-  settings.hostOfRank = layout.hostOfRank;
-  settings.chaos = layout.chaos;
+  transport::InProcWorld::Settings settings = worldOf(layout, &p);
   settings.seed = static_cast<uint64_t>(p) * 13 + layout.hostSizes.size();
   runRanks(
       p,
@@ -209,14 +214,7 @@ INSTANTIATE_TEST_SUITE_P(Hosts, HalvingDoublingLayouts,
                          ::testing::Values(HierLayout{{2, 2}, false}, HierLayout{{4, 4}, true},
                                            HierLayout{{4, 2, 2}, false}, HierLayout{{2, 2, 2}, true},
                                            HierLayout{{3, 2}, true, {0, 1, 0, 1, 0}}),
-                         [](const auto& info) {
-                           std::string name = "h";
-                           for (size_t i = 0; i < info.param.hostSizes.size(); ++i) {
-                             name += (i ? "x" : "") + std::to_string(info.param.hostSizes[i]);
-                           }
-                           return name + (info.param.hostOfRank.empty() ? "" : "_roundrobin") +
-                                  (info.param.chaos ? "_chaos" : "");
-                         });
+                         layoutName);
 
 // Small hier calls sign their messages between hosts (one tag per call, so
 // a pair's messages must arrive in the order their receives were posted).

@@ -339,23 +339,27 @@ TEST(CostModel, TwoByTwoChargesSharedHostLinksAndFavoursHierarchicalWhenLarge) {
 }
 
 TEST(CostModel, HalvingDoublingTakesTheDistancesWithinHostsFirst) {
-  // Which distances (in core ranks) pair only ranks of one host.
-  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(2, 2)), 1u << 1);
-  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(2, 4)), (1u << 1) | (1u << 2));
-  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(1, 4)), (1u << 1) | (1u << 2));
+  // Which distances (in core ranks) pair only ranks of one host: bit k
+  // for distance 2^k.
+  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(2, 2)), 1u << 0);
+  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(2, 4)), (1u << 0) | (1u << 1));
+  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(1, 4)), (1u << 0) | (1u << 1));
   EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(4, 1)), 0u);
-  EXPECT_EQ(hdSameHostDistances(TopologyView({0, 0, 0, 0, 4, 4, 6, 6})), 1u << 1);  // hosts of 4, 2, 2
+  EXPECT_EQ(hdSameHostDistances(TopologyView({0, 0, 0, 0, 4, 4, 6, 6})), 1u << 0);  // hosts of 4, 2, 2
   // 2 + 2 + 2 folds ranks 0 and 2 into 1 and 3: the core is ranks 1, 3, 4, 5.
   EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(3, 2)), 0u);
   // Ranks round-robin over 2 hosts: partners 2 apart share a host.
-  EXPECT_EQ(hdSameHostDistances(TopologyView({0, 1, 0, 1})), 1u << 2);
+  EXPECT_EQ(hdSameHostDistances(TopologyView({0, 1, 0, 1})), 1u << 1);
   // The order: same-host distances first, each group from the largest down.
   EXPECT_EQ(hdHalvingOrder(4, 0), (std::vector<int>{2, 1}));
-  EXPECT_EQ(hdHalvingOrder(4, 1u << 1), (std::vector<int>{1, 2}));
-  EXPECT_EQ(hdHalvingOrder(8, (1u << 1) | (1u << 2)), (std::vector<int>{2, 1, 4}));
-  EXPECT_EQ(hdHalvingOrder(8, 1u << 1), (std::vector<int>{1, 4, 2}));
-  EXPECT_EQ(hdHalvingOrder(8, (1u << 1) | (1u << 2) | (1u << 4)), (std::vector<int>{4, 2, 1}));
+  EXPECT_EQ(hdHalvingOrder(4, 1u << 0), (std::vector<int>{1, 2}));
+  EXPECT_EQ(hdHalvingOrder(8, (1u << 0) | (1u << 1)), (std::vector<int>{2, 1, 4}));
+  EXPECT_EQ(hdHalvingOrder(8, 1u << 0), (std::vector<int>{1, 4, 2}));
+  EXPECT_EQ(hdHalvingOrder(8, (1u << 0) | (1u << 1) | (1u << 2)), (std::vector<int>{4, 2, 1}));
   EXPECT_EQ(hdHalvingOrder(1, 0), std::vector<int>{});
+  // Large hosts: 2 x 64, every distance up to 32 inside a host, 64 across.
+  EXPECT_EQ(hdSameHostDistances(TopologyView::uniform(2, 64)), 0x3Fu);
+  EXPECT_EQ(hdHalvingOrder(128, 0x3F), (std::vector<int>{32, 16, 8, 4, 2, 1, 64}));
   // The model follows it: on 2x2 the first round (half the vector) stays on
   // the host, the second (a quarter) crosses, both ranks of a host at once.
   const MachineCosts c = chosenCosts();
