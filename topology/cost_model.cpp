@@ -11,6 +11,11 @@
 namespace gradcomm::topology {
 namespace {
 
+/// Which rank (an index into the group) core index c is after folding the
+/// first `extra` pairs: the odd rank of each of them (the even one hands
+/// its data to it; patterns::unfold), then the unfolded ranks.
+int coreIndex(int c, int extra) { return c < extra ? 2 * c + 1 : c + extra; }
+
 int floorPow2(int p) {
   int p2 = 1;
   while (p2 * 2 <= p) p2 *= 2;
@@ -72,13 +77,12 @@ size_t hierSlicesUsed(size_t slices, size_t count, size_t elemSize, size_t slice
 uint32_t hdSameHostDistances(const TopologyView& view) {
   const int p = view.size();
   const int p2 = floorPow2(std::max(p, 1)), extra = p - p2;
-  // Core rank c is rank 2c + 1 for c < extra (the odd one of a folded
-  // pair), else c + extra (patterns::unfold).
-  auto real = [extra](int c) { return c < extra ? 2 * c + 1 : c + extra; };
   uint32_t set = 0;
   for (int k = 0; k < 31 && (1 << k) < p2; ++k) {
     bool same = true;
-    for (int c = 0; c < p2 && same; ++c) same = view.hostOf(real(c)) == view.hostOf(real(c ^ (1 << k)));
+    for (int c = 0; c < p2 && same; ++c) {
+      same = view.hostOf(coreIndex(c, extra)) == view.hostOf(coreIndex(c ^ (1 << k), extra));
+    }
     if (same) set |= uint32_t{1} << k;
   }
   return set;
@@ -231,11 +235,8 @@ double CostModel::foldSeconds(const std::vector<std::vector<int>>& groups, doubl
 }
 
 namespace {
-/// The rank of core index c after folding: the odd rank of each of the
-/// first pairs (the even one hands its data to it; patterns::unfold).
-int coreRank(const std::vector<int>& g, int c, int extra) {
-  return g[static_cast<size_t>(c < extra ? 2 * c + 1 : c + extra)];
-}
+/// The rank of core index c of group g after folding (coreIndex).
+int coreRank(const std::vector<int>& g, int c, int extra) { return g[static_cast<size_t>(coreIndex(c, extra))]; }
 }  // namespace
 
 double CostModel::recursiveDoubling(const std::vector<std::vector<int>>& groups, double bytes) const {

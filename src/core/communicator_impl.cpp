@@ -261,6 +261,8 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
   settings.hierRdSliceBytes = config_.hierRdSliceBytes;
   settings.hierSliceMinBytes = config_.hierSliceMinBytes;
   selector_.useModel(std::make_shared<topology::CostModel>(view_, result->costs, settings), tuning);
+  // The view is final here (rank 0's layout): hd's order follows from it once.
+  hdSameHostDistances_ = topology::hdSameHostDistances(view_);
 }
 
 void CommunicatorImpl::logStartup() const {
@@ -395,7 +397,7 @@ algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, 
   ctx.tuning.shmChunkBytes = config_.shmChunkBytes;
   ctx.tuning.hierRdSliceBytes = config_.hierRdSliceBytes;
   ctx.tuning.hierSliceMinBytes = config_.hierSliceMinBytes;
-  ctx.tuning.hdSameHostDistances = topology::hdSameHostDistances(view_);
+  ctx.tuning.hdSameHostDistances = hdSameHostDistances_;
   return ctx;
 }
 

@@ -90,6 +90,9 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   int size_;
   kernels::SimdLevel simd_;
   topology::TopologyView view_;
+  /// topology::hdSameHostDistances(view_), for every call's Tuning (set
+  /// once the view is final, in setUpSelection).
+  uint32_t hdSameHostDistances_ = 0;
   topology::WaitPolicy wait_;  ///< GRADCOMM_WAIT resolved for this host
   algorithms::Selector selector_;
   std::shared_ptr<core::ProgressEngine> engine_;
