@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -25,6 +27,7 @@ double medianOf(std::vector<double> v) {
 }
 
 double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double secondsBetween(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 /// Rank 0's decisions and numbers as they travel (plain bytes; every rank
 /// runs the same build, so the layout is the same everywhere).
@@ -34,17 +37,17 @@ struct Wire {
   uint32_t magic = kMagic;
   uint32_t flags = 0;
   uint64_t textBytes = 0;
-  double values[10] = {};
+  double values[11] = {};
   uint32_t source = 0;  // 0 defaults, 1 calibrated, 2 file
   uint32_t pad = 0;
   int32_t probes[2] = {-1, -1};  // the peer rank 0 probes per link class, or -1
 };
 
 void pack(const MachineCosts& c, Wire* w) {
-  const double v[10] = {c.sameHost.alphaSeconds,     c.sameHost.betaSecondsPerByte, c.interHost.alphaSeconds,
+  const double v[11] = {c.sameHost.alphaSeconds,     c.sameHost.betaSecondsPerByte, c.interHost.alphaSeconds,
                         c.interHost.betaSecondsPerByte, c.copySecondsPerByte,      c.reduceSecondsPerByte,
                         c.shmSyncSeconds,               c.sameHost.roundFloorSeconds, c.interHost.roundFloorSeconds,
-                        c.shmByteFactor};
+                        c.shmByteFactor,                c.interHost.gapSeconds};
   std::memcpy(w->values, v, sizeof v);
   w->source = c.source == "defaults" ? 0 : c.source == "calibrated" ? 1 : 2;
 }
@@ -52,7 +55,7 @@ void pack(const MachineCosts& c, Wire* w) {
 MachineCosts unpack(const Wire& w) {
   MachineCosts c;
   c.sameHost = {w.values[0], w.values[1], w.values[7]};
-  c.interHost = {w.values[2], w.values[3], w.values[8]};
+  c.interHost = {w.values[2], w.values[3], w.values[8], w.values[10]};
   c.copySecondsPerByte = w.values[4];
   c.reduceSecondsPerByte = w.values[5];
   c.shmSyncSeconds = w.values[6];
@@ -97,6 +100,12 @@ constexpr int kRingRounds = kLoadedRingRounds;
 constexpr uint32_t kBulkSizeMessage = kRingBase + kRingRounds;
 constexpr uint32_t kBulkBase = kBulkSizeMessage + 1;
 constexpr int kLoadedBulkRounds = 5;
+// The across and leaders rounds (the inter-host link gap): after the
+// 8-byte ring rounds, where there are several hosts of several ranks
+// (across()); message indices kAcrossMessageBase + k.
+constexpr uint32_t kAcrossBase = kAcrossMessageBase;
+static_assert(kAcrossMessageBase >= kLoadedRingMessageBase + kLoadedRingRounds + 1 + kLoadedBulkRounds,
+              "the across rounds' messages follow the ring's and the bulk rounds'");
 constexpr size_t kLoadedBulkBytes = 256 * 1024;
 // The loaded shared-memory phase (the ranks of each host, all at once,
 // where every one of them sees the same shared-memory group): kShmSyncRounds
@@ -394,9 +403,11 @@ class SetupExchangeImpl : public SetupExchange {
     const int p = t_.size(), r = t_.rank();
     ringOut_.assign(8, 0);
     ringIn_.assign(8, 0);
-    loadedRing(ringOut_, ringIn_, kRingBase, kRingRounds, roundSeconds_, [](double round, LinkCost& l) {
-      l.roundFloorSeconds = fitRoundFloor(round, ModelSettings{}.roundOverheadSeconds);
-    });
+    loadedRounds((r + 1) % p, (r + p - 1) % p, ringOut_, ringIn_, kRingBase, kRingRounds, roundSeconds_,
+                 [](double round, LinkCost& l) {
+                   l.roundFloorSeconds = fitRoundFloor(round, ModelSettings{}.roundOverheadSeconds);
+                 });
+    across();
     // Then rounds of bulk data: rank 0 says how many bytes (what fits in
     // the budget left), every rank runs them.
     if (r == 0) {
@@ -434,28 +445,80 @@ class SetupExchangeImpl : public SetupExchange {
     if (bulkBytes_ == 0 || bulkBytes_ > kLoadedBulkBytes) return;
     bulkOut_.assign(bulkBytes_, 0);
     bulkIn_.assign(bulkBytes_, 0);
-    loadedRing(bulkOut_, bulkIn_, kBulkBase, kLoadedBulkRounds, bulkSeconds_, [this](double round, LinkCost& l) {
-      l.betaSecondsPerByte =
-          fitLoadedBeta(round, static_cast<double>(bulkBytes_), l, ModelSettings{}.roundOverheadSeconds);
-    });
+    const int p = t_.size(), r = t_.rank();
+    loadedRounds((r + 1) % p, (r + p - 1) % p, bulkOut_, bulkIn_, kBulkBase, kLoadedBulkRounds, bulkSeconds_,
+                 [this](double round, LinkCost& l) {
+                   l.betaSecondsPerByte = fitLoadedBeta(round, static_cast<double>(bulkBytes_), l,
+                                                        ModelSettings{}.roundOverheadSeconds);
+                 });
   }
 
-  /// Every rank: `rounds` rounds of sending `out` to the next rank and
-  /// receiving `in` from the previous (message indices base + i), all ranks
-  /// at once, each round after the last one's receive. Detached: every
-  /// rank's send and receive of a round are in flight together (a transport
-  /// may complete a send only once it is matched). Rank 0 times rounds
-  /// 2..rounds one by one into `seconds`, then hands their median and the
-  /// slowest link class (inter-host on several hosts, else same-host) to
-  /// `fit`.
-  void loadedRing(std::vector<char>& out, std::vector<char>& in, uint32_t base, int rounds,
-                  std::vector<double>& seconds, std::function<void(double, LinkCost&)> fit) {
-    const int p = t_.size(), r = t_.rank();
+  /// Every rank, where rank 0's view has at least two hosts and each has
+  /// at least two ranks: rounds of 8-byte messages, alternately "across"
+  /// (local rank i of each host sends to local rank i of the next host and
+  /// receives from the previous, for every i below the smallest host's rank
+  /// count, all at once, as in recursive doubling's rounds between hosts)
+  /// and "leaders" (local rank 0 of each host alone, as in a small
+  /// hierarchical call's exchange). Rank 0 takes the typical round of each
+  /// kind (typicalRound) and sets the inter-host link gap to what an
+  /// across round took more per further message (fitLinkGap). Interleaved,
+  /// so that both kinds see the same load.
+  void across() {
+    std::map<int, std::vector<int>> byLeader;
+    for (int q = 0; q < t_.size(); ++q) byLeader[leaders_[static_cast<size_t>(q)]].push_back(q);
+    if (byLeader.size() < 2) return;
+    std::vector<std::vector<int>> hosts;
+    size_t smallest = SIZE_MAX, h = 0;
+    const int r = t_.rank();
+    for (auto& [leader, ranks] : byLeader) {
+      if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) h = hosts.size();
+      smallest = std::min(smallest, ranks.size());
+      hosts.push_back(std::move(ranks));
+    }
+    if (smallest < 2) return;
+    const size_t n = hosts.size();
+    const auto& mine = hosts[h];
+    const size_t i = static_cast<size_t>(std::find(mine.begin(), mine.end(), r) - mine.begin());
+    if (i >= smallest) return;
+    const int to = hosts[(h + 1) % n][i], from = hosts[(h + n - 1) % n][i];
+    acrossOut_.assign(8, 0);
+    acrossIn_.assign(8, 0);
+    const int share = static_cast<int>(smallest);
+    if (r == 0) ringStart_ = Clock::now();
+    // Round k: across when k is even, leaders when odd (k = 0 is not timed).
+    for (int k = 0; k < kAcrossRounds; ++k) {
+      const bool leadersOnly = k % 2 == 1;
+      if (leadersOnly && i != 0) continue;
+      const uint32_t message = kAcrossBase + static_cast<uint32_t>(k);
+      sendDetached(to, acrossOut_.data(), acrossOut_.size(), message);
+      recv(from, acrossIn_.data(), acrossIn_.size(), message, [this, k, r, share, leadersOnly] {
+        if (r != 0) return;
+        const auto now = Clock::now();
+        if (k > 0) (leadersOnly ? leadersSeconds_ : acrossSeconds_).push_back(secondsBetween(ringStart_, now));
+        ringStart_ = now;
+        if (k == kAcrossRounds - 1) {
+          costs_.interHost.gapSeconds = fitLinkGap(typicalRound(acrossSeconds_), share, typicalRound(leadersSeconds_));
+        }
+      });
+    }
+  }
+
+  /// Every rank that calls it: `rounds` rounds of sending `out` to rank
+  /// `to` and receiving `in` from rank `from` (message indices base + i),
+  /// all at once, each round after the last one's receive. Detached: every
+  /// rank's send and receive of a round are in flight together (a
+  /// transport may complete a send only once it is matched). Rank 0 times
+  /// rounds 2..rounds one by one into `seconds`, then hands their median
+  /// and the slowest link class (inter-host on several hosts, else
+  /// same-host) to `fit`.
+  void loadedRounds(int to, int from, std::vector<char>& out, std::vector<char>& in, uint32_t base, int rounds,
+                    std::vector<double>& seconds, std::function<void(double, LinkCost&)> fit) {
+    const int r = t_.rank();
     if (r == 0) ringStart_ = Clock::now();
     for (int i = 0; i < rounds; ++i) {
       const uint32_t message = base + static_cast<uint32_t>(i);
-      sendDetached((r + 1) % p, out.data(), out.size(), message);
-      recv((r + p - 1) % p, in.data(), in.size(), message, [this, i, r, rounds, &seconds, fit] {
+      sendDetached(to, out.data(), out.size(), message);
+      recv(from, in.data(), in.size(), message, [this, i, r, rounds, &seconds, fit] {
         if (r != 0) return;
         const auto now = Clock::now();
         if (i > 0) seconds.push_back(std::chrono::duration<double>(now - ringStart_).count());
@@ -616,6 +679,8 @@ class SetupExchangeImpl : public SetupExchange {
   std::vector<int32_t> leaders_;  ///< rank 0's view of the hosts (sent, or received)
   Clock::time_point start_, t0_, ringStart_;  // ringStart_: the last round's end (rank 0)
   std::vector<double> roundSeconds_;
+  std::vector<char> acrossOut_, acrossIn_;  ///< the across rounds' buffers
+  std::vector<double> acrossSeconds_, leadersSeconds_;  ///< rank 0's across and leaders round times
   uint64_t bulkBytes_ = 0;              ///< the loaded bulk rounds' size (rank 0's choice)
   std::vector<char> bulkOut_, bulkIn_;  ///< the loaded bulk rounds' buffers
   std::vector<double> bulkSeconds_;     ///< rank 0's loaded bulk round times
@@ -662,6 +727,25 @@ double fitShmByteFactor(double roundSeconds, double roundBytes, int localRanks, 
 double fitLoadedBeta(double roundSeconds, double bytes, const LinkCost& lone, double roundOverheadSeconds) {
   if (!(bytes > 0) || !(roundSeconds > 0)) return lone.betaSecondsPerByte;
   return std::max(lone.betaSecondsPerByte, (roundSeconds - roundOverheadSeconds - lone.alphaSeconds) / bytes);
+}
+
+double fitLinkGap(double acrossSeconds, int share, double leadersSeconds) {
+  if (share < 2 || !(acrossSeconds > leadersSeconds) || !(leadersSeconds > 0)) return 0;
+  return std::min((acrossSeconds - leadersSeconds) / (share - 1), leadersSeconds);
+}
+
+double typicalRound(const std::vector<double>& rounds) {
+  // Rounds come in bursts where ranks share cores (one long, then several
+  // that found their data waiting): the median of single rounds is then
+  // that of the short ones. Windows of kTypicalRoundWindow rounds average
+  // the bursts; their median drops a window with a stall.
+  std::vector<double> means;
+  for (size_t at = 0; at + kTypicalRoundWindow <= rounds.size(); at += kTypicalRoundWindow) {
+    double sum = 0;
+    for (size_t j = 0; j < kTypicalRoundWindow; ++j) sum += rounds[at + j];
+    means.push_back(sum / kTypicalRoundWindow);
+  }
+  return means.empty() ? medianOf(rounds) : medianOf(means);
 }
 
 double fitRoundFloor(double roundSeconds, double roundOverheadSeconds) {
@@ -713,7 +797,7 @@ std::string formatCalibration(const MachineCosts& c, const std::string& layout) 
   out << "same_host " << c.sameHost.alphaSeconds << " " << c.sameHost.betaSecondsPerByte << " "
       << c.sameHost.roundFloorSeconds << "\n";
   out << "inter_host " << c.interHost.alphaSeconds << " " << c.interHost.betaSecondsPerByte << " "
-      << c.interHost.roundFloorSeconds << "\n";
+      << c.interHost.roundFloorSeconds << " " << c.interHost.gapSeconds << "\n";
   out << "copy " << c.copySecondsPerByte << "\n";
   out << "reduce " << c.reduceSecondsPerByte << "\n";
   out << "shm_sync " << c.shmSyncSeconds << "\n";
@@ -753,14 +837,16 @@ MachineCosts parseCalibration(const std::string& text, const std::string& origin
       expect(2);
       if (layout) *layout = w[1];
     } else if (w[0] == "same_host" || w[0] == "inter_host") {
-      // alpha, beta and the loaded round's floor (files of earlier
-      // versions have no floor: none).
-      if (w.size() != 3 && w.size() != 4) {
-        throw ConfigError(where + "'" + w[0] + "' takes 2 or 3 values (alpha, beta, loaded round floor), got " +
+      // alpha, beta, the loaded round's floor and, across hosts, the
+      // link gap (files of earlier versions have no floor or gap: none).
+      const bool inter = w[0] == "inter_host";
+      if (w.size() < 3 || w.size() > (inter ? 5u : 4u)) {
+        throw ConfigError(where + "'" + w[0] + "' takes " + (inter ? "2 to 4" : "2 or 3") +
+                          " values (alpha, beta, loaded round floor" + (inter ? ", link gap" : "") + "), got " +
                           std::to_string(w.size() - 1));
       }
-      LinkCost& l = w[0] == "same_host" ? c.sameHost : c.interHost;
-      l = {number(1), number(2), w.size() == 4 ? number(3) : 0.0};
+      LinkCost& l = inter ? c.interHost : c.sameHost;
+      l = {number(1), number(2), w.size() >= 4 ? number(3) : 0.0, w.size() == 5 ? number(4) : 0.0};
       seen[w[0] == "same_host" ? 0 : 1] = true;
     } else if (w[0] == "copy") {
       expect(2);

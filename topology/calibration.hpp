@@ -42,6 +42,20 @@ LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, 
 /// rounds of 4..8 KiB, 216).
 double fitRoundFloor(double roundSeconds, double roundOverheadSeconds);
 
+/// The inter-host link gap (LinkCost::gapSeconds) once a round of 8-byte
+/// messages in which `share` ranks of each host sent across at once took
+/// `acrossSeconds`, and one in which one rank of each host did took
+/// `leadersSeconds`: the difference per further message, at most a round
+/// of its own (a further message never costs more than sending it after
+/// the round); 0 when the across round was not slower or share < 2.
+double fitLinkGap(double acrossSeconds, int share, double leadersSeconds);
+
+/// The typical time of a kind of round from rank 0's consecutive round
+/// times: the median of the means of windows of kTypicalRoundWindow rounds
+/// (the plain median where there are fewer).
+constexpr size_t kTypicalRoundWindow = 4;
+double typicalRound(const std::vector<double>& rounds);
+
 /// A link class's beta once a round in which every rank sent `bytes` to
 /// the next rank and received as much from the previous, all at once, took
 /// `roundSeconds`: what the round took beyond the model's round overhead
@@ -107,6 +121,11 @@ class SetupExchange {
 /// index kLoadedRingMessageBase + i (tests that disturb one round use it).
 constexpr uint32_t kLoadedRingMessageBase = 128;
 constexpr int kLoadedRingRounds = 17;
+/// The link gap's rounds: round k of kAcrossRounds carries message index
+/// kAcrossMessageBase + k; even rounds are "across" (several ranks of each
+/// host send across), odd ones "leaders" (the first rank of each host).
+constexpr uint32_t kAcrossMessageBase = 160;
+constexpr int kAcrossRounds = 33;
 /// Hand-offs of the shared-memory phase (each host's ranks at once).
 constexpr int kShmHandOffRounds = 17;
 /// Then rounds with data of that phase, three hand-offs each.
@@ -117,7 +136,9 @@ constexpr int kShmDataRounds = 7;
 /// ping-pongs with one peer per link class (the next rank of its host; the
 /// first rank of the next host) within the budget, times rounds in which
 /// every rank sends 8 bytes around a ring at once (the loaded round, which
-/// can raise the slowest class's alpha), times shared-memory hand-offs with
+/// can raise the slowest class's alpha), and, where there are several hosts
+/// of several ranks, rounds in which more ranks of each host send across at
+/// once (the link gap), times shared-memory hand-offs with
 /// the ranks of every host at once (rank 0's host's median is the
 /// hand-off's price), and sends the resulting costs to
 /// every rank. Every rank ends with rank 0's numbers, so every

@@ -31,6 +31,10 @@ std::string linkText(const char* name, const LinkCost& l) {
     std::snprintf(buf, sizeof buf, " (loaded round >= %.2fus)", l.roundFloorSeconds * 1e6);
     text += buf;
   }
+  if (l.gapSeconds > 0) {
+    std::snprintf(buf, sizeof buf, " (+%.2fus per further message on a host's link)", l.gapSeconds * 1e6);
+    text += buf;
+  }
   return text;
 }
 
@@ -191,7 +195,10 @@ double CostModel::roundSeconds(const Pairs& messages, double bytes) const {
       share = std::max(out[static_cast<size_t>(view_.hostOf(s))], in[static_cast<size_t>(view_.hostOf(d))]);
     }
     const LinkCost& l = costs_.link(c);
-    worst = std::max(worst, std::max(l.roundFloorSeconds, l.alphaSeconds + bytes * l.betaSecondsPerByte * share));
+    // The messages that share a host's link share its bandwidth, and each
+    // after the first adds the link's gap (LinkCost::gapSeconds).
+    worst = std::max(worst, std::max(l.roundFloorSeconds, l.alphaSeconds + bytes * l.betaSecondsPerByte * share) +
+                                l.gapSeconds * (share - 1));
     const double fixed = l.fixedSeconds();
     sendFixed[static_cast<size_t>(s)] += fixed;
     sendMost[static_cast<size_t>(s)] = std::max(sendMost[static_cast<size_t>(s)], fixed);

@@ -21,6 +21,15 @@ struct LinkCost {
   /// costs max(floor, alpha + bytes x beta). 0: no floor (the ping-pong's
   /// alpha is the whole fixed cost).
   double roundFloorSeconds = 0;
+  /// What each further message of a round that leaves or enters a host by
+  /// the same link adds, whatever its size (beyond the bytes, which share
+  /// the link's bandwidth): the small-message gap of a host's link. On 2
+  /// emulated hosts of 2 ranks sharing 2 cores, a round of 8-byte messages
+  /// with both ranks of each host sending across took 24..27 us, one with a
+  /// single rank per host sending across 14..15 (a NIC that serves several
+  /// messages at once has next to none). Calibration measures it across
+  /// hosts only (where some host has several ranks); 0: none.
+  double gapSeconds = 0;
   /// What a message alone costs at least: alpha, or the floor when higher.
   double fixedSeconds() const { return alphaSeconds > roundFloorSeconds ? alphaSeconds : roundFloorSeconds; }
 };

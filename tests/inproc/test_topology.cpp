@@ -179,6 +179,99 @@ TEST(Calibration, OneStalledRoundOfTheLoadedRingDoesNotSetTheRoundFloor) {
 
 namespace {
 
+/// Holds back each send of the calibration's link-gap rounds, the across
+/// rounds' longer than the leaders' (as a host link serves several
+/// messages more slowly than one), and counts them.
+class SlowAcrossRounds : public gradcomm::testing::ForwardingTransport {
+ public:
+  explicit SlowAcrossRounds(std::unique_ptr<transport::Transport> inner) : ForwardingTransport(std::move(inner)) {}
+  transport::RequestPtr isend(int peer, const void* data, size_t bytes, const transport::Tag& tag) override {
+    if (tag.seq == 0 && tag.message >= topology::kAcrossMessageBase &&
+        tag.message < topology::kAcrossMessageBase + topology::kAcrossRounds) {
+      ++sent_;
+      const bool across = (tag.message - topology::kAcrossMessageBase) % 2 == 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(across ? 3 : 2));
+    }
+    return inner().isend(peer, data, bytes, tag);
+  }
+  int sent() const { return sent_; }
+
+ private:
+  std::atomic<int> sent_{0};
+};
+
+}  // namespace
+
+// The link gap: where every host has at least two ranks, rounds in which
+// local rank i of each host sends across to local rank i of the next, for
+// every i below the smallest host's count, alternate with rounds in which
+// only each host's first rank does; rank 0 prices each further message on
+// a host's link at what the former took more. Here their sends are held
+// back 3 and 2 ms. Four hosts of one rank, one host, and a host of one
+// rank beside another of three have no such rounds: none runs, the gap
+// stays 0.
+TEST(Calibration, LinkGapRoundsRunWhereEveryHostHasSeveralRanks) {
+  struct Case {
+    std::vector<int> hostSizes;
+    int senders;  ///< ranks that send in the across rounds (the first senders / hosts of each host)
+  };
+  for (const Case& k : {Case{{2, 2}, 4}, Case{{2, 2, 2}, 6}, Case{{2, 3}, 4}, Case{{1, 1, 1, 1}, 0}, Case{{4}, 0},
+                        Case{{1, 3}, 0}}) {
+    std::string name;
+    for (int n : k.hostSizes) name += (name.empty() ? "" : "+") + std::to_string(n);
+    SCOPED_TRACE("hosts " + name);
+    transport::InProcWorld::Settings settings;
+    settings.hostSizes = k.hostSizes;
+    int p = 0;
+    for (int n : k.hostSizes) p += n;
+    auto world = transport::InProcWorld::create(p, settings);
+    std::vector<topology::MachineCosts> costs(static_cast<size_t>(p));
+    std::vector<int> sent(static_cast<size_t>(p), -1);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < p; ++r) {
+      threads.emplace_back([&, r] {
+        Options o;
+        o.set("CALIBRATE", "1");
+        o.set("TIMEOUT", "20s");
+        auto slow = std::make_unique<SlowAcrossRounds>(world->transport(r));
+        SlowAcrossRounds* seen = slow.get();
+        auto impl =
+            std::make_shared<detail::CommunicatorImpl>(std::move(slow), world->hostLayout(r), core::Config::resolve(o));
+        Communicator comm(impl);
+        costs[static_cast<size_t>(r)] = impl->selector().model()->costs();
+        sent[static_cast<size_t>(r)] = seen->sent();
+        comm.barrier().wait();
+      });
+    }
+    for (auto& th : threads) th.join();
+    std::printf("hosts %s: link gap %.2f us\n", name.c_str(), costs[0].interHost.gapSeconds * 1e6);
+    // The first rank of each host sends in every round, the next ones up
+    // to the smallest host's count in the across rounds (every other one).
+    const int perHost = k.senders / static_cast<int>(k.hostSizes.size());
+    int first = 0;
+    for (int n : k.hostSizes) {
+      for (int i = 0; i < n; ++i) {
+        const int want = i >= perHost ? 0 : i == 0 ? topology::kAcrossRounds : (topology::kAcrossRounds + 1) / 2;
+        EXPECT_EQ(sent[static_cast<size_t>(first + i)], want) << "rank " << first + i;
+      }
+      first += n;
+    }
+    EXPECT_EQ(costs[0].source, "calibrated");
+    if (k.senders > 0) {
+      // 3 ms against 2 ms, two messages per host link: 1 ms.
+      EXPECT_GE(costs[0].interHost.gapSeconds, 0.5e-3);
+      EXPECT_LE(costs[0].interHost.gapSeconds, 1.5e-3);
+    } else {
+      EXPECT_EQ(costs[0].interHost.gapSeconds, 0.0);
+    }
+    for (int r = 1; r < p; ++r) {
+      EXPECT_EQ(costs[static_cast<size_t>(r)].interHost.gapSeconds, costs[0].interHost.gapSeconds) << "rank " << r;
+    }
+  }
+}
+
+namespace {
+
 /// Creates every rank's communicator of `world` at once with calibration
 /// on, rank `without` (-1: none) behind a transport that hides its shared
 /// memory, and runs `seen` on each rank once created. Returns each rank's
