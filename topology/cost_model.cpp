@@ -40,6 +40,10 @@ std::string linkText(const char* name, const LinkCost& l) {
 
 }  // namespace
 
+bool hierExchangesByRd(size_t sliceBytes, size_t hosts, size_t rdSliceBytes) {
+  return sliceBytes <= rdSliceBytes || hosts == 2;
+}
+
 bool hierSlicesPairOnce(const TopologyView& view) {
   // Slice j belongs to local rank j % L_h on host h, for j < S (the
   // largest host's L). Slices j and j' meet the same two owners on hosts h
@@ -447,7 +451,8 @@ double CostModel::hierarchical(double bytes) const {
   // Reduce-scatter through shared memory in each host, one exchange between
   // hosts per slice on bytes / S (S: the slices the call uses, at most the
   // largest host's rank count; the S exchanges share each host's link):
-  // recursive doubling for slices up to hierRdSliceBytes, else a ring; then
+  // recursive doubling for slices up to hierRdSliceBytes or on two hosts,
+  // else a ring (hierExchangesByRd); then
   // an allgather through shared memory. Each shared-memory phase copies the
   // whole vector once per rank: the reduce-scatter stages the part others
   // own and moves the rank's reduced slices into its output; the allgather
@@ -477,7 +482,9 @@ double CostModel::hierarchical(double bytes) const {
     // All S exchanges run at once: one round carries S messages per host link.
     const double slice = bytes / s;
     const std::vector<std::vector<int>> rings = sliceOwners(used);
-    if (slice <= static_cast<double>(settings_.hierRdSliceBytes)) return t + recursiveDoubling(rings, slice);
+    if (hierExchangesByRd(static_cast<size_t>(slice), static_cast<size_t>(hosts), settings_.hierRdSliceBytes)) {
+      return t + recursiveDoubling(rings, slice);
+    }
     Pairs round;
     for (const auto& ring : rings) {
       for (size_t i = 0; i < ring.size(); ++i) round.emplace_back(ring[i], ring[(i + 1) % ring.size()]);

@@ -73,12 +73,24 @@ struct ModelSettings {
   double roundOverheadSeconds = 2e-6;
   /// The hierarchy's exchange between hosts: slices (bytes / ranks per
   /// host) of at most this many bytes go by recursive doubling, larger ones
-  /// by a ring (GRADCOMM_HIER_RD_SIZE; algorithms::Tuning, the same rule).
+  /// by a ring, except on two hosts (GRADCOMM_HIER_RD_SIZE;
+  /// hierExchangesByRd, the rule algorithms::Tuning's users share).
   size_t hierRdSliceBytes = 16 * 1024;
   /// The hierarchy's smallest slice (GRADCOMM_HIER_SLICE_MIN;
   /// algorithms::Tuning, the same rule: hierSlicesUsed).
   size_t hierSliceMinBytes = 32 * 1024;
 };
+
+/// Whether the hierarchical allreduce sums a slice of `sliceBytes` between
+/// `hosts` hosts by recursive doubling (else a ring): up to `rdSliceBytes`
+/// (GRADCOMM_HIER_RD_SIZE), where it takes fewer rounds, and on two hosts
+/// at any size, where it sends the same bytes as the ring (the whole slice
+/// once, against half of it twice) in one round instead of two. On 2x2 at
+/// 1 Gbit/s it took 8.79 ms at 1 MiB against the ring's 9.48..9.68, and
+/// 566 against 584..591 ms at 64 MiB (docs/PERFORMANCE.md, stop 32). From
+/// 4 hosts recursive doubling sends log2(hosts) slices against the ring's
+/// 2 (hosts - 1) / hosts.
+bool hierExchangesByRd(size_t sliceBytes, size_t hosts, size_t rdSliceBytes);
 
 /// Whether recursive doubling between hosts, run for each slice of a
 /// hierarchical call, sends at most one message between any two ranks

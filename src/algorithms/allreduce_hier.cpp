@@ -8,7 +8,8 @@
 //   2. For each slice, the owners on all hosts (one per host) run an
 //      allreduce of it, in place in their outputs: recursive doubling when
 //      the call's largest slice is at most Tuning::hierRdSliceBytes
-//      (GRADCOMM_HIER_RD_SIZE; latency-bound), else a ring. Every slice has
+//      (GRADCOMM_HIER_RD_SIZE; latency-bound) or there are two hosts, else
+//      a ring (topology::hierExchangesByRd). Every slice has
 //      its own exchange, so every local rank of the largest host, and its
 //      link, is busy.
 //   3. Allgather inside each host through shared memory: owners publish
@@ -45,9 +46,10 @@ Plan hier::allreduceInterHostPlan(const CollectiveCall& call, const hier::Layout
       call.count, topology::hierSlicesUsed(l.slices, call.count, dataTypeSize(call.type), tuning.hierSliceMinBytes)};
   // One choice for every slice of the call, from values every rank holds
   // alike (the owners of a slice on all hosts must run the same plan).
-  const bool small = slices.sizeOf(0) * dataTypeSize(call.type) <= tuning.hierRdSliceBytes;
+  const bool byRd = topology::hierExchangesByRd(slices.sizeOf(0) * dataTypeSize(call.type), l.hosts.size(),
+                                                tuning.hierRdSliceBytes);
   const auto& between =
-      static_cast<const PlannedAlgorithm&>(small ? recursiveDoublingAllreduce() : ringAllreduce());
+      static_cast<const PlannedAlgorithm&>(byRd ? recursiveDoublingAllreduce() : ringAllreduce());
   Plan all;
   all.scratchCount = lane ? laneScratch : 0;
   for (size_t j = static_cast<size_t>(l.local); j < slices.parts; j += l.localSize()) {

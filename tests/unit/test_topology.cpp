@@ -474,10 +474,12 @@ TEST(CostModel, TheCallCheckCostsAMessagesSoftwareWhereTheAlgorithmDoesNotCheckC
   EXPECT_EQ(alone.callCheckSeconds(Collective::kAllreduce, "ring", 8), 0.0);
 }
 
-// The hierarchy's exchange between hosts follows the algorithm's rule: up to
-// hierRdSliceBytes a slice goes by recursive doubling (one round on 2
-// hosts, every local index's message sharing the host link), above it by a
-// ring (2 (H - 1) steps of slice / H) and the engine's call check.
+// The hierarchy's exchange between hosts follows the algorithm's rule
+// (hierExchangesByRd): up to hierRdSliceBytes a slice goes by recursive
+// doubling (one round on 2 hosts, every local index's message sharing the
+// host link), above it by a ring (2 (H - 1) steps of slice / H) and the
+// engine's call check, except on two hosts, where recursive doubling sends
+// the same bytes in one round.
 TEST(CostModel, HierarchicalAllreducePricesRecursiveDoublingForSmallSlicesAndARingAboveThem) {
   const MachineCosts c = chosenCosts();
   ModelSettings s;
@@ -493,10 +495,18 @@ TEST(CostModel, HierarchicalAllreducePricesRecursiveDoublingForSmallSlicesAndARi
                          (small / 2) * c.reduceSecondsPerByte;
   // Signed below the limit: no call check.
   EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 2048), shmPart(small) + rdSmall, 1e-12);
-  const double chunk = large / 2 / 2;
-  const double ringLarge = 2 * (c.interHost.alphaSeconds + 2 * chunk * c.interHost.betaSecondsPerByte + ov) +
-                           chunk * c.reduceSecondsPerByte;
-  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 4096), shmPart(large) + ringLarge + ov, 1e-12);
+  // Two hosts: recursive doubling above the limit too, and the call check.
+  const double rdLarge = c.interHost.alphaSeconds + 2 * (large / 2) * c.interHost.betaSecondsPerByte + ov +
+                         (large / 2) * c.reduceSecondsPerByte;
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 4096), shmPart(large) + rdLarge + ov, 1e-12);
+  // Four hosts of two: a ring of 2 x 3 steps of slice / 4 above the limit.
+  CostModel four(TopologyView::uniform(4, 2), c, s);
+  const double chunk = large / 2 / 4;
+  const double ringLarge = 6 * (c.interHost.alphaSeconds + 2 * chunk * c.interHost.betaSecondsPerByte + ov) +
+                           3 * chunk * c.reduceSecondsPerByte;
+  EXPECT_NEAR(*four.predict(Collective::kAllreduce, "hier", 4096), shmPart(large) + ringLarge + ov, 1e-12);
+  EXPECT_TRUE(hierExchangesByRd(2048, 4, 1024) == false && hierExchangesByRd(1024, 4, 1024) &&
+              hierExchangesByRd(size_t{1} << 30, 2, 1024));
 }
 
 TEST(CostModel, HierarchicalBroadcastAndAllgatherWinLargeOnTwoByTwo) {
@@ -627,10 +637,11 @@ TEST(CostModel, HierarchicalAllreduceOnUnevenHostsPricesTheLargestHostAndTheShar
                          (small / 3) * c.reduceSecondsPerByte;
   // Slices by rd sign their messages: no call check.
   EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 3 * 1024), shmPart(small) + rdSmall, 1e-12);
-  const double chunk = large / 3 / 2;
-  const double ringLarge = 2 * (c.interHost.alphaSeconds + 3 * chunk * c.interHost.betaSecondsPerByte + serial + ov) +
-                           chunk * c.reduceSecondsPerByte;
-  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 3 * 2048), shmPart(large) + ringLarge + ov, 1e-12);
+  // Two hosts: recursive doubling above the limit too (the same three
+  // exchanges with whole slices), and the call check.
+  const double rdLarge = c.interHost.alphaSeconds + 3 * (large / 3) * c.interHost.betaSecondsPerByte + serial + ov +
+                         (large / 3) * c.reduceSecondsPerByte;
+  EXPECT_NEAR(*m.predict(Collective::kAllreduce, "hier", 3 * 2048), shmPart(large) + rdLarge + ov, 1e-12);
   // Small calls: those three exchanges in a row cost more than flat rd's
   // two rounds; large ones: hier's host link carries n where the flat
   // ring's carries 1.5 n.
@@ -855,10 +866,12 @@ TEST(Selector, PrecedenceIsForcedThenRulesThenTuningFileThenModel) {
 }
 
 // 2 x 2: hier small (one signed rd round between hosts beside shared-memory
-// hand-offs, where rd adds a same-host message round) and large (n / L per
-// host link). Hosts of 1 and 3 ranks: hier small too (one slice: the lone
-// rank's one exchange with the other host's first rank, against rd's two
-// rounds), hier large (n per host link where the flat ring's carries 1.5 n).
+// hand-offs, where rd adds a same-host message round); large, hier or hd,
+// the two that carry n per host link (hd takes its same-host distance
+// first), priced within 1% of each other, against the flat ring's 1.5 n.
+// Hosts of 1 and 3 ranks: hier small too (one slice: the lone rank's one
+// exchange with the other host's first rank, against rd's two rounds),
+// hier large (n per host link where the flat ring's carries 1.5 n).
 TEST(Selector, TwoHostsOfTwoChooseHierarchicalAllreduces) {
   ASSERT_NE(algorithms::findAlgorithm(Collective::kAllreduce, "hier"), nullptr);
   for (const std::vector<int>& sizes : {std::vector<int>{2, 2}, std::vector<int>{1, 3}}) {
@@ -872,7 +885,17 @@ TEST(Selector, TwoHostsOfTwoChooseHierarchicalAllreduces) {
     auto small = sel.select(allreduce(kSmall), {*t, view}, "");
     EXPECT_STREQ(small.algorithm->name(), "hier") << small.why;
     auto large = sel.select(allreduce(kLarge), {*t, view}, "");
-    EXPECT_STREQ(large.algorithm->name(), "hier") << large.why;
-    EXPECT_EQ(large.why.rfind("cost model (test): hier ", 0), 0u) << large.why;
+    const std::string chosen = large.algorithm->name();
+    if (sizes[0] == 2) {
+      EXPECT_TRUE(chosen == "hier" || chosen == "hd") << large.why;
+      const CostModel m(view, chosenCosts());
+      const double hier = *m.predict(Collective::kAllreduce, "hier", kLarge);
+      const double hd = *m.predict(Collective::kAllreduce, "hd", kLarge);
+      EXPECT_NEAR(hier / hd, 1.0, 0.01);
+      EXPECT_GT(*m.predict(Collective::kAllreduce, "ring", kLarge), 1.3 * std::min(hier, hd));
+    } else {
+      EXPECT_EQ(chosen, "hier") << large.why;
+    }
+    EXPECT_EQ(large.why.rfind("cost model (test): " + chosen + " ", 0), 0u) << large.why;
   }
 }
