@@ -41,7 +41,7 @@ std::string linkText(const char* name, const LinkCost& l) {
 }  // namespace
 
 bool hierExchangesByRd(size_t sliceBytes, size_t hosts, size_t rdSliceBytes) {
-  return sliceBytes <= rdSliceBytes || hosts == 2;
+  return sliceBytes <= rdSliceBytes || (hosts == 2 && rdSliceBytes > 0);
 }
 
 bool hierSlicesPairOnce(const TopologyView& view) {

@@ -85,7 +85,8 @@ struct ModelSettings {
 /// `hosts` hosts by recursive doubling (else a ring): up to `rdSliceBytes`
 /// (GRADCOMM_HIER_RD_SIZE), where it takes fewer rounds, and on two hosts
 /// at any size, where it sends the same bytes as the ring (the whole slice
-/// once, against half of it twice) in one round instead of two. On 2x2 at
+/// once, against half of it twice) in one round instead of two, unless
+/// `rdSliceBytes` is 0 (GRADCOMM_HIER_RD_SIZE=0: always rings). On 2x2 at
 /// 1 Gbit/s it took 8.79 ms at 1 MiB against the ring's 9.48..9.68, and
 /// 566 against 584..591 ms at 64 MiB (docs/PERFORMANCE.md, stop 32). From
 /// 4 hosts recursive doubling sends log2(hosts) slices against the ring's

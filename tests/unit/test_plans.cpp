@@ -313,6 +313,7 @@ TEST(Plans, HierExchangesSmallSlicesByRecursiveDoublingAndLargeOnesByARing) {
     EXPECT_EQ(sendsOf(Tuning{}.hierRdSliceBytes), log2Hosts) << hosts << " hosts, default";
     EXPECT_EQ(sendsOf(128), log2Hosts) << hosts << " hosts, slice at the limit";
     EXPECT_EQ(sendsOf(124), hosts == 2 ? 1 : 2 * (hosts - 1)) << hosts << " hosts, slice above the limit";
+    EXPECT_EQ(sendsOf(0), 2 * (hosts - 1)) << hosts << " hosts, GRADCOMM_HIER_RD_SIZE=0: always rings";
   }
 }
 

@@ -506,7 +506,7 @@ TEST(CostModel, HierarchicalAllreducePricesRecursiveDoublingForSmallSlicesAndARi
                            3 * chunk * c.reduceSecondsPerByte;
   EXPECT_NEAR(*four.predict(Collective::kAllreduce, "hier", 4096), shmPart(large) + ringLarge + ov, 1e-12);
   EXPECT_TRUE(hierExchangesByRd(2048, 4, 1024) == false && hierExchangesByRd(1024, 4, 1024) &&
-              hierExchangesByRd(size_t{1} << 30, 2, 1024));
+              hierExchangesByRd(size_t{1} << 30, 2, 1024) && !hierExchangesByRd(8, 2, 0));
 }
 
 TEST(CostModel, HierarchicalBroadcastAndAllgatherWinLargeOnTwoByTwo) {
