@@ -5,7 +5,6 @@
 #include <cstring>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <sstream>
 #include <vector>
 
@@ -464,23 +463,17 @@ class SetupExchangeImpl : public SetupExchange {
   /// across round took more per further message (fitLinkGap). Interleaved,
   /// so that both kinds see the same load.
   void across() {
-    std::map<int, std::vector<int>> byLeader;
-    for (int q = 0; q < t_.size(); ++q) byLeader[leaders_[static_cast<size_t>(q)]].push_back(q);
-    if (byLeader.size() < 2) return;
-    std::vector<std::vector<int>> hosts;
-    size_t smallest = SIZE_MAX, h = 0;
-    const int r = t_.rank();
-    for (auto& [leader, ranks] : byLeader) {
-      if (std::find(ranks.begin(), ranks.end(), r) != ranks.end()) h = hosts.size();
-      smallest = std::min(smallest, ranks.size());
-      hosts.push_back(std::move(ranks));
-    }
+    const TopologyView hosts(std::vector<int>(leaders_.begin(), leaders_.end()));
+    const int n = hosts.numHosts();
+    if (n < 2) return;
+    size_t smallest = SIZE_MAX;
+    for (int g = 0; g < n; ++g) smallest = std::min(smallest, hosts.ranksOnHost(g).size());
     if (smallest < 2) return;
-    const size_t n = hosts.size();
-    const auto& mine = hosts[h];
+    const int r = t_.rank(), h = hosts.hostOf(r);
+    const auto& mine = hosts.ranksOnHost(h);
     const size_t i = static_cast<size_t>(std::find(mine.begin(), mine.end(), r) - mine.begin());
     if (i >= smallest) return;
-    const int to = hosts[(h + 1) % n][i], from = hosts[(h + n - 1) % n][i];
+    const int to = hosts.ranksOnHost((h + 1) % n)[i], from = hosts.ranksOnHost((h + n - 1) % n)[i];
     acrossOut_.assign(8, 0);
     acrossIn_.assign(8, 0);
     const int share = static_cast<int>(smallest);
