@@ -25,10 +25,11 @@ struct LinkCost {
   /// the same link adds, whatever its size (beyond the bytes, which share
   /// the link's bandwidth): the small-message gap of a host's link. On 2
   /// emulated hosts of 2 ranks sharing 2 cores, a round of 8-byte messages
-  /// with both ranks of each host sending across took 24..27 us, one with a
-  /// single rank per host sending across 14..15 (a NIC that serves several
-  /// messages at once has next to none). Calibration measures it across
-  /// hosts only (where some host has several ranks); 0: none.
+  /// with both ranks of each host sending across took 28.6..31.9 us, one
+  /// with a single rank per host 15.6..17.8 (gradcomm-link-rounds; a NIC
+  /// that serves several messages at once has next to none). Calibration
+  /// measures it across hosts only (where every host has several ranks);
+  /// 0: none.
   double gapSeconds = 0;
   /// What a message alone costs at least: alpha, or the floor when higher.
   double fixedSeconds() const { return alphaSeconds > roundFloorSeconds ? alphaSeconds : roundFloorSeconds; }
