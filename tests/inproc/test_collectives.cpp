@@ -286,6 +286,41 @@ TEST(SharedMemory, YieldingWaitsGiveExactSums) {
       o);
 }
 
+// The direct path's staged sizes above the mailbox's inline bytes: a rank
+// that finds a peer's data not yet staged prefetches that peer's staging
+// lines while it waits (up to 512 B), so it may hold lines of the round
+// before, or lines the peer is still writing. Late peers (a different one
+// each call) and an element pattern that changes every call: every element
+// of every call must be the exact sum, in and out of place, with 2 and 4
+// ranks, at sizes on both sides of the inline and prefetch limits.
+TEST(SharedMemory, LatePeersAtStagedSizesGiveExactSums) {
+  for (int p : {2, 4}) {
+    SCOPED_TRACE(std::to_string(p) + " ranks");
+    runRanks(p, [p](RankContext& ctx) {
+      CollectiveOptions shm;
+      shm.algorithm = "shm";
+      for (size_t count : {size_t{12}, size_t{13}, size_t{64}, size_t{128}, size_t{129}, size_t{1024}}) {
+        std::vector<float> in(count), out(count);
+        for (int i = 0; i < 60; ++i) {
+          for (size_t k = 0; k < count; ++k) in[k] = static_cast<float>((k * 7 + static_cast<size_t>(i)) % 97 + ctx.rank);
+          if (i % 3 == 1 && ctx.rank == i % p) std::this_thread::sleep_for(std::chrono::microseconds(300));
+          const bool inPlace = i % 2 == 1;
+          if (inPlace) out = in;
+          Work w = ctx.comm.allreduce(inPlace ? out.data() : in.data(), out.data(), count, DataType::kFloat32,
+                                      ReduceOp::kSum, shm);
+          w.wait();
+          ASSERT_EQ(w.algorithm(), std::string("shm"));
+          for (size_t k = 0; k < count; ++k) {
+            const float want = static_cast<float>(p * static_cast<int>((k * 7 + static_cast<size_t>(i)) % 97) +
+                                                  p * (p - 1) / 2);
+            ASSERT_EQ(out[k], want) << "count " << count << " call " << i << " element " << k << " rank " << ctx.rank;
+          }
+        }
+      }
+    });
+  }
+}
+
 // The call check between ranks of one host uses a ring of 16 slots per rank.
 // Shared-memory allreduces skip the check (they compare calls themselves),
 // so the sequence numbers it sees have long gaps: a checked call after more
