@@ -15,7 +15,10 @@
 //             "across" rounds);
 //   leaders   local rank 0 of every host alone (as a small hierarchical
 //             call's exchange; the calibration's "leaders" rounds);
-//   same-host local ranks 2j and 2j + 1 of each host exchange.
+//   same-host local ranks 2j and 2j + 1 of each host exchange;
+//   pairs     recursive doubling's exchanges: in round k rank r exchanges
+//             with r xor 2^(k mod log2 p), the partners of an 8-byte `rd`
+//             call's rounds (power-of-two rank counts only).
 // Rank 0 prints, per pattern, the median over the repeats of the mean round
 // (a repeat's rounds / their count), and the spread.
 #include <mpi.h>
@@ -96,19 +99,23 @@ int main(int argc, char** argv) {
 
   struct Pattern {
     const char* name;
-    Peers peers;
-    bool runs;  // whether the layout has this pattern
+    std::vector<Peers> cycle;  // round k's peers: cycle[k % cycle.size()]
+    bool runs;                 // whether the layout has this pattern
   };
   std::vector<Pattern> patterns;
-  patterns.push_back({"ring", {(rank + 1) % size, (rank + size - 1) % size}, true});
+  patterns.push_back({"ring", {{(rank + 1) % size, (rank + size - 1) % size}}, true});
   const size_t h = static_cast<size_t>(myHost), n = static_cast<size_t>(hosts), i = static_cast<size_t>(localRank);
   Peers across, leadersOnly, sameHost;
   if (hosts >= 2 && i < smallest) across = {members[(h + 1) % n][i], members[(h + n - 1) % n][i]};
   if (hosts >= 2 && i == 0) leadersOnly = {members[(h + 1) % n][0], members[(h + n - 1) % n][0]};
   if ((i ^ 1) < members[h].size()) sameHost = {members[h][i ^ 1], members[h][i ^ 1]};
-  patterns.push_back({"across", across, hosts >= 2 && smallest >= 2});
-  patterns.push_back({"leaders", leadersOnly, hosts >= 2});
-  patterns.push_back({"same-host", sameHost, localSize >= 2});
+  patterns.push_back({"across", {across}, hosts >= 2 && smallest >= 2});
+  patterns.push_back({"leaders", {leadersOnly}, hosts >= 2});
+  patterns.push_back({"same-host", {sameHost}, localSize >= 2});
+  const bool powerOfTwo = (size & (size - 1)) == 0;
+  std::vector<Peers> pairs;
+  for (int mask = 1; powerOfTwo && mask < size; mask <<= 1) pairs.push_back({rank ^ mask, rank ^ mask});
+  patterns.push_back({"pairs", pairs, powerOfTwo});
 
   if (rank == 0) {
     std::printf("gradcomm-link-rounds: %d ranks on %d host(s) (smallest %zu), %ld-byte messages, %ld rounds x %ld repeats\n",
@@ -125,10 +132,12 @@ int main(int argc, char** argv) {
     for (long rep = 0; rep < repeats; ++rep) {
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = MPI_Wtime();
-      for (long k = 0; k < rounds && p.peers.to >= 0; ++k) {
+      for (long k = 0; k < rounds; ++k) {
+        const Peers& peers = p.cycle[static_cast<size_t>(k) % p.cycle.size()];
+        if (peers.to < 0) break;
         MPI_Request r[2];
-        MPI_Irecv(in.data(), static_cast<int>(bytes), MPI_BYTE, p.peers.from, 7, MPI_COMM_WORLD, &r[0]);
-        MPI_Isend(out.data(), static_cast<int>(bytes), MPI_BYTE, p.peers.to, 7, MPI_COMM_WORLD, &r[1]);
+        MPI_Irecv(in.data(), static_cast<int>(bytes), MPI_BYTE, peers.from, 7, MPI_COMM_WORLD, &r[0]);
+        MPI_Isend(out.data(), static_cast<int>(bytes), MPI_BYTE, peers.to, 7, MPI_COMM_WORLD, &r[1]);
         MPI_Waitall(2, r, MPI_STATUSES_IGNORE);
       }
       means.push_back((MPI_Wtime() - t0) / static_cast<double>(rounds));
