@@ -241,10 +241,10 @@ class ShmAllreduceSchedule final : public Schedule {
   // them is only a hint; the mailbox's `ready` still orders the reads).
   // Measured (2 ranks, one host, goal 3's command, old and new library
   // alternated; docs/PERFORMANCE.md, stop 33): where a cross-core transfer
-  // is slow, 256 B took 0.58..0.59 us against 0.64..0.68, 128 B 0.55
-  // against 0.60..0.61; where it is fast, no change. Up to 512 B: at 2 KiB
-  // prefetching every line on every look took 1.56..1.60 us against 1.18
-  // (lines the peer was still writing went back and forth).
+  // is slow, 256 B took 0.57..0.58 us against 0.64..0.65 (MPI 0.60), 128 B
+  // 0.54 against 0.58..0.59; where it is fast, no change. Up to 512 B: at
+  // 2 KiB prefetching every line on every look took 1.56..1.60 us against
+  // 1.17..1.18 (lines the peer was still writing went back and forth).
   static constexpr size_t kPrefetchMaxBytes = 512;
   void prefetchStaged(int q, int b, size_t bytes) const {
     const char* p = g_.buffer(q, b);
