@@ -6,7 +6,7 @@
 //   mpirun -np 4 gradcomm-link-rounds [--rounds N] [--repeats R] [--bytes B]
 //
 // Hosts are MPI's shared-memory split. Patterns, each rank's round one
-// send and one receive, each round after the last one's receive:
+// send and one receive (but "all"), each round after the last one's receive:
 //   ring      rank r sends to r + 1 and receives from r - 1 (as the
 //             calibration's loaded ring);
 //   across    local rank i of every host sends to local rank i of the next
@@ -18,7 +18,12 @@
 //   same-host local ranks 2j and 2j + 1 of each host exchange;
 //   pairs     recursive doubling's exchanges: in round k rank r exchanges
 //             with r xor 2^(k mod log2 p), the partners of an 8-byte `rd`
-//             call's rounds (power-of-two rank counts only).
+//             call's rounds (power-of-two rank counts only);
+//   all       every rank sends to and receives from every other rank in
+//             one round (p - 1 messages each way): the single round a
+//             small call could make instead of recursive doubling's
+//             log2 p (4x1 at 1 Gbit/s: one such round took longer than
+//             two rounds of pairs; docs/PERFORMANCE.md, stop 34).
 // Rank 0 prints, per pattern, the median over the repeats of the mean round
 // (a repeat's rounds / their count), and the spread.
 #include <mpi.h>
@@ -101,6 +106,7 @@ int main(int argc, char** argv) {
     const char* name;
     std::vector<Peers> cycle;  // round k's peers: cycle[k % cycle.size()]
     bool runs;                 // whether the layout has this pattern
+    bool everyPeer = false;    // "all": each round exchanges with every other rank
   };
   std::vector<Pattern> patterns;
   patterns.push_back({"ring", {{(rank + 1) % size, (rank + size - 1) % size}}, true});
@@ -116,13 +122,15 @@ int main(int argc, char** argv) {
   std::vector<Peers> pairs;
   for (int mask = 1; powerOfTwo && mask < size; mask <<= 1) pairs.push_back({rank ^ mask, rank ^ mask});
   patterns.push_back({"pairs", pairs, powerOfTwo});
+  patterns.push_back({"all", {{0, 0}}, true, true});
 
   if (rank == 0) {
     std::printf("gradcomm-link-rounds: %d ranks on %d host(s) (smallest %zu), %ld-byte messages, %ld rounds x %ld repeats\n",
                 size, hosts, smallest, bytes, rounds, repeats);
     std::printf("%-10s %12s %12s %12s\n", "pattern", "round (us)", "min (us)", "max (us)");
   }
-  std::vector<char> out(static_cast<size_t>(bytes), 1), in(static_cast<size_t>(bytes));
+  std::vector<char> out(static_cast<size_t>(bytes), 1), in(static_cast<size_t>(bytes) * static_cast<size_t>(size));
+  std::vector<MPI_Request> everyone(2 * static_cast<size_t>(size));
   for (const Pattern& p : patterns) {
     if (!p.runs) {
       if (rank == 0) std::printf("%-10s %12s\n", p.name, "-");
@@ -132,7 +140,20 @@ int main(int argc, char** argv) {
     for (long rep = 0; rep < repeats; ++rep) {
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = MPI_Wtime();
-      for (long k = 0; k < rounds; ++k) {
+      for (long k = 0; k < rounds && p.everyPeer; ++k) {
+        int n = 0;
+        for (int q = 0; q < size; ++q) {
+          if (q == rank) continue;
+          MPI_Irecv(in.data() + static_cast<size_t>(q) * static_cast<size_t>(bytes), static_cast<int>(bytes), MPI_BYTE, q,
+                    7, MPI_COMM_WORLD, &everyone[static_cast<size_t>(n++)]);
+        }
+        for (int q = 0; q < size; ++q) {
+          if (q == rank) continue;
+          MPI_Isend(out.data(), static_cast<int>(bytes), MPI_BYTE, q, 7, MPI_COMM_WORLD, &everyone[static_cast<size_t>(n++)]);
+        }
+        MPI_Waitall(n, everyone.data(), MPI_STATUSES_IGNORE);
+      }
+      for (long k = 0; k < rounds && !p.everyPeer; ++k) {
         const Peers& peers = p.cycle[static_cast<size_t>(k) % p.cycle.size()];
         if (peers.to < 0) break;
         MPI_Request r[2];
