@@ -12,12 +12,17 @@ over the fastest forced time ("choice / fastest"). Goal 4, at 1 KiB, 1 MiB and
 64 MiB: the model's predicted time for the algorithm it chose against the
 default's measured time.
 
-Several runs of the same sweep may be given: each configuration's time at
-a size is then the median over the runs that measured it (the count is
-shown), so one slow or fast run does not decide a ratio. The prediction
-is the one each run's own communicator made for what its default ran
-(gradcomm-bench's predicted_us, median over runs); MODEL.txt (or '-' for
-none) is read only for runs that do not record one.
+Several runs of the same sweep may be given (one JSON file per run and
+size range). Every ratio is taken within one run, whose configurations
+were measured side by side, and the table shows the median of the runs'
+ratios (the count is shown): the machine's speed drifts between runs, and
+a ratio of medians taken from different runs mixes its states (2x2, 4 B,
+stop 34: 1.27 against MPI from the medians of the times, 0.95 as the
+median of the runs' own ratios). The times shown are medians over the
+runs. The prediction is the one each run's own communicator made for
+what its default ran (gradcomm-bench's predicted_us); goal 4's error is
+the median of the runs' errors. MODEL.txt (or '-' for none) is read only
+for runs that do not record a prediction.
 """
 import json
 import statistics
@@ -26,8 +31,9 @@ from collections import Counter, defaultdict
 
 
 def load_bench(paths):
-    times, executed, predicted = defaultdict(list), defaultdict(list), defaultdict(list)
-    for path in paths:
+    """times[(algorithm, bytes)]: {run: us}; executed[bytes], predicted[bytes]: {run: value}."""
+    times, executed, predicted = defaultdict(dict), defaultdict(dict), defaultdict(dict)
+    for run, path in enumerate(paths):
         for r in json.load(open(path))['results']:
             # Goal rows: float32 sums, uncompressed, out of place.
             if r['in_place'] or r.get('compression', 'none') != 'none' or (r['dtype'], r['op']) != ('float32', 'sum'):
@@ -35,12 +41,18 @@ def load_bench(paths):
             forced = r['algorithm'] not in ('default', 'baseline:mpi')
             if forced and r['executed'] != r['algorithm']:
                 continue  # cannot run on this layout: it fell back to the default
-            times[(r['algorithm'], r['bytes'])].append(r['time_us'])
+            times[(r['algorithm'], r['bytes'])][run] = r['time_us']
             if r['algorithm'] == 'default':
-                executed[r['bytes']].append(r['executed'])
+                executed[r['bytes']][run] = r['executed']
                 if r.get('predicted_us') is not None:
-                    predicted[r['bytes']].append(r['predicted_us'])
+                    predicted[r['bytes']][run] = r['predicted_us']
     return times, executed, predicted
+
+
+def median_ratio(pairs):
+    """The median over runs of a / b, from [(a, b), ...] of the same runs; nan for none."""
+    ratios = [a / b for a, b in pairs if b]
+    return statistics.median(ratios) if ratios else float('nan')
 
 
 def load_model(path):
@@ -70,7 +82,7 @@ def main():
     layout, model_path, bench_paths = sys.argv[1], sys.argv[2], sys.argv[3:]
     times, executed, predicted = load_bench(bench_paths)
     model = load_model(model_path)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = {k: statistics.median(v.values()) for k, v in times.items()}
     runs = max((len(v) for v in times.values()), default=0)
     sizes = sorted(b for (a, b) in med if a == 'default')
     note = f' (median of {runs} runs)' if runs > 1 else ''
@@ -83,18 +95,24 @@ def main():
     for b in sizes:
         forced = {a: t for (a, bb), t in med.items() if bb == b and a not in ('default', 'baseline:mpi')}
         best = min(forced, key=forced.get)
-        d = med[('default', b)]
-        m = med.get(('baseline:mpi', b))
-        r1, r2 = d / forced[best], (d / m if m else float('nan'))
-        # The forced time of what the default ran (the most common choice
-        # over the runs); a choice that cannot be forced here has none.
-        chosen = Counter(executed[b]).most_common(1)[0][0]
-        r3 = forced[chosen] / forced[best] if chosen in forced else float('nan')
+        per_run = {a: v for (a, bb), v in times.items() if bb == b and a not in ('default', 'baseline:mpi')}
+        d = times[('default', b)]
+        m = times.get(('baseline:mpi', b), {})
+
+        def fastest(run):
+            ts = [v[run] for v in per_run.values() if run in v]
+            return min(ts) if ts else 0
+        r1 = median_ratio([(t, fastest(run)) for run, t in d.items()])
+        r2 = median_ratio([(t, m[run]) for run, t in d.items() if run in m])
+        # The forced time, in the same run, of what the default ran there; a
+        # choice that cannot be forced here has none.
+        r3 = median_ratio([(per_run[executed[b][run]][run], fastest(run)) for run in d
+                           if executed[b][run] in per_run and run in per_run[executed[b][run]]])
         within += r1 <= 1.05
         below_mpi += r2 <= 1.0
-        same += all(e == best for e in executed[b])
+        same += all(e == best for e in executed[b].values())
         choice_within += r3 <= 1.05
-        print(f'| {b} | {ran(executed[b])} | {best} {forced[best]:.1f} us | {r1:.2f} | {r3:.2f} | {r2:.2f} |')
+        print(f'| {b} | {ran(executed[b].values())} | {best} {forced[best]:.1f} us | {r1:.2f} | {r3:.2f} | {r2:.2f} |')
     print(f'\n{layout}: default <= 1.05x the fastest forced at {within} of {len(sizes)} sizes; '
           f'its choice forced <= 1.05x the fastest at {choice_within} of {len(sizes)}; '
           f'<= MPI at {below_mpi} of {len(sizes)}; ran the measured-fastest algorithm at {same} of {len(sizes)}.\n')
@@ -105,13 +123,15 @@ def main():
         if ('default', b) not in med or (b not in predicted and b not in model):
             print(f'| {b} | - | - | - | not measured |')
             continue
+        d = times[('default', b)]
         if b in predicted:
-            choice, p = ran(executed[b]), statistics.median(predicted[b])
+            choice, p = ran(executed[b].values()), statistics.median(predicted[b].values())
+            err = median_ratio([(predicted[b][run] - t, t) for run, t in d.items() if run in predicted[b]])
         else:
             preds, choice = model[b]
             p = preds[choice]
-        d = med[('default', b)]
-        print(f'| {b} | {choice} | {p:.1f} | {d:.1f} | {100 * (p - d) / d:+.0f}% |')
+            err = median_ratio([(p - t, t) for t in d.values()])
+        print(f'| {b} | {choice} | {p:.1f} | {med[("default", b)]:.1f} | {100 * err:+.0f}% |')
     print()
 
 
