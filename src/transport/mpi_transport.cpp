@@ -11,6 +11,17 @@
 
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define GRADCOMM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define GRADCOMM_ASAN 1
+#endif
+#endif
+#ifdef GRADCOMM_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include "gradcomm/error.hpp"
 #include "kernels/reduce.hpp"
 
@@ -160,16 +171,15 @@ class MpiProgress {
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kPoolRequests = false;  // AddressSanitizer sees every request's memory come and go
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kPoolRequests = false;
+// Under AddressSanitizer a pooled block is poisoned while it waits in the
+// pool: a request used after it was freed is still reported (as a use
+// after poison), and the sanitizer stage checks the pool itself.
+#ifdef GRADCOMM_ASAN
+void poisonBlock(void* block, size_t bytes) { ASAN_POISON_MEMORY_REGION(block, bytes); }
+void unpoisonBlock(void* block, size_t bytes) { ASAN_UNPOISON_MEMORY_REGION(block, bytes); }
 #else
-constexpr bool kPoolRequests = true;
-#endif
-#else
-constexpr bool kPoolRequests = true;
+void poisonBlock(void*, size_t) {}
+void unpoisonBlock(void*, size_t) {}
 #endif
 
 /// Freed MpiRequest blocks kept for the thread's next requests. A small
@@ -183,6 +193,7 @@ constexpr bool kPoolRequests = true;
 struct RequestPool {
   static constexpr int kBlocks = 16;
   void* blocks[kBlocks];
+  size_t bytes;  // the size of every block held (sizeof(MpiRequest))
   int held;
   bool registered;  // the thread's cleanup is registered
   bool closed;      // the thread is ending: no more pooling
@@ -193,7 +204,11 @@ struct RequestPoolCleanup {
   ~RequestPoolCleanup() {
     RequestPool& p = tRequestPool;
     p.closed = true;
-    while (p.held > 0) ::operator delete(p.blocks[--p.held]);
+    while (p.held > 0) {
+      void* block = p.blocks[--p.held];
+      unpoisonBlock(block, p.bytes);
+      ::operator delete(block);
+    }
   }
 };
 
@@ -209,16 +224,22 @@ class MpiRequest : public Request {
  public:
   static void* operator new(size_t bytes) {
     RequestPool& p = tRequestPool;
-    if (kPoolRequests && bytes == sizeof(MpiRequest) && p.held > 0) return p.blocks[--p.held];
+    if (bytes == sizeof(MpiRequest) && p.held > 0) {
+      void* block = p.blocks[--p.held];
+      unpoisonBlock(block, bytes);
+      return block;
+    }
     return ::operator new(bytes);
   }
   static void operator delete(void* block, size_t bytes) {
     RequestPool& p = tRequestPool;
-    if (kPoolRequests && bytes == sizeof(MpiRequest) && !p.closed && p.held < RequestPool::kBlocks) {
+    if (bytes == sizeof(MpiRequest) && !p.closed && p.held < RequestPool::kBlocks) {
       if (!p.registered) {
         p.registered = true;
+        p.bytes = bytes;
         registerRequestPoolCleanup();
       }
+      poisonBlock(block, bytes);
       p.blocks[p.held++] = block;
       return;
     }

@@ -581,3 +581,59 @@ TEST(Mpi, AnAbortNoticeThatArrivesDuringTransfersReachesPollAbort) {
   for (int i = 0; i < 100; ++i) (void)t.pollAbort();
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+// The transport's requests come from a per-thread pool of freed blocks
+// (mpi_transport.cpp). Requests made on one thread are completed and freed
+// on another after the first has ended (its pool, holding blocks, went back
+// to the heap), and that thread's next requests reuse the blocks: every
+// exchange must still deliver its bytes. Under AddressSanitizer a pooled
+// block is poisoned, so a request touched after its free fails the
+// sanitizer stage, which runs this test.
+TEST(Mpi, TransportRequestsMadeOnOneThreadAreCompletedAndFreedOnAnother) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs two ranks";
+  auto env = transport::MpiEnvironment::acquire();
+  transport::MpiTransport t(MPI_COMM_WORLD, env);
+  const int to = (t.rank() + 1) % t.size(), from = (t.rank() + t.size() - 1) % t.size();
+  struct Exchange {
+    std::vector<int> out, in;
+    transport::RequestPtr send, recv;
+  };
+  // Exchange k: this rank sends k * 1000 + its rank to the next rank.
+  auto post = [&](Exchange& x, int k) {
+    transport::Tag tag;
+    tag.seq = static_cast<uint64_t>(100 + k);
+    x.out.assign(16, k * 1000 + t.rank());
+    x.in.assign(16, -1);
+    x.recv = t.irecv(from, x.in.data(), x.in.size() * sizeof(int), tag);
+    x.send = t.isend(to, x.out.data(), x.out.size() * sizeof(int), tag);
+  };
+  auto finish = [&](Exchange& x, int k) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    bool sent = false, received = false;
+    while (!(sent && received) && std::chrono::steady_clock::now() < deadline) {
+      sent = sent || x.send->test();
+      received = received || x.recv->test();
+    }
+    ASSERT_TRUE(sent && received) << "exchange " << k << " did not complete";
+    EXPECT_EQ(x.in, std::vector<int>(16, k * 1000 + from)) << "exchange " << k;
+    x.send.reset();
+    x.recv.reset();
+  };
+  Exchange handed;
+  std::thread maker([&] {
+    // A whole exchange here first, so that this thread's pool holds blocks
+    // when it ends; then requests it leaves to the main thread.
+    Exchange first;
+    post(first, 1);
+    finish(first, 1);
+    post(handed, 2);
+  });
+  maker.join();
+  finish(handed, 2);  // freed here: the blocks join this thread's pool
+  for (int k = 3; k < 6; ++k) {
+    Exchange x;
+    post(x, k);  // made from those blocks
+    finish(x, k);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
