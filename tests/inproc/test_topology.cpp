@@ -45,6 +45,17 @@ transport::InProcWorld::Settings hostsOf(int ranksPerHost) {
   return s;
 }
 
+/// Rank `r` of `world` creating its communicator over `t` with calibration
+/// on (what the calibration tests that wrap a rank's transport share).
+std::shared_ptr<detail::CommunicatorImpl> createCalibratedRank(transport::InProcWorld& world, int r,
+                                                               std::unique_ptr<transport::Transport> t,
+                                                               const char* timeout = "20s") {
+  Options o;
+  o.set("CALIBRATE", "1");
+  o.set("TIMEOUT", timeout);
+  return std::make_shared<detail::CommunicatorImpl>(std::move(t), world.hostLayout(r), core::Config::resolve(o));
+}
+
 std::string tempPath(const std::string& name) {
   return ::testing::TempDir() + "gradcomm_" + name + "_" + std::to_string(getpid());
 }
@@ -162,9 +173,6 @@ TEST(Calibration, OneStalledRoundOfTheLoadedRingDoesNotSetTheRoundFloor) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
-      Options o;
-      o.set("CALIBRATE", "1");
-      o.set("TIMEOUT", "20s");
       std::unique_ptr<transport::Transport> t = world->transport(r);
       OneSlowRingRound* slow = nullptr;
       if (r == 1) {
@@ -172,7 +180,7 @@ TEST(Calibration, OneStalledRoundOfTheLoadedRingDoesNotSetTheRoundFloor) {
         slow = s.get();
         t = std::move(s);
       }
-      auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r), core::Config::resolve(o));
+      auto impl = createCalibratedRank(*world, r, std::move(t));
       Communicator comm(impl);
       costs[static_cast<size_t>(r)] = impl->selector().model()->costs();
       if (slow && slow->delayed()) stalled = true;
@@ -247,13 +255,9 @@ TEST(Calibration, LinkGapRoundsRunWhereEveryHostHasSeveralRanks) {
     std::vector<std::thread> threads;
     for (int r = 0; r < p; ++r) {
       threads.emplace_back([&, r] {
-        Options o;
-        o.set("CALIBRATE", "1");
-        o.set("TIMEOUT", "20s");
         auto slow = std::make_unique<SlowAcrossRounds>(world->transport(r));
         SlowAcrossRounds* seen = slow.get();
-        auto impl =
-            std::make_shared<detail::CommunicatorImpl>(std::move(slow), world->hostLayout(r), core::Config::resolve(o));
+        auto impl = createCalibratedRank(*world, r, std::move(slow));
         Communicator comm(impl);
         costs[static_cast<size_t>(r)] = impl->selector().model()->costs();
         sent[static_cast<size_t>(r)] = seen->sent();
@@ -320,12 +324,9 @@ TEST(Calibration, TheCreationLoopDoesNotYieldAgainWhereTheTransportDid) {
     std::vector<std::thread> threads;
     for (int r = 0; r < 2; ++r) {
       threads.emplace_back([&, r] {
-        Options o;
-        o.set("CALIBRATE", "1");
-        o.set("TIMEOUT", "20s");
         auto t = std::make_unique<TransportThatYields>(world->transport(r), transportYields);
         const int before = tSchedYields;
-        auto impl = std::make_shared<detail::CommunicatorImpl>(std::move(t), world->hostLayout(r), core::Config::resolve(o));
+        auto impl = createCalibratedRank(*world, r, std::move(t));
         yields[static_cast<size_t>(r)] = tSchedYields - before;
         source[static_cast<size_t>(r)] = impl->selector().model()->costs().source;
         Communicator comm(impl);
@@ -358,14 +359,10 @@ std::vector<std::string> createCalibrated(transport::InProcWorld& world, int wit
   std::vector<std::thread> threads;
   for (int r = 0; r < p; ++r) {
     threads.emplace_back([&, r] {
-      Options o;
-      o.set("CALIBRATE", "1");
-      o.set("TIMEOUT", "10s");
       try {
         std::unique_ptr<transport::Transport> t = world.transport(r);
         if (r == without) t = std::make_unique<gradcomm::testing::ForwardingTransport>(std::move(t));
-        auto impl =
-            std::make_shared<detail::CommunicatorImpl>(std::move(t), world.hostLayout(r), core::Config::resolve(o));
+        auto impl = createCalibratedRank(world, r, std::move(t), "10s");
         seen(r, *impl);
       } catch (const Error& e) {
         failed[static_cast<size_t>(r)] = e.what();
