@@ -192,8 +192,7 @@ void unpoisonBlock(void*, size_t) {}
 /// blocks it holds go back to the heap when its thread ends.
 struct RequestPool {
   static constexpr int kBlocks = 16;
-  void* blocks[kBlocks];
-  size_t bytes;  // the size of every block held (sizeof(MpiRequest))
+  void* blocks[kBlocks];  // each sizeof(MpiRequest)
   int held;
   bool registered;  // the thread's cleanup is registered
   bool closed;      // the thread is ending: no more pooling
@@ -201,15 +200,7 @@ struct RequestPool {
 thread_local RequestPool tRequestPool;
 
 struct RequestPoolCleanup {
-  ~RequestPoolCleanup() {
-    RequestPool& p = tRequestPool;
-    p.closed = true;
-    while (p.held > 0) {
-      void* block = p.blocks[--p.held];
-      unpoisonBlock(block, p.bytes);
-      ::operator delete(block);
-    }
-  }
+  ~RequestPoolCleanup();  // after MpiRequest, whose size it needs
 };
 
 void registerRequestPoolCleanup() {
@@ -236,7 +227,6 @@ class MpiRequest : public Request {
     if (bytes == sizeof(MpiRequest) && !p.closed && p.held < RequestPool::kBlocks) {
       if (!p.registered) {
         p.registered = true;
-        p.bytes = bytes;
         registerRequestPoolCleanup();
       }
       poisonBlock(block, bytes);
@@ -344,6 +334,16 @@ class MpiRequest : public Request {
   MpiProgress::Part first_;
   std::vector<MpiProgress::Part> more_;
 };
+
+RequestPoolCleanup::~RequestPoolCleanup() {
+  RequestPool& p = tRequestPool;
+  p.closed = true;
+  while (p.held > 0) {
+    void* block = p.blocks[--p.held];
+    unpoisonBlock(block, sizeof(MpiRequest));
+    ::operator delete(block);
+  }
+}
 
 void MpiProgress::run() {
   ++pass_;
