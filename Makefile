@@ -3,7 +3,9 @@
 #
 #   make demo   install missing system packages, build, run a 2-rank allreduce
 #               sweep over shared memory beside MPI_Allreduce
-#   make test   install missing system packages, build, run the whole test suite
+#   make test   install missing system packages and the Python test
+#               environment (pinned torch, scripts/bootstrap-python), build,
+#               run the whole test suite
 #   make build  configure and build only
 #   make sweep  a longer sweep with JSON, CSV and a plot in build/sweep/
 
@@ -22,12 +24,15 @@ MPIRUN = mpirun --bind-to none
 # has it, since the python3 first on PATH (a pyenv or venv one) may not.
 PYTHON ?= $(shell /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 && echo /usr/bin/python3 || echo python3)
 
-.PHONY: all deps build demo test sweep install clean
+.PHONY: all deps deps-python build demo test sweep install clean
 
 all: build
 
 deps:
 	@scripts/bootstrap
+
+deps-python:
+	@scripts/bootstrap-python
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
@@ -40,7 +45,9 @@ demo: build
 	$(MPIRUN) -np 2 $(BUILD)/bin/gradcomm-bench -b 8 -e 128M -f 8 -n 20 -w 5 \
 	  --algo default,shm,ring,rd --baseline mpi,memcpy -q
 
-test: build
+test: deps deps-python
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DPython3_EXECUTABLE=$$(scripts/bootstrap-python --print-python)
+	cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 1500
 
 sweep: build

@@ -1,6 +1,6 @@
 """torch.distributed collectives on Gloo and gradcomm, in one job.
 
-    PYTHONPATH=build/python /usr/bin/python3 -m torch.distributed.run --redirects 1 --tee 1 \\
+    PYTHONPATH=build/python $PY -m torch.distributed.run \\
         --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
         bench/torch_collectives.py --max-bytes 16M --json coll.json
 

@@ -1,6 +1,6 @@
 """DDP training steps on Gloo and gradcomm, in one job.
 
-    PYTHONPATH=build/python /usr/bin/python3 -m torch.distributed.run --redirects 1 --tee 1 \\
+    PYTHONPATH=build/python $PY -m torch.distributed.run \\
         --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
         bench/torch_ddp.py --steps 30 --json ddp.json
 
@@ -44,6 +44,80 @@ def make_model(width, depth):
         layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
     layers.append(torch.nn.Linear(width, 1))
     return torch.nn.Sequential(*layers)
+
+
+class GpuLikeCompute:
+    """Stands in for a GPU's compute: each Linear layer's forward and
+    backward take a fixed time spent asleep (the CPU released, as while a
+    GPU computes), on a small real batch whose arithmetic is negligible.
+
+    The per-layer times come from the real model: the layers' forward and
+    backward times at --calibrate-batch, measured once, scaled so that a
+    step's compute totals `total_ms`. The backward sleep runs in a hook on
+    the layer's output gradient, so the layer's parameter gradients become
+    ready that much later, in the order and at the pace a GPU would produce
+    them, while DDP's communication of earlier buckets proceeds."""
+
+    def __init__(self, model, total_ms, calibrate_batch, rank):
+        self.layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        fwd, bwd = self._measure(model, calibrate_batch, rank)
+        scale = total_ms / max(1e-9, sum(fwd) + sum(bwd))
+        self.fwd_s = [f * scale / 1e3 for f in fwd]
+        self.bwd_s = [b * scale / 1e3 for b in bwd]
+        self.handles = []
+
+    def _measure(self, model, batch, rank, reps=5):
+        """Median forward and backward time of each Linear layer (ms). A
+        layer's backward runs from the gradient of its output arriving to
+        the gradient of the previous layer's output arriving (the last one:
+        to backward() returning)."""
+        n = len(self.layers)
+        fwd = [[] for _ in range(n)]
+        bwd = [[] for _ in range(n)]
+        start, grad_at = {}, {}
+
+        def pre(i):
+            def hook(m, inp):
+                start[i] = time.perf_counter()
+            return hook
+
+        def post(i):
+            def hook(m, inp, out):
+                fwd[i].append((time.perf_counter() - start[i]) * 1e3)
+                out.register_hook(lambda g: grad_at.__setitem__(i, time.perf_counter()))
+            return hook
+
+        hs = []
+        for i, m in enumerate(self.layers):
+            hs += [m.register_forward_pre_hook(pre(i)), m.register_forward_hook(post(i))]
+        g = torch.Generator().manual_seed(100 + rank)
+        for _ in range(reps + 1):
+            x = torch.randn(batch, self.layers[0].in_features, generator=g)
+            model.zero_grad()
+            model(x).sum().backward()
+            end = time.perf_counter()
+            for i in range(n):
+                bwd[i].append(((grad_at[i - 1] if i > 0 else end) - grad_at[i]) * 1e3)
+        for h in hs:
+            h.remove()
+        return ([statistics.median(t[1:]) for t in fwd], [statistics.median(t[1:]) for t in bwd])
+
+    def attach(self, model):
+        """Sleeps in `model`'s Linear layers (the same architecture)."""
+        layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        for i, m in enumerate(layers):
+            f, b = self.fwd_s[i], self.bwd_s[i]
+
+            def fhook(mod, inp, out, f=f, b=b):
+                time.sleep(f)
+                if out.requires_grad:
+                    out.register_hook(lambda grad: (time.sleep(b), grad)[1])
+                return out
+            self.handles.append(m.register_forward_hook(fhook))
+        return model
+
+    def total_ms(self):
+        return (sum(self.fwd_s) + sum(self.bwd_s)) * 1e3
 
 
 def run(model, steps, warmup, batch, rank):
@@ -108,35 +182,72 @@ def main():
     p.add_argument("--compute-ratio", type=float, default=2.0, help="--batch auto: compute / allreduce time")
     p.add_argument("--link-bps", type=float, default=0, help="--batch auto: link rate, bits/s")
     p.add_argument("--topk-ratio", type=float, default=0.01, help="ratio of the ddp+topk mode")
-    p.add_argument("--modes", default="ddp-gloo,ddp,ddp+fp16,ddp+topk,reducer")
+    p.add_argument("--compute", default="cpu", choices=["cpu", "gpu-like"],
+                   help="cpu: the model's real arithmetic; gpu-like: per-layer sleeps that release the CPU "
+                        "(see GpuLikeCompute), totalling --compute-ratio x the allreduce of all gradients")
+    p.add_argument("--calibrate-batch", type=int, default=64, help="gpu-like: the batch the layer times come from")
+    p.add_argument("--modes", default="ddp-gloo,ddp,ddp+fp16,ddp+topk,reducer",
+                   help="also: ddp-gloo+fp16 (torch's fp16_compress_hook on Gloo), ddp-gloo+powersgd "
+                        "(torch's PowerSGD hook, rank 4, on Gloo)")
     p.add_argument("--json", help="write the rows here (rank 0)")
     args = p.parse_args()
 
     dist.init_process_group("gradcomm")
     rank = dist.get_rank()
     gloo = dist.new_group(backend="gloo")
-    args.batch = pick_batch(args, dist.get_world_size(), gloo)
-    local_ms, _ = run(make_model(args.width, args.depth), args.steps, args.warmup, args.batch, rank)
     params = sum(p.numel() for p in make_model(args.width, args.depth).parameters())
+    sleeper = None
+    if args.compute == "gpu-like":
+        link_bps = args.link_bps or float(os.environ.get("GRADCOMM_NETNS_RATE_BPS", "0"))
+        if link_bps <= 0:
+            raise SystemExit("--compute gpu-like needs --link-bps (or GRADCOMM_NETNS_RATE_BPS from netns-cluster)")
+        total_ms = args.compute_ratio * allreduce_seconds(params, dist.get_world_size(), link_bps) * 1e3
+        sleeper = GpuLikeCompute(make_model(args.width, args.depth), total_ms, args.calibrate_batch, rank)
+        if args.batch == "auto":
+            args.batch = "8"
+        args.batch = int(args.batch)
+        if rank == 0:
+            print(f"--compute gpu-like: {sleeper.total_ms():.0f} ms of per-layer sleeps a step "
+                  f"({args.compute_ratio:g} x the allreduce of {params} gradients at {link_bps / 1e9:g} Gbit/s); "
+                  f"real batch {args.batch}", flush=True)
+    else:
+        args.batch = pick_batch(args, dist.get_world_size(), gloo)
+
+    def new_model():
+        m = make_model(args.width, args.depth)
+        return sleeper.attach(m) if sleeper else m
+
+    local_ms, _ = run(new_model(), args.steps, args.warmup, args.batch, rank)
     rows = []
     for mode in args.modes.split(","):
         dist.barrier()
         if mode == "ddp-gloo":
-            backend, model = "gloo", DDP(make_model(args.width, args.depth), process_group=gloo)
+            backend, model = "gloo", DDP(new_model(), process_group=gloo)
+        elif mode == "ddp-gloo+fp16":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            backend, model = "gloo", DDP(new_model(), process_group=gloo)
+            model.register_comm_hook(gloo, default_hooks.fp16_compress_hook)
+        elif mode == "ddp-gloo+powersgd":
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+            backend, model = "gloo", DDP(new_model(), process_group=gloo)
+            state = powersgd.PowerSGDState(process_group=gloo, matrix_approximation_rank=4,
+                                           start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
+            model.register_comm_hook(state, powersgd.powerSGD_hook)
         elif mode == "ddp":
-            backend, model = "gradcomm", DDP(make_model(args.width, args.depth))
+            backend, model = "gradcomm", DDP(new_model())
         elif mode == "ddp+fp16":
-            backend, model = "gradcomm", DDP(make_model(args.width, args.depth))
+            backend, model = "gradcomm", DDP(new_model())
             model.register_comm_hook(hooks.CompressionState(), hooks.fp16_hook)
         elif mode == "ddp+topk":
-            backend, model = "gradcomm", DDP(make_model(args.width, args.depth))
+            backend, model = "gradcomm", DDP(new_model())
             model.register_comm_hook(hooks.CompressionState(), hooks.topk_hook(args.topk_ratio))
         elif mode == "reducer":
-            backend, model = "gradcomm", gradcomm.torch.DistributedDataParallel(make_model(args.width, args.depth))
+            backend, model = "gradcomm", gradcomm.torch.DistributedDataParallel(new_model())
         else:
             raise SystemExit(f"unknown mode {mode}")
         step_ms, loss = run(model, args.steps, args.warmup, args.batch, rank)
-        row = {"backend": backend, "mode": "ddp" if mode == "ddp-gloo" else mode, "step_ms": round(step_ms, 3),
+        row = {"backend": backend, "mode": mode[len("ddp-gloo"):].replace("+", "ddp+", 1) if mode.startswith("ddp-gloo+")
+               else "ddp" if mode == "ddp-gloo" else mode, "step_ms": round(step_ms, 3), "compute": args.compute,
                "utilization": round(min(1.0, local_ms / step_ms), 3), "final_loss": loss,
                "model_params": params, "batch": args.batch, "compute_ms": round(local_ms, 3)}
         if mode == "ddp+topk":
@@ -146,7 +257,7 @@ def main():
             print(json.dumps(row), flush=True)
     if rank == 0:
         print(f"model: {params} parameters ({params * 4 / 2**20:.1f} MiB of gradients), batch {args.batch}; "
-              f"alone {local_ms:.2f} ms/step; gradcomm transport: {dist.group.WORLD.transport()}", flush=True)
+              f"alone {local_ms:.2f} ms/step; gradcomm transport: {gradcomm.torch.get_backend_group().transport()}", flush=True)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"results": rows}, f, indent=1)

@@ -1,11 +1,12 @@
 # FindNCCL: locates NCCL, which ships no CMake package of its own.
 #
-# Looks under NCCL_ROOT, $NCCL_HOME, $CUDA_HOME and /usr/local/cuda.
+# Looks under NCCL_ROOT, $NCCL_HOME, $CUDA_HOME and /usr/local/cuda (a pip
+# wheel's nvidia/nccl folder too: it ships only libnccl.so.2).
 # Defines NCCL_FOUND, NCCL_INCLUDE_DIR, NCCL_LIBRARY, NCCL_VERSION and the
 # imported target NCCL::NCCL.
 set(_nccl_hints ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME} $ENV{CUDA_HOME} /usr/local/cuda /usr)
 find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${_nccl_hints} PATH_SUFFIXES include)
-find_library(NCCL_LIBRARY NAMES nccl HINTS ${_nccl_hints} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_hints} PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu)
 
 if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
   file(STRINGS "${NCCL_INCLUDE_DIR}/nccl.h" _nccl_ver REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) +[0-9]+")

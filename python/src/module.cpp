@@ -1,5 +1,5 @@
 // gradcomm.torch._C: the ProcessGroupGradcomm class (a subclass of
-// torch.distributed's ProcessGroup), gradcomm's ErrorFeedback, the Reducer
+// torch.distributed's Backend), gradcomm's ErrorFeedback, the Reducer
 // and the GossipAverager over tensors.
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
@@ -18,7 +18,7 @@ using gradcomm::torch_backend::TorchGossip;
 using gradcomm::torch_backend::TorchReducer;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "gradcomm's c10d backend for PyTorch 1.13 (CPU tensors)";
+  m.doc() = "gradcomm's c10d backend for PyTorch 2.x (CPU tensors)";
   // ProcessGroup, Work and Store are registered by torch's own extension;
   // import it first so this module can refer to them.
   py::module_::import("torch.distributed");
@@ -29,7 +29,7 @@ PYBIND11_MODULE(_C, m) {
       .def("clear", &gradcomm::ErrorFeedback::clear, "Forgets the carried error.")
       .def("size", &gradcomm::ErrorFeedback::size, "Elements carried (0 before first use).");
 
-  py::class_<ProcessGroupGradcomm, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupGradcomm>>(
+  py::class_<ProcessGroupGradcomm, c10d::Backend, c10::intrusive_ptr<ProcessGroupGradcomm>>(
       m, "ProcessGroupGradcomm", "torch.distributed backend running gradcomm collectives on CPU tensors.")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout) {

@@ -142,7 +142,7 @@ void WorkGradcomm::complete(std::exception_ptr error) {
 
 ProcessGroupGradcomm::ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                            std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size),
+    : c10d::Backend(rank, size),
       timeout_(timeout),
       comm_(formCommunicator(store, rank, size, timeout)),
       telemetry_(std::make_shared<Telemetry>()) {
@@ -156,7 +156,11 @@ ProcessGroupGradcomm::ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>
   completer_ = std::thread([this] { completionLoop(); });
 }
 
-ProcessGroupGradcomm::~ProcessGroupGradcomm() {
+ProcessGroupGradcomm::~ProcessGroupGradcomm() { shutdown(); }
+
+void ProcessGroupGradcomm::shutdown() {
+  // torch's destroy_process_group calls this; the destructor does too.
+  if (shutDown_.exchange(true)) return;
   {
     std::lock_guard<std::mutex> lock(queueMu_);
     stopping_ = true;
@@ -252,6 +256,9 @@ DataType ProcessGroupGradcomm::reductionType(const std::string& what, const at::
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::enqueue(Pending p) {
+  if (shutDown_.load()) {
+    TORCH_CHECK(false, "gradcomm backend: ", p.what, " after the process group was shut down");
+  }
   auto work = p.work;
   work->telemetry = telemetry_;
   if (p2p_) {
@@ -598,6 +605,44 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_allgather_base(at::Tensor&
   return enqueue(std::move(p));
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  const std::string what = "allgather_into_tensor_coalesced";
+  std::lock_guard<std::mutex> lock(issueMu_);
+  if (outputs.size() != inputs.size()) {
+    reject(what, "got " + std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
+                     " outputs; it needs one output per input");
+  }
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::COALESCED, outputs);
+  std::vector<std::function<void()>> copies;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& input = inputs[i];
+    const at::Tensor& output = outputs[i];
+    checkTensor(what, input);
+    checkTensor(what, output);
+    if (output.numel() != size_ * input.numel() || output.scalar_type() != input.scalar_type()) {
+      reject(what, "output " + std::to_string(i) + " " + describeTensor(output) + " must hold world_size (" +
+                       std::to_string(size_) + ") times input " + std::to_string(i) + " " + describeTensor(input) +
+                       " of the same dtype");
+    }
+  }
+  // Checked all first: a rejected call issues nothing.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    at::Tensor in = contiguousBuffer(inputs[i]);
+    at::Tensor out = contiguousBuffer(outputs[i]);
+    const Movement m = movementOf(in);
+    p.bytes += out.nbytes();
+    p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type));
+    at::Tensor o = outputs[i];
+    if (!out.is_same(o)) copies.push_back([o, out] { o.copy_(out); });
+    p.keep.insert(p.keep.end(), {inputs[i], o, in, out});
+  }
+  if (!copies.empty()) p.finish = [copies] { for (const auto& c : copies) c(); };
+  return enqueue(std::move(p));
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather_coalesced(std::vector<std::vector<at::Tensor>>&,
                                                                          std::vector<at::Tensor>&,
                                                                          const c10d::AllgatherOptions&) {
@@ -752,6 +797,45 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_reduce_scatter_base(at::Te
   at::Tensor o = output;
   if (!dst.is_same(o)) p.finish = [o, dst] { o.copy_(dst); };
   p.keep = {input, output, in, dst};
+  return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  const std::string what = "reduce_scatter_tensor_coalesced";
+  std::lock_guard<std::mutex> lock(issueMu_);
+  if (outputs.size() != inputs.size()) {
+    reject(what, "got " + std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
+                     " outputs; it needs one output per input");
+  }
+  std::vector<DataType> types;
+  ReduceOp op = ReduceOp::kSum;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& input = inputs[i];
+    const at::Tensor& output = outputs[i];
+    checkTensor(what, input);
+    checkTensor(what, output);
+    if (input.numel() != size_ * output.numel() || output.scalar_type() != input.scalar_type()) {
+      reject(what, "input " + std::to_string(i) + " " + describeTensor(input) + " must hold world_size (" +
+                       std::to_string(size_) + ") times output " + std::to_string(i) + " " +
+                       describeTensor(output) + " of the same dtype");
+    }
+    types.push_back(reductionType(what, output, opts.reduceOp, &op));
+  }
+  Pending p;
+  p.what = what;
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::COALESCED, outputs);
+  std::vector<std::function<void()>> copies;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    at::Tensor in = contiguousBuffer(inputs[i]);
+    at::Tensor dst = contiguousBuffer(outputs[i]);
+    p.bytes += in.nbytes();
+    p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), outputs[i].numel(), types[i], op));
+    at::Tensor o = outputs[i];
+    if (!dst.is_same(o)) copies.push_back([o, dst] { o.copy_(dst); });
+    p.keep.insert(p.keep.end(), {inputs[i], o, in, dst});
+  }
+  if (!copies.empty()) p.finish = [copies] { for (const auto& c : copies) c(); };
   return enqueue(std::move(p));
 }
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include <ATen/core/ivalue.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -61,8 +61,9 @@ struct CollectiveStats {
   double commMs = 0;  ///< summed running time of the gradcomm operations
 };
 
-/// A c10d backend (PyTorch 1.13's ProcessGroup) whose collectives run on a
-/// gradcomm Communicator formed through the process group's store.
+/// A c10d backend (torch 2.x's c10d::Backend, registered for "cpu") whose
+/// collectives run on a gradcomm Communicator formed through the process
+/// group's store.
 ///
 /// Every call validates its tensors, issues gradcomm operations (in issue
 /// order, under one lock, so every rank issues the same sequence) and
@@ -71,13 +72,16 @@ struct CollectiveStats {
 /// future. A rejected call aborts the communicator, so the other ranks fail
 /// at once instead of waiting; afterwards the group is unusable, as with
 /// gradcomm's Communicator.
-class ProcessGroupGradcomm : public c10d::ProcessGroup {
+class ProcessGroupGradcomm : public c10d::Backend {
  public:
   ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout);
   ~ProcessGroupGradcomm() override;
 
   const std::string getBackendName() const override { return "gradcomm"; }
+  /// Finishes the calls already issued, stops the completion threads, prints
+  /// GRADCOMM_STATS and flushes the timeline. Idempotent.
+  void shutdown() override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -94,6 +98,12 @@ class ProcessGroupGradcomm : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -181,6 +191,7 @@ class ProcessGroupGradcomm : public c10d::ProcessGroup {
   bool p2pStopping_ = false;
   std::thread p2pCompleter_;  // started by the first point-to-point call
 
+  std::atomic<bool> shutDown_{false};
   std::mutex queueMu_;
   std::condition_variable queueCv_;
   std::deque<Pending> queue_;

@@ -36,8 +36,14 @@ def result(obj):
 
 
 def init(rank, world, init_method, timeout_s=60, backend="gradcomm"):
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    """init_process_group; env:// (torchrun) takes rank and world from the
+    environment. Returns (rank, world)."""
+    if init_method == "env://":
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    else:
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    return dist.get_rank(), dist.get_world_size()
 
 
 def values(dtype, rank, n, seed, small=False):
@@ -106,8 +112,7 @@ def scenario_collectives(rank, world, init_method, outdir):
     """Every collective x dtype x op x layout against Gloo in the same job."""
     init(rank, world, init_method)
     gloo = dist.new_group(backend="gloo")
-    pg = dist.group.WORLD
-    assert isinstance(pg, gradcomm.torch.ProcessGroupGradcomm)
+    assert isinstance(gradcomm.torch.get_backend_group(), gradcomm.torch.ProcessGroupGradcomm)
     checked = 0
     n = 7  # odd, not divisible by 2 or 3
     for dtype in DTYPES:
@@ -244,7 +249,7 @@ def scenario_init(rank, world, init_method, outdir):
     else:
         init(rank, world, init_method, timeout_s=42)
     assert dist.get_backend() == "gradcomm", dist.get_backend()
-    pg = dist.group.WORLD
+    pg = gradcomm.torch.get_backend_group()
     assert pg.timeout == datetime.timedelta(seconds=42), pg.timeout
     t = torch.full((5,), float(rank + 1))
     dist.all_reduce(t)
@@ -285,7 +290,7 @@ def train(backend, rank, steps=20, hook=None, hook_state=None, lr=0.05, bucket_c
 
 def scenario_ddp(rank, world, init_method, outdir):
     """DDP for 20 steps: gradcomm and Gloo give the same parameters."""
-    init(rank, world, init_method)
+    rank, world = init(rank, world, init_method)
     m_gc, l_gc = train("gradcomm", rank)
     m_gl, l_gl = train("gloo", rank)
     worst = 0.0
@@ -298,7 +303,8 @@ def scenario_ddp(rank, world, init_method, outdir):
     dist.all_reduce(lo, op=R.MIN)
     dist.all_reduce(hi, op=R.MAX)
     assert torch.equal(lo, hi), "ranks diverged"
-    result({"max_param_diff": worst, "loss_first": l_gc[0], "loss_last": l_gc[-1]})
+    result({"rank": rank, "max_param_diff": worst, "loss_first": l_gc[0], "loss_last": l_gc[-1],
+            "module": gradcomm.torch.__file__})
     dist.destroy_process_group()
 
 
@@ -346,7 +352,7 @@ def scenario_hooks(rank, world, init_method, outdir):
     for spec in ("allreduce[fp16:prescale]", "allreduce[bf16]", "allreduce[topk:0.1]"):
         assert stats.get(spec, {}).get("calls", 0) >= 60, (spec, stats)
     # one bucket by hand: fp16 keeps the average to fp16 precision
-    pg = dist.group.WORLD
+    pg = gradcomm.torch.get_backend_group()
     x = torch.randn(1000, generator=torch.Generator().manual_seed(rank)) * 3
     want = x.clone()
     dist.all_reduce(want)
@@ -432,17 +438,16 @@ def scenario_device(rank, world, init_method, outdir):
     try:
         torch.zeros(2, device="cuda")
         msgs["cuda"] = None
-    except (RuntimeError, AssertionError) as e:  # "Torch not compiled with CUDA enabled"
+    except (RuntimeError, AssertionError) as e:  # no CUDA build, or no driver
         msgs["cuda"] = str(e)
-    # torch's dispatcher refuses non-CPU tensors of a CPU build before any
-    # backend sees them; the backend's own entry points check too.
+    # torch 2.x serves meta tensors itself (shape propagation, no data):
+    # the backend never sees them.
+    before = gradcomm.torch.stats().get("allreduce", {}).get("calls", 0)
+    dist.all_reduce(torch.zeros(2, device="meta"))
+    msgs["dispatcher_calls"] = gradcomm.torch.stats().get("allreduce", {}).get("calls", 0) - before
+    # The backend's own entry points refuse non-CPU tensors.
     try:
-        dist.all_reduce(torch.zeros(2, device="meta"))
-        raise AssertionError("all_reduce of a meta tensor returned")
-    except RuntimeError as e:
-        msgs["dispatcher"] = str(e)
-    try:
-        dist.group.WORLD.allreduce_compressed(torch.zeros(2, device="meta"), "fp16")
+        gradcomm.torch.get_backend_group().allreduce_compressed(torch.zeros(2, device="meta"), "fp16")
         raise AssertionError("allreduce_compressed of a meta tensor returned")
     except RuntimeError as e:
         msgs["meta"] = str(e)
@@ -528,6 +533,46 @@ def scenario_telemetry(rank, world, init_method, outdir):
     dist.destroy_process_group()  # flushes the trace, prints the statistics
 
 
+def scenario_coalesced(rank, world, init_method, outdir):
+    """all_gather_into_tensor and reduce_scatter_tensor coalesced (as FSDP
+    issues them) give Gloo's results; shutdown() through
+    destroy_process_group leaves later calls a clear error."""
+    init(rank, world, init_method, timeout_s=30)
+    gloo = dist.new_group(backend="gloo")
+    ins = [values(torch.float32, rank, 5, 1), values(torch.int64, rank, 3, 2), values(torch.float64, rank, 7, 3)]
+    outs = [torch.empty(world * t.numel(), dtype=t.dtype) for t in ins]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for k, (o, i) in enumerate(zip(outs, ins)):
+        want = torch.empty_like(o)
+        dist.all_gather_into_tensor(want, i, group=gloo)
+        assert torch.equal(o, want), (k, o, want)
+    big = [values(torch.float32, rank, 4 * world, 4), values(torch.float64, rank, 2 * world, 5)]
+    red = [torch.empty(t.numel() // world, dtype=t.dtype) for t in big]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(red, big):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    for k, (o, i) in enumerate(zip(red, big)):
+        want = torch.empty_like(o)
+        dist.reduce_scatter_tensor(want, i, group=gloo)
+        assert torch.equal(o, want), (k, o, want)
+    stats = gradcomm.torch.stats()
+    assert stats["allgather_into_tensor_coalesced"]["calls"] == 1, stats
+    assert stats["reduce_scatter_tensor_coalesced"]["calls"] == 1, stats
+    pg = gradcomm.torch.get_backend_group()
+    dist.destroy_process_group()
+    try:
+        pg.allreduce_compressed(torch.ones(2), "fp16")
+        raise AssertionError("a call after shutdown returned")
+    except RuntimeError as e:
+        after = str(e)
+    result({"after_shutdown": after})
+    os._exit(0)
+
+
 P2P_DTYPES = DTYPES + [torch.complex64, torch.int16]  # bytes move whatever the dtype
 
 
@@ -551,7 +596,7 @@ def scenario_p2p(rank, world, init_method, outdir):
     and collectives in between give what Gloo gives."""
     init(rank, world, init_method, timeout_s=30)
     gloo = dist.new_group(backend="gloo")
-    pg = dist.group.WORLD
+    pg = dist.group.WORLD  # torch 2.x: collectives take the ProcessGroup, not its backend
     src = (rank - 1) % world
     checked = 0
     n = 7
@@ -663,7 +708,9 @@ def scenario_p2p_bad(rank, world, init_method, outdir, kind):
                 if kind == "peer":
                     dist.send(t, 5)
                 elif kind == "self":
-                    dist.send(t, 0)
+                    # torch's own dist.send refuses this before any backend
+                    # sees it; the backend's entry point checks too.
+                    gradcomm.torch.get_backend_group().send([t], 0, 0).wait()
                 else:
                     dist.send(t, 1, tag=100)
                 raise AssertionError(f"send with a bad {kind} returned")

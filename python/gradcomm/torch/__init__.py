@@ -1,4 +1,4 @@
-"""gradcomm as a torch.distributed backend (PyTorch 1.13, CPU tensors).
+"""gradcomm as a torch.distributed backend (PyTorch 2.x, CPU tensors).
 
 Importing this module registers the backend ``"gradcomm"``::
 
@@ -26,7 +26,7 @@ def _register():
     # Importing twice (or reloading) must not register twice.
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_process_group)
+    dist.Backend.register_backend(BACKEND_NAME, _create_process_group, devices=["cpu"])
 
 
 _register()
@@ -35,6 +35,12 @@ _register()
 def get_backend_group(group=None):
     """The ProcessGroupGradcomm behind ``group`` (default: the world group)."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, ProcessGroupGradcomm):
+        try:
+            # torch 2.x: a ProcessGroup holds one backend per device type.
+            pg = pg._get_backend(torch.device("cpu"))
+        except (AttributeError, RuntimeError, ValueError):
+            pass
     if not isinstance(pg, ProcessGroupGradcomm):
         raise RuntimeError(
             "gradcomm.torch: the process group uses backend "
