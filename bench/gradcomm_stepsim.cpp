@@ -3,10 +3,12 @@
 //
 //   mpirun -np 2 gradcomm-stepsim --model resnet50 --mode all --steps 6 --compute-ms 400
 //
-// Backward compute is real CPU work: each layer's gradient is written (the
-// memory traffic a backward pass makes) and the core is kept busy until the
-// layer's share of --compute-ms has passed; shares are proportional to the
-// layer's parameter count. Layers produce gradients last-to-first, as
+// Backward compute: each layer's gradient is written (the memory traffic a
+// backward pass makes), then, with --compute busy (the default), the core is
+// kept busy until the layer's share of --compute-ms has passed, as CPU
+// training would; with --compute sleep the thread sleeps until then, as the
+// host thread of GPU training waits while the GPU computes (the CPU is free
+// for communication). Shares are proportional to the layer's parameter count. Layers produce gradients last-to-first, as
 // backward does. Three ways to synchronise them:
 //   noverlap   one allreduce of all gradients after the whole backward
 //   pertensor  an allreduce per gradient as soon as it exists, no buckets
@@ -26,6 +28,7 @@
 #include <fstream>
 #include <new>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gradcomm/gradcomm.hpp"
@@ -208,6 +211,7 @@ struct Args {
   std::string mode = "all";
   int steps = 6;
   double computeMs = 200;
+  bool computeSleep = false;  ///< --compute sleep: GPU-like compute that leaves the CPU free
   std::string json;
   std::string algorithm;
   std::string transport;  // empty: mpi under mpirun, ucx without MPI
@@ -220,9 +224,13 @@ struct Result {
 };
 
 // Busy work that also writes the gradient: returns when `until` is reached.
-void backwardLayer(float* grad, size_t n, int rank, int step, Clock::time_point until) {
+void backwardLayer(float* grad, size_t n, int rank, int step, Clock::time_point until, bool sleep) {
   const float v = static_cast<float>(rank + 1) * 0.5f + static_cast<float>(step);
   for (size_t i = 0; i < n; ++i) grad[i] = v;
+  if (sleep) {
+    std::this_thread::sleep_until(until);
+    return;
+  }
   volatile double sink = 0;
   while (Clock::now() < until) {
     for (int k = 0; k < 64; ++k) sink = sink + std::sqrt(static_cast<double>(k) + sink);
@@ -289,7 +297,7 @@ Result steps(Communicator& comm, const std::vector<Layer>& layers, const std::st
       const size_t i = n - 1 - k;  // backward: last layer first
       until += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(layerMs[i]));
       float* g = reducer ? static_cast<float*>(reducer->gradient(i)) : flat.data() + offset[i];
-      backwardLayer(g, layers[i].params, comm.rank(), step, until);
+      backwardLayer(g, layers[i].params, comm.rank(), step, until, a.computeSleep);
       if (reducer) reducer->markReady(i);
       if (mode == "pertensor") {
         works.push_back(comm.allreduce(g, g, layers[i].params, DataType::kFloat32, ReduceOp::kAvg, co));
@@ -354,14 +362,18 @@ int main(int argc, char** argv) {
     else if (k == "--mode") a.mode = next();
     else if (k == "--steps") a.steps = static_cast<int>(parseInteger(next(), "--steps", 2, 1000000));
     else if (k == "--compute-ms") a.computeMs = parseNumber(next(), "--compute-ms");
-    else if (k == "--json") a.json = next();
+    else if (k == "--compute") {
+      const std::string v = next();
+      if (v != "busy" && v != "sleep") die("--compute must be busy or sleep, not '" + v + "'");
+      a.computeSleep = v == "sleep";
+    } else if (k == "--json") a.json = next();
     else if (k == "--algo") a.algorithm = next();
     else if (k == "--transport") a.transport = next();
     else if (k == "--no-mpi") continue;
     else if (k == "-h" || k == "--help") {
       if (gRank == 0) {
         std::printf("usage: mpirun -np N gradcomm-stepsim [--model resnet50|bert-base|uniform:NxBYTES]\n"
-                    "         [--mode noverlap|pertensor|reducer|all] [--steps N] [--compute-ms MS]\n"
+                    "         [--mode noverlap|pertensor|reducer|all] [--steps N] [--compute-ms MS] [--compute busy|sleep]\n"
                     "         [--algo NAME] [--transport mpi|ucx] [--no-mpi] [--json FILE]\n"
                     "Without MPI (GRADCOMM_RANK or torchrun's RANK set, or --no-mpi under mpirun) the\n"
                     "communicator is formed from the environment and bytes move through UCX.\n");
@@ -438,9 +450,9 @@ int main(int argc, char** argv) {
     transportName = comm.transportName();
     if (gRank == 0) {
       std::printf("# gradcomm-stepsim: %s, %zu gradients, %.1f MB float32, %d ranks on %d host%s over %s, compute %.0f "
-                  "ms/step, %d steps (first is warm-up)\n",
+                  "ms/step (%s), %d steps (first is warm-up)\n",
                   a.model.c_str(), layers.size(), params * 4 / 1e6, size, hosts, hosts == 1 ? "" : "s",
-                  transportName.c_str(), a.computeMs, a.steps);
+                  transportName.c_str(), a.computeMs, a.computeSleep ? "sleep" : "busy", a.steps);
       std::printf("# %-10s %10s %11s %13s %11s %11s %9s %12s\n", "mode", "step_ms", "compute_ms", "exposed_ms", "comm_ms",
                   "utilization", "last_ms", "step/(c+last)");
       std::printf("# last_ms: the allreduce of the last bucket (pertensor: last tensor; noverlap: everything)\n");
@@ -471,7 +483,8 @@ int main(int argc, char** argv) {
       const auto& r = results[i];
       f << "  {\"model\": \"" << a.model << "\", \"mode\": \"" << r.mode << "\", \"transport\": \"" << transportName
         << "\", \"ranks\": " << size
-        << ", \"hosts\": " << hosts << ", \"step_ms\": " << r.stepMs << ", \"compute_ms\": " << r.computeMs
+        << ", \"hosts\": " << hosts << ", \"compute\": \"" << (a.computeSleep ? "sleep" : "busy")
+        << "\", \"step_ms\": " << r.stepMs << ", \"compute_ms\": " << r.computeMs
         << ", \"exposed_comm_ms\": " << r.exposedMs << ", \"comm_ms\": " << r.commMs
         << ", \"last_bucket_ms\": " << r.lastMs
         << ", \"utilization\": " << r.utilization << "}" << (i + 1 < results.size() ? "," : "") << "\n";
