@@ -193,10 +193,13 @@ void ProcessGroupGradcomm::shutdown() {
 }
 
 void ProcessGroupGradcomm::reject(const std::string& what, const std::string& why) {
-  const std::string message = what + ": " + why;
-  // Aborting tells every other rank at once (they get a RemoteError naming
-  // this rank and the reason) instead of leaving them waiting for this call.
-  comm_.impl()->abortAndThrow(InvalidArgument(message), "rejected its torch.distributed " + what + " call");
+  // An error for this call only: it was checked before anything was
+  // issued, so the communicator stays usable (all ranks passing the same
+  // bad tensor each get this error and carry on). A rank that made the
+  // call with valid tensors is not left waiting for ever: this rank's next
+  // call fails the call check on both sides with a MismatchError naming
+  // both calls; without one, theirs ends at the group's timeout.
+  TORCH_CHECK(false, "gradcomm backend: ", what, ": ", why, " (nothing was issued; the process group stays usable)");
 }
 
 void ProcessGroupGradcomm::unsupported(const std::string& what, const std::string& instead) const {

@@ -69,9 +69,8 @@ struct CollectiveStats {
 /// order, under one lock, so every rank issues the same sequence) and
 /// returns at once. One completion thread per group waits for them in that
 /// order, copies results out of temporaries, and completes the Work and its
-/// future. A rejected call aborts the communicator, so the other ranks fail
-/// at once instead of waiting; afterwards the group is unusable, as with
-/// gradcomm's Communicator.
+/// future. A call whose tensors it cannot take fails on that rank before
+/// anything is issued, and the group stays usable.
 class ProcessGroupGradcomm : public c10d::Backend {
  public:
   ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -154,8 +153,8 @@ class ProcessGroupGradcomm : public c10d::Backend {
     std::chrono::steady_clock::time_point issued;
   };
 
-  /// Fails the call on this rank and aborts the communicator, so every
-  /// other rank fails too instead of waiting for it. Throws.
+  /// Fails this call on this rank (a c10 error) before it issues anything;
+  /// the communicator stays usable. Throws.
   [[noreturn]] void reject(const std::string& what, const std::string& why);
   /// Throws (without aborting) for calls this backend never supports.
   [[noreturn]] void unsupported(const std::string& what, const std::string& instead) const;

@@ -472,13 +472,39 @@ def scenario_unsupported(rank, world, init_method, outdir):
     t = torch.ones(3)
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((3,), float(world)))
-    # a reduction it cannot do fails on every rank (and ends the group)
+    # a reduction it cannot do fails that call on every rank; the group stays usable
     try:
         dist.all_reduce(torch.ones(3, dtype=torch.int32), op=R.BXOR)
         raise AssertionError("BXOR returned")
     except RuntimeError as e:
         msgs["BXOR"] = str(e)
+    t = torch.full((3,), float(rank))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((3,), float(world * (world - 1) // 2))), t
+    msgs["usable_after_rejection"] = True
     result(msgs)
+    os._exit(0)
+
+
+def scenario_reject_one_rank(rank, world, init_method, outdir):
+    """Only rank 1 passes a tensor the backend rejects and goes on to its
+    next call: every rank fails quickly (the call check), none hangs."""
+    init(rank, world, init_method, timeout_s=30)
+    start = time.monotonic()
+    first = None
+    try:
+        if rank == 1:
+            try:
+                dist.all_reduce(torch.ones(4, dtype=torch.int16))  # gradcomm reduces no int16
+                raise AssertionError("allreduce of int16 returned")
+            except RuntimeError as e:
+                first = str(e)
+            dist.broadcast(torch.ones(4), src=0)  # the next call: not the allreduce rank 0 made
+        else:
+            dist.all_reduce(torch.ones(4))
+        raise AssertionError(f"rank {rank}: the diverged calls returned")
+    except RuntimeError as e:
+        result({"first": first, "error": str(e), "seconds": time.monotonic() - start})
     os._exit(0)
 
 
