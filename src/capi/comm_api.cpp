@@ -100,19 +100,52 @@ void formHost(ncclComm& comm, std::shared_ptr<Store> base, const std::string& pr
   comm.recvNext.assign(comm.nranks, 0);
 }
 
+/// Every rank's `state` for one step of the real NCCL's creation (1 done,
+/// 0 not possible here, -1 failed with `why`). When any rank failed, throws
+/// on every rank, naming the first that failed and its reason: a failed
+/// rank leaves it in the job's store before the allgather, so every rank can
+/// read it after. Returns the lowest state otherwise.
+int32_t agreeOnRealStep(ncclComm& comm, const char* step, int32_t state, ncclResult_t result,
+                        const std::string& why) {
+  PrefixStore failures(comm.prefix + "/realinit/" + step, comm.store);
+  if (state < 0) failures.set("rank" + std::to_string(comm.rank), Store::Bytes(why.begin(), why.end()));
+  std::vector<int32_t> states(static_cast<size_t>(comm.nranks), 0);
+  comm.host.allgather(&state, states.data(), 1, DataType::kInt32).wait();
+  const auto lowest = std::min_element(states.begin(), states.end());
+  if (*lowest >= 0) return *lowest;
+  const int failed = static_cast<int>(lowest - states.begin());
+  std::string reason = why;
+  if (failed != comm.rank) {
+    const Store::Bytes b = failures.get("rank" + std::to_string(failed), storeTimeout());
+    reason.assign(b.begin(), b.end());
+  }
+  throw NcclError(failed == comm.rank ? result : ncclRemoteError,
+                  "the real NCCL's communicator creation failed on rank " + std::to_string(failed) + " of " +
+                      std::to_string(comm.nranks) + " (so every rank's fails): " + reason);
+}
+
 /// Forms the real NCCL's communicator of the same ranks on `device` (the
 /// caller's current device when it called ncclCommInitRank), when every
 /// rank has a working GPU and a real NCCL. The ranks agree over the host
-/// communicator before (so no rank enters the real NCCL's collective init
-/// alone) and after: when the real creation failed on any rank, every rank
-/// gives its real communicator back and throws, naming that rank and why.
+/// communicator before the real init (so no rank enters it, to wait there
+/// for a rank whose device cannot be selected) and after: when the
+/// creation failed on any rank, every rank gives its real communicator
+/// back and throws, naming that rank and why.
 void attachReal(ncclComm& comm, int device, ncclConfig_t* config) {
   const auto hooks = realInitHooks();
-  const std::string mine = hooks->unusable();
-  int32_t usable = mine.empty() ? 1 : 0;
-  comm.host.allreduce(&usable, &usable, 1, DataType::kInt32, ReduceOp::kMin).wait();
-  if (!usable) {
-    comm.realWhy = mine.empty() ? "another rank has no working GPU or no real NCCL" : mine;
+  const std::string unusable = hooks->unusable();
+  int32_t state = unusable.empty() ? 1 : 0;
+  ncclResult_t r = ncclSuccess;
+  std::string why;
+  if (state == 1) {
+    r = hooks->selectDevice(device);
+    if (r != ncclSuccess) {
+      state = -1;
+      why = lastError();
+    }
+  }
+  if (agreeOnRealStep(comm, "device", state, r, why) == 0) {
+    comm.realWhy = unusable.empty() ? "another rank has no working GPU or no real NCCL" : unusable;
     return;
   }
   // Byte 0: whether rank 0 got a real id; then the id.
@@ -132,31 +165,16 @@ void attachReal(ncclComm& comm, int device, ncclConfig_t* config) {
   ncclUniqueId rid;
   std::memcpy(&rid, msg.data() + 1, sizeof rid);
   ncclComm_t real = nullptr;
-  const ncclResult_t r = hooks->initRank(&real, comm.nranks, rid, comm.rank, device, config);
-  const std::string why = r == ncclSuccess ? std::string() : std::string(lastError());
-  // A failed rank leaves why in the store before the agreement, so every
-  // rank can read it after.
-  PrefixStore failures(comm.prefix + "/realinit", comm.store);
-  if (r != ncclSuccess) failures.set("rank" + std::to_string(comm.rank), Store::Bytes(why.begin(), why.end()));
-  const int32_t ok = r == ncclSuccess ? 1 : 0;
-  std::vector<int32_t> oks(static_cast<size_t>(comm.nranks), 0);
-  comm.host.allgather(&ok, oks.data(), 1, DataType::kInt32).wait();
-  const auto firstFailed = std::find(oks.begin(), oks.end(), 0);
-  if (firstFailed == oks.end()) {
-    comm.real = real;
-    comm.cudaDevice = device;
-    return;
+  r = hooks->initRank(&real, comm.nranks, rid, comm.rank, device, config);
+  why = r == ncclSuccess ? std::string() : std::string(lastError());
+  try {
+    agreeOnRealStep(comm, "init", r == ncclSuccess ? 1 : -1, r, why);
+  } catch (...) {
+    if (r == ncclSuccess && real) hooks->destroy(real, /*abort=*/true);  // a peer has none
+    throw;
   }
-  if (r == ncclSuccess && real) hooks->destroy(real, /*abort=*/true);  // the failed rank has none
-  const int failed = static_cast<int>(firstFailed - oks.begin());
-  std::string reason = why;
-  if (failed != comm.rank) {
-    const Store::Bytes b = failures.get("rank" + std::to_string(failed), storeTimeout());
-    reason.assign(b.begin(), b.end());
-  }
-  throw NcclError(failed == comm.rank ? r : ncclRemoteError,
-                  "the real NCCL's communicator creation failed on rank " + std::to_string(failed) + " of " +
-                      std::to_string(comm.nranks) + " (so every rank's fails): " + reason);
+  comm.real = real;
+  comm.cudaDevice = device;
 }
 
 ncclResult_t checkConfig(const char* fn, const ncclConfig_t* config) {

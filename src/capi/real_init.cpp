@@ -29,6 +29,18 @@ RealInitHooks defaultRealInitHooks() {
     if (!cudaUsable() || cudaGetDevice(&device) != cudaSuccess) return -1;
     return device;
   };
+  h.selectDevice = [](int device) -> ncclResult_t {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    const cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return fail(ncclUnhandledCudaError, "cudaSetDevice(" + std::to_string(device) + ") failed: " +
+                                              cudaGetErrorString(err));
+    }
+    if (previous >= 0 && previous != device) cudaSetDevice(previous);
+    return ncclSuccess;
+  };
   h.getUniqueId = [](ncclUniqueId* id) -> ncclResult_t {
     auto getId = GRADCOMM_REAL(ncclGetUniqueId);
     return getId ? fromReal("ncclGetUniqueId", getId(id)) : realMissing("ncclGetUniqueId");

@@ -18,6 +18,11 @@ struct RealInitHooks {
   std::function<std::string()> unusable;
   /// The calling thread's current CUDA device (-1 when there is none).
   std::function<int()> currentDevice;
+  /// ncclSuccess when `device` can be made current on the calling thread
+  /// (checked on every rank before any enters the real NCCL's init, whose
+  /// peers would otherwise wait for a rank that never comes); on failure
+  /// the last error says why.
+  std::function<ncclResult_t(int device)> selectDevice;
   /// The real ncclGetUniqueId.
   std::function<ncclResult_t(ncclUniqueId* id)> getUniqueId;
   /// The real ncclCommInitRankConfig with `device` current on the calling

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -44,18 +45,28 @@ struct FakeRealNccl {
   std::map<int, SeenInit> inits;  ///< by rank
   std::vector<std::pair<ncclComm_t, bool>> destroyed;
   int failRank = -1;
+  int badDeviceRank = -1;  ///< this rank's device cannot be selected
   bool usable = true;
+  /// Entering the real init parks a rank until its peers arrive (as NCCL's
+  /// bootstrap does); this one never arrives.
+  std::condition_variable peersCv;
+  int entered = 0;
 
   capi::RealInitHooks hooks() {
     capi::RealInitHooks h;
     h.unusable = [this]() -> std::string { return usable ? "" : "fake: host memory only"; };
     h.currentDevice = [] { return tDevice; };
+    h.selectDevice = [this](int device) {
+      if (device == 100 + badDeviceRank) return capi::fail(ncclUnhandledCudaError, "fake: invalid device ordinal");
+      return ncclSuccess;
+    };
     h.getUniqueId = [](ncclUniqueId* id) {
       std::memset(id, 7, sizeof *id);
       return ncclSuccess;
     };
-    h.initRank = [this](ncclComm_t* real, int, const ncclUniqueId&, int rank, int device, ncclConfig_t* config) {
-      std::lock_guard<std::mutex> lock(mu);
+    h.initRank = [this](ncclComm_t* real, int nranks, const ncclUniqueId&, int rank, int device,
+                        ncclConfig_t* config) {
+      std::unique_lock<std::mutex> lock(mu);
       SeenInit& s = inits[rank];
       s.device = device;
       if (config) {
@@ -63,6 +74,17 @@ struct FakeRealNccl {
         s.netName = config->netName ? config->netName : "(null)";
       }
       if (rank == failRank) return capi::fail(ncclUnhandledCudaError, "fake: cudaSetDevice failed on this rank");
+      if (device == 100 + badDeviceRank) return capi::fail(ncclUnhandledCudaError, "fake: invalid device ordinal");
+      if (badDeviceRank >= 0) {
+        // The real NCCL's bootstrap: wait (here at most 10 s) for every rank.
+        std::unique_lock<std::mutex> wait(mu, std::defer_lock);
+        lock.swap(wait);
+        ++entered;
+        peersCv.notify_all();
+        if (!peersCv.wait_for(wait, 10s, [&] { return entered == nranks; })) {
+          return capi::fail(ncclSystemError, "fake: bootstrap timed out waiting for a rank");
+        }
+      }
       *real = reinterpret_cast<ncclComm_t>(static_cast<uintptr_t>(0x1000 + rank));
       return ncclSuccess;
     };
@@ -197,6 +219,42 @@ TEST_F(Capi, RealInitFailureOnOneRankFailsEveryRank) {
   ASSERT_EQ(fake_.destroyed.size(), 1u) << "rank 0's real communicator was not given back";
   EXPECT_EQ(fake_.destroyed[0].first, reinterpret_cast<ncclComm_t>(0x1000));
   EXPECT_TRUE(fake_.destroyed[0].second) << "destroyed, not aborted (its peer never had one)";
+}
+
+// One rank's device cannot be selected: no rank enters the real NCCL's init
+// (whose other ranks would wait there for it), and every rank fails.
+TEST_F(Capi, BadDeviceOnOneRankFailsEveryRankBeforeTheRealInit) {
+  fake_.usable = true;
+  fake_.badDeviceRank = 1;
+  capi::setRealInitHooks(fake_.hooks());
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  ncclResult_t results[2] = {ncclSuccess, ncclSuccess};
+  std::string texts[2];
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(finishesWithin(60s, [&] {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        tDevice = 100 + r;
+        results[r] = ncclCommInitRank(&comms[r], 2, id, r);
+        texts[r] = ncclGetLastError(nullptr);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "a rank waited in the real NCCL's init";
+  EXPECT_EQ(results[1], ncclUnhandledCudaError) << texts[1];
+  EXPECT_EQ(results[0], ncclRemoteError) << texts[0];
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(comms[r], nullptr) << "rank " << r << " holds a communicator";
+    EXPECT_NE(texts[r].find("rank 1"), std::string::npos) << texts[r];
+    EXPECT_NE(texts[r].find("fake: invalid device ordinal"), std::string::npos) << texts[r];
+  }
+  std::lock_guard<std::mutex> lock(fake_.mu);
+  EXPECT_EQ(fake_.entered, 0) << "a rank entered the real NCCL's init";
+  EXPECT_TRUE(fake_.destroyed.empty());
 }
 
 // PyTorch's watchdog: a rank blocks in ncclAllReduce (its peer never
