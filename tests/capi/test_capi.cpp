@@ -385,4 +385,30 @@ TEST(CapiErrors, MismatchAndInvalidUsageAreNcclInvalidUsage) {
   EXPECT_NE(std::string(capi::lastError()).find("count 4 here"), std::string::npos);
 }
 
+// The same through two ranks that pass different counts (here on one host,
+// where the shared-memory path compares the calls): ncclInvalidUsage on
+// every rank, saying what differs.
+TEST_F(Capi, CountMismatchIsInvalidUsageOnEveryRank) {
+  auto comms = makeComms(2);
+  ASSERT_TRUE(comms[0] && comms[1]);
+  ncclResult_t results[2] = {ncclSuccess, ncclSuccess};
+  std::string texts[2];
+  ASSERT_TRUE(finishesWithin(60s, [&] {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        float x[8] = {};
+        results[r] = ncclAllReduce(x, x, 4 + r, ncclFloat32, ncclSum, comms[r], nullptr);
+        texts[r] = ncclGetLastError(nullptr);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }));
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(results[r], ncclInvalidUsage) << "rank " << r << ": " << texts[r];
+    EXPECT_NE(texts[r].find("count"), std::string::npos) << texts[r];
+    EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+  }
+}
+
 }  // namespace
