@@ -28,6 +28,14 @@ namespace capi = gradcomm::capi;
 
 namespace {
 
+/// Ranks meet on loopback, and a stall fails within the test's time
+/// (unless the environment says otherwise).
+const bool kEnvironment = [] {
+  setenv("GRADCOMM_NCCL_ID_ADDR", "127.0.0.1", 0);
+  setenv("GRADCOMM_TIMEOUT", "30s", 0);
+  return true;
+}();
+
 /// The fake's notion of the calling thread's current CUDA device.
 thread_local int tDevice = 0;
 
@@ -262,25 +270,40 @@ TEST_F(Capi, BadDeviceOnOneRankFailsEveryRankBeforeTheRealInit) {
 // ncclInternalError (what NCCL returns from a blocking wait its abort flag
 // interrupted) saying it was aborted; the communicator is freed only after
 // the call left it (the valgrind run of this test sees no invalid read).
-TEST_F(Capi, AbortFromAnotherThreadWakesTheBlockedCall) {
+class CapiAbort : public Capi, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(CapiAbort, AbortFromAnotherThreadWakesTheBlockedCall) {
+  const bool inGroup = GetParam();
+  const char* function = inGroup ? "ncclGroupEnd" : "ncclAllReduce";
   auto comms = makeComms(2);
   ASSERT_TRUE(comms[0] && comms[1]);
   std::atomic<int> result{-1};
   std::string text;
   std::thread blocked([&] {
     float x = 1;
-    result = ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comms[0], nullptr);
+    if (inGroup) {
+      ncclGroupStart();
+      ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comms[0], nullptr);
+      result = ncclGroupEnd();
+    } else {
+      result = ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comms[0], nullptr);
+    }
     text = ncclGetLastError(nullptr);
   });
   std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(result.load(), -1) << "the allreduce returned without its peer";
+  EXPECT_EQ(result.load(), -1) << "the call returned without its peer";
   ASSERT_TRUE(finishesWithin(30s, [&] { EXPECT_EQ(ncclCommAbort(comms[0]), ncclSuccess); }));
   ASSERT_TRUE(finishesWithin(30s, [&] { blocked.join(); })) << "the blocked call never returned";
   EXPECT_EQ(result.load(), ncclInternalError) << text;
-  EXPECT_NE(text.find("ncclAllReduce"), std::string::npos) << text;
+  EXPECT_NE(text.find(function), std::string::npos) << text;
   EXPECT_NE(text.find("aborted"), std::string::npos) << text;
   EXPECT_EQ(ncclCommDestroy(comms[1]), ncclSuccess) << ncclGetLastError(nullptr);
 }
+
+INSTANTIATE_TEST_SUITE_P(Calls, CapiAbort, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("InAGroup") : std::string("Alone");
+                         });
 
 // Creating and destroying communicators leaves no thread, socket or store
 // behind: the store served for a unique id and the connections to it go
