@@ -177,6 +177,24 @@ void attachReal(ncclComm& comm, int device, ncclConfig_t* config) {
   comm.cudaDevice = device;
 }
 
+/// A caller's ncclConfig_t and the strings it points to, owned: the
+/// caller's may be gone by the time a group's communicators form.
+struct ConfigCopy {
+  explicit ConfigCopy(const ncclConfig_t& from) {
+    // A program built against an older nccl.h passes a shorter struct
+    // (its `size` says how long); the rest keeps NCCL's defaults.
+    const size_t bytes = std::min(from.size, sizeof(ncclConfig_t));
+    if (bytes > 0) std::memcpy(static_cast<void*>(&config), &from, bytes);
+    config.size = sizeof(ncclConfig_t);
+    if (config.netName) config.netName = (netName = config.netName).c_str();
+    if (config.commName) config.commName = (commName = config.commName).c_str();
+  }
+  ConfigCopy(const ConfigCopy&) = delete;
+  ConfigCopy& operator=(const ConfigCopy&) = delete;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  std::string netName, commName;
+};
+
 ncclResult_t checkConfig(const char* fn, const ncclConfig_t* config) {
   if (config && config->magic != kConfigMagic) {
     return invalidArgument(fn, "config", "not initialised with NCCL_CONFIG_INITIALIZER");
@@ -203,7 +221,7 @@ ncclResult_t initRank(const char* fn, ncclComm_t* newcomm, int nranks, const ncc
   ncclComm* c = comm.get();
   // Inside a group this forms at ncclGroupEnd, on another thread: the
   // caller's config (often on its stack) and current device are taken now.
-  std::shared_ptr<ncclConfig_t> configCopy = config ? std::make_shared<ncclConfig_t>(*config) : nullptr;
+  std::shared_ptr<ConfigCopy> configCopy = config ? std::make_shared<ConfigCopy>(*config) : nullptr;
   const int device = realInitHooks()->currentDevice();
   auto form = [c, ids, configCopy, device] {
     std::shared_ptr<Store> base = servedStore(ids.keyHex());
@@ -213,7 +231,7 @@ ncclResult_t initRank(const char* fn, ncclComm_t* newcomm, int nranks, const ncc
       base = std::make_shared<TcpStore>(ids.host, ids.port, so);
     }
     formHost(*c, base, "nccl/" + ids.keyHex());
-    attachReal(*c, device, configCopy.get());
+    attachReal(*c, device, configCopy ? &configCopy->config : nullptr);
   };
   if (inGroup()) {
     // Forms at ncclGroupEnd, concurrently with the group's other inits.

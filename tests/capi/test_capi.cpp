@@ -169,11 +169,13 @@ TEST_F(Capi, GroupInitUsesTheDeviceAndConfigOfTheCall) {
     for (int i = 0; i < 2; ++i) {
       tDevice = 5 + i;  // cudaSetDevice(5 + i)
       auto* config = new ncclConfig_t(NCCL_CONFIG_INITIALIZER);
+      std::string netName = kNetNames[i];
       config->cgaClusterSize = 3 + i;
-      config->netName = kNetNames[i];
+      config->netName = netName.c_str();
       EXPECT_EQ(ncclCommInitRankConfig(&comms[i], 2, id, i, config), ncclSuccess) << ncclGetLastError(nullptr);
       std::memset(static_cast<void*>(config), 0xa5, sizeof *config);  // the iteration's storage is reused...
       delete config;                                                   // ...or gone
+      netName.assign(netName.size(), 'x');
     }
     tDevice = 0;
     EXPECT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(nullptr);
