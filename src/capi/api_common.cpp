@@ -9,6 +9,11 @@ ncclResult_t invalidArgument(const char* function, const char* argument, const s
   return fail(ncclInvalidArgument, std::string(function) + ": invalid argument '" + argument + "': " + why);
 }
 
+ncclResult_t abortedCall(const char* function) {
+  return fail(ncclInternalError, std::string(function) + ": the communicator was aborted (ncclCommAbort or "
+                                                          "ncclCommDestroy on another thread) during this call");
+}
+
 ncclResult_t checkComm(ncclComm_t comm, const char* function) {
   if (!comm) return invalidArgument(function, "comm", "the communicator is NULL");
   if (comm->magic != ncclComm::kMagic) {

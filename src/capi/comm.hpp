@@ -3,6 +3,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,7 +41,55 @@ struct ncclComm {
     if (asyncError.load() == ncclSuccess) asyncMessage = message;
     asyncError.store(result);
   }
+
+  /// Host calls that may block (see CommUse) and whether ncclCommAbort or
+  /// ncclCommDestroy began: the communicator is freed only once `users`
+  /// is 0, and no call enters after `closing` is set.
+  std::mutex useMu;
+  std::condition_variable useCv;
+  int users = 0;
+  bool closing = false;
+
+  /// True when ncclCommAbort or ncclCommDestroy began.
+  bool isClosing() {
+    std::lock_guard<std::mutex> lock(useMu);
+    return closing;
+  }
 };
+
+namespace gradcomm::capi {
+
+/// A host call using `comm` for its lifetime: ncclCommAbort from another
+/// thread wakes the call (its waits fail) but frees the communicator only
+/// after every CommUse ended. entered() is false when the communicator is
+/// already being aborted or destroyed (the call must not touch it).
+class CommUse {
+ public:
+  explicit CommUse(ncclComm_t comm) : comm_(comm) {
+    std::lock_guard<std::mutex> lock(comm_->useMu);
+    entered_ = !comm_->closing;
+    if (entered_) ++comm_->users;
+  }
+  ~CommUse() {
+    if (!entered_) return;
+    std::lock_guard<std::mutex> lock(comm_->useMu);
+    if (--comm_->users == 0) comm_->useCv.notify_all();
+  }
+  CommUse(const CommUse&) = delete;
+  CommUse& operator=(const CommUse&) = delete;
+  bool entered() const { return entered_; }
+
+ private:
+  ncclComm_t comm_;
+  bool entered_ = false;
+};
+
+/// The error of a call that ncclCommAbort or ncclCommDestroy on another
+/// thread interrupted (or that came after they began): ncclInternalError,
+/// as NCCL returns from a blocking wait its abort flag ended.
+ncclResult_t abortedCall(const char* function);
+
+}  // namespace gradcomm::capi
 
 namespace gradcomm::capi {
 

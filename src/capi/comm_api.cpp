@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -17,6 +18,7 @@
 #include "capi/cuda_probe.hpp"
 #include "capi/forward.hpp"
 #include "capi/group.hpp"
+#include "capi/real_init.hpp"
 #include "core/communicator_impl.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
@@ -29,19 +31,54 @@ namespace {
 
 constexpr unsigned int kConfigMagic = 0xcafebeef;
 
-/// Stores this process serves (it called ncclGetUniqueId), by job key, and
-/// every store a communicator was formed through. Never freed: another
-/// process may still join through them at any time before this one exits,
-/// and communicatorFromStore numbers communicators per store object, so an
-/// address must never be reused by a later store.
+/// Stores this process serves (it called ncclGetUniqueId), by job key. The
+/// server is held here until a communicator of this process is formed
+/// through it; from then on only the communicators formed through it hold
+/// it (and the server thread and its sockets end with the last of them).
+/// An id no communicator of this process uses stays served: another
+/// process may join through it at any time before this one exits.
+struct Served {
+  std::shared_ptr<TcpStore> unused;  ///< held until the first communicator forms
+  std::weak_ptr<TcpStore> live;      ///< held by the communicators formed through it
+};
 struct Stores {
   std::mutex mu;
-  std::map<std::string, std::shared_ptr<TcpStore>> served;
-  std::vector<std::shared_ptr<Store>> formedThrough;
+  std::map<std::string, Served> served;
 };
 Stores& stores() {
   static Stores* s = new Stores();
   return *s;
+}
+
+/// The store this process serves for job `key`, or null when it serves
+/// none (any more): the caller then connects to it as a client.
+std::shared_ptr<Store> servedStore(const std::string& key) {
+  std::lock_guard<std::mutex> lock(stores().mu);
+  auto it = stores().served.find(key);
+  if (it == stores().served.end()) return nullptr;
+  std::shared_ptr<TcpStore> s = it->second.unused ? std::move(it->second.unused) : it->second.live.lock();
+  if (!s) {
+    stores().served.erase(it);
+    return nullptr;
+  }
+  it->second.live = s;
+  return s;
+}
+
+/// gradcomm's options for the shim's communicators: NCCL_DEBUG (WARN, INFO,
+/// TRACE) sets the log level where GRADCOMM_LOG_LEVEL is not set.
+Options shimOptions() {
+  Options options;
+  const char* own = std::getenv("GRADCOMM_LOG_LEVEL");
+  const char* nccl = std::getenv("NCCL_DEBUG");
+  if ((own && *own) || !nccl) return options;
+  std::string level(nccl);
+  for (char& ch : level) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  // NCCL's VERSION and ABORT have no gradcomm level: the default stands.
+  if (level == "warn") options.set("GRADCOMM_LOG_LEVEL", "warn");
+  else if (level == "info") options.set("GRADCOMM_LOG_LEVEL", "info");
+  else if (level == "trace") options.set("GRADCOMM_LOG_LEVEL", "debug");
+  return options;
 }
 
 std::chrono::milliseconds storeTimeout() {
@@ -56,38 +93,66 @@ std::chrono::milliseconds storeTimeout() {
 /// Forms comm->host through the store at `prefix`, scoped in `base`.
 void formHost(ncclComm& comm, std::shared_ptr<Store> base, const std::string& prefix) {
   auto scoped = std::make_shared<PrefixStore>(prefix, base);
-  {
-    std::lock_guard<std::mutex> lock(stores().mu);
-    stores().formedThrough.push_back(scoped);
-  }
-  comm.host = communicatorFromStore(scoped, comm.rank, comm.nranks);
+  comm.host = communicatorFromStore(scoped, comm.rank, comm.nranks, shimOptions());
   comm.store = std::move(base);
   comm.prefix = prefix;
   comm.sendNext.assign(comm.nranks, 0);
   comm.recvNext.assign(comm.nranks, 0);
 }
 
-/// Forms the real NCCL's communicator of the same ranks, when every rank has
-/// a working GPU and a real NCCL (they agree first, over the host
-/// communicator, so no rank enters the real NCCL's collective init alone).
-/// `makeReal` runs the real creation given a real unique id.
-template <typename MakeReal>
-void attachReal(ncclComm& comm, MakeReal&& makeReal) {
-  int32_t usable = cudaUsable() && RealNccl::instance().available() ? 1 : 0;
-  const std::string mine = !cudaUsable() ? std::string("no CUDA device works in this process")
-                                         : (usable ? std::string() : RealNccl::instance().why());
-  comm.host.allreduce(&usable, &usable, 1, DataType::kInt32, ReduceOp::kMin).wait();
-  if (!usable) {
-    comm.realWhy = mine.empty() ? "another rank has no working GPU or no real NCCL" : mine;
+/// Every rank's `state` for one step of the real NCCL's creation (1 done,
+/// 0 not possible here, -1 failed with `why`). When any rank failed, throws
+/// on every rank, naming the first that failed and its reason: a failed
+/// rank leaves it in the job's store before the allgather, so every rank can
+/// read it after. Returns the lowest state otherwise.
+int32_t agreeOnRealStep(ncclComm& comm, const char* step, int32_t state, ncclResult_t result,
+                        const std::string& why) {
+  PrefixStore failures(comm.prefix + "/realinit/" + step, comm.store);
+  if (state < 0) failures.set("rank" + std::to_string(comm.rank), Store::Bytes(why.begin(), why.end()));
+  std::vector<int32_t> states(static_cast<size_t>(comm.nranks), 0);
+  comm.host.allgather(&state, states.data(), 1, DataType::kInt32).wait();
+  const auto lowest = std::min_element(states.begin(), states.end());
+  if (*lowest >= 0) return *lowest;
+  const int failed = static_cast<int>(lowest - states.begin());
+  std::string reason = why;
+  if (failed != comm.rank) {
+    const Store::Bytes b = failures.get("rank" + std::to_string(failed), storeTimeout());
+    reason.assign(b.begin(), b.end());
+  }
+  throw NcclError(failed == comm.rank ? result : ncclRemoteError,
+                  "the real NCCL's communicator creation failed on rank " + std::to_string(failed) + " of " +
+                      std::to_string(comm.nranks) + " (so every rank's fails): " + reason);
+}
+
+/// Forms the real NCCL's communicator of the same ranks on `device` (the
+/// caller's current device when it called ncclCommInitRank), when every
+/// rank has a working GPU and a real NCCL. The ranks agree over the host
+/// communicator before the real init (so no rank enters it, to wait there
+/// for a rank whose device cannot be selected) and after: when the
+/// creation failed on any rank, every rank gives its real communicator
+/// back and throws, naming that rank and why.
+void attachReal(ncclComm& comm, int device, ncclConfig_t* config) {
+  const auto hooks = realInitHooks();
+  const std::string unusable = hooks->unusable();
+  int32_t state = unusable.empty() ? 1 : 0;
+  ncclResult_t r = ncclSuccess;
+  std::string why;
+  if (state == 1) {
+    r = hooks->selectDevice(device);
+    if (r != ncclSuccess) {
+      state = -1;
+      why = lastError();
+    }
+  }
+  if (agreeOnRealStep(comm, "device", state, r, why) == 0) {
+    comm.realWhy = unusable.empty() ? "another rank has no working GPU or no real NCCL" : unusable;
     return;
   }
-  cudaGetDevice(&comm.cudaDevice);
   // Byte 0: whether rank 0 got a real id; then the id.
   std::vector<char> msg(1 + sizeof(ncclUniqueId), 0);
   if (comm.rank == 0) {
-    auto getId = GRADCOMM_REAL(ncclGetUniqueId);
     ncclUniqueId rid;
-    if (getId && getId(&rid) == ncclSuccess) {
+    if (hooks->getUniqueId(&rid) == ncclSuccess) {
       msg[0] = 1;
       std::memcpy(msg.data() + 1, &rid, sizeof rid);
     }
@@ -99,12 +164,36 @@ void attachReal(ncclComm& comm, MakeReal&& makeReal) {
   }
   ncclUniqueId rid;
   std::memcpy(&rid, msg.data() + 1, sizeof rid);
-  const ncclResult_t r = makeReal(rid);
-  if (r != ncclSuccess) {
-    comm.real = nullptr;
-    comm.realWhy = std::string("the real NCCL's communicator creation failed: ") + lastError();
+  ncclComm_t real = nullptr;
+  r = hooks->initRank(&real, comm.nranks, rid, comm.rank, device, config);
+  why = r == ncclSuccess ? std::string() : std::string(lastError());
+  try {
+    agreeOnRealStep(comm, "init", r == ncclSuccess ? 1 : -1, r, why);
+  } catch (...) {
+    if (r == ncclSuccess && real) hooks->destroy(real, /*abort=*/true);  // a peer has none
+    throw;
   }
+  comm.real = real;
+  comm.cudaDevice = device;
 }
+
+/// A caller's ncclConfig_t and the strings it points to, owned: the
+/// caller's may be gone by the time a group's communicators form.
+struct ConfigCopy {
+  explicit ConfigCopy(const ncclConfig_t& from) {
+    // A program built against an older nccl.h passes a shorter struct
+    // (its `size` says how long); the rest keeps NCCL's defaults.
+    const size_t bytes = std::min(from.size, sizeof(ncclConfig_t));
+    if (bytes > 0) std::memcpy(static_cast<void*>(&config), &from, bytes);
+    config.size = sizeof(ncclConfig_t);
+    if (config.netName) config.netName = (netName = config.netName).c_str();
+    if (config.commName) config.commName = (commName = config.commName).c_str();
+  }
+  ConfigCopy(const ConfigCopy&) = delete;
+  ConfigCopy& operator=(const ConfigCopy&) = delete;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  std::string netName, commName;
+};
 
 ncclResult_t checkConfig(const char* fn, const ncclConfig_t* config) {
   if (config && config->magic != kConfigMagic) {
@@ -130,24 +219,19 @@ ncclResult_t initRank(const char* fn, ncclComm_t* newcomm, int nranks, const ncc
   comm->rank = rank;
   comm->nranks = nranks;
   ncclComm* c = comm.get();
-  auto form = [c, ids, config] {
-    std::shared_ptr<Store> base;
-    {
-      std::lock_guard<std::mutex> lock(stores().mu);
-      auto it = stores().served.find(ids.keyHex());
-      if (it != stores().served.end()) base = it->second;
-    }
+  // Inside a group this forms at ncclGroupEnd, on another thread: the
+  // caller's config (often on its stack) and current device are taken now.
+  std::shared_ptr<ConfigCopy> configCopy = config ? std::make_shared<ConfigCopy>(*config) : nullptr;
+  const int device = realInitHooks()->currentDevice();
+  auto form = [c, ids, configCopy, device] {
+    std::shared_ptr<Store> base = servedStore(ids.keyHex());
     if (!base) {
       TcpStore::Options so;
       so.connectTimeout = storeTimeout();
       base = std::make_shared<TcpStore>(ids.host, ids.port, so);
     }
     formHost(*c, base, "nccl/" + ids.keyHex());
-    attachReal(*c, [c, config](const ncclUniqueId& rid) {
-      auto init = GRADCOMM_REAL(ncclCommInitRankConfig);
-      if (!init) return realMissing("ncclCommInitRank");
-      return fromReal("ncclCommInitRank", init(&c->real, c->nranks, rid, c->rank, config));
-    });
+    attachReal(*c, device, configCopy ? &configCopy->config : nullptr);
   };
   if (inGroup()) {
     // Forms at ncclGroupEnd, concurrently with the group's other inits.
@@ -160,13 +244,23 @@ ncclResult_t initRank(const char* fn, ncclComm_t* newcomm, int nranks, const ncc
   return ncclSuccess;
 }
 
+/// Ends `comm` and frees it once no host call uses it: a call blocked on
+/// another thread (ncclCommAbort from a watchdog) is woken, as its waits
+/// fail, and leaves before the memory goes.
 void destroyComm(ncclComm_t comm, bool abort) {
+  {
+    std::lock_guard<std::mutex> lock(comm->useMu);
+    comm->closing = true;
+  }
   if (comm->real) {
-    auto f = abort ? GRADCOMM_REAL(ncclCommAbort) : GRADCOMM_REAL(ncclCommDestroy);
-    if (f) f(comm->real);
+    realInitHooks()->destroy(comm->real, abort);
     comm->real = nullptr;
   }
   if (comm->host.valid()) comm->host.destroy();
+  {
+    std::unique_lock<std::mutex> lock(comm->useMu);
+    comm->useCv.wait(lock, [comm] { return comm->users == 0; });
+  }
   comm->magic = 0;
   delete comm;
 }
@@ -217,7 +311,11 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
     ids.port = server->port();
     {
       std::lock_guard<std::mutex> lock(stores().mu);
-      stores().served[ids.keyHex()] = server;
+      // Forget the jobs whose communicators are all gone.
+      for (auto it = stores().served.begin(); it != stores().served.end();) {
+        it = !it->second.unused && it->second.live.expired() ? stores().served.erase(it) : std::next(it);
+      }
+      stores().served[ids.keyHex()].unused = server;
     }
     encodeUniqueId(ids, uniqueId);
     return ncclSuccess;
@@ -253,7 +351,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
     // One process, ndev ranks: an in-process world, driven by the caller's
     // thread through group calls (as NCCL requires for such communicators).
     auto world = transport::InProcWorld::create(ndev);
-    const core::Config config = core::Config::resolve();
+    const core::Config config = core::Config::resolve(shimOptions());
     std::vector<std::unique_ptr<ncclComm>> made;
     for (int r = 0; r < ndev; ++r) {
       auto c = std::make_unique<ncclComm>();
@@ -310,6 +408,8 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     }
     if (auto r = checkConfig(fn, config)) return r;
     *newcomm = nullptr;
+    CommUse use(comm);  // the split waits for every rank: an abort must not free comm under it
+    if (!use.entered()) return abortedCall(fn);
     if (!comm->store) {
       return fail(ncclInvalidUsage, std::string(fn) + ": communicators from ncclCommInitAll cannot be split by gradcomm");
     }
@@ -320,6 +420,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     try {
       comm->host.allgather(mine, all.data(), 2, DataType::kInt32).wait();
     } catch (const Error& e) {
+      if (comm->isClosing()) return abortedCall(fn);
       comm->setFailed(resultOf(e.code()), std::string(fn) + ": " + e.what());
       throw;
     }

@@ -1,6 +1,7 @@
 #include "capi/group.hpp"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,6 +39,12 @@ struct Outcome {
   }
 };
 
+/// Records that an abort on another thread interrupted the group.
+void addAborted(const char* function, Outcome& out) {
+  const ncclResult_t r = abortedCall(function);
+  out.add(r, lastError());
+}
+
 void failComm(ncclComm_t comm, ncclResult_t r, const std::string& message, Outcome& out) {
   comm->setFailed(r, message);
   out.add(r, message);
@@ -46,8 +53,42 @@ void failComm(ncclComm_t comm, ncclResult_t r, const std::string& message, Outco
 template <typename F>
 void runGuarded(ncclComm_t comm, const char* function, Outcome& out, F&& body) {
   const ncclResult_t r = guarded(function, std::forward<F>(body));
-  if (r != ncclSuccess) failComm(comm, r, lastError(), out);
+  if (r == ncclSuccess) return;
+  if (comm->isClosing()) {
+    addAborted(function, out);
+  } else {
+    failComm(comm, r, lastError(), out);
+  }
 }
+
+/// The group's communicators, each held (CommUse) while the group runs so
+/// that an abort on another thread cannot free one under it. A
+/// communicator already being aborted is not touched at all.
+class GroupUses {
+ public:
+  explicit GroupUses(const GroupState& g) {
+    for (const auto& i : g.inits) add(i.comm);
+    for (const auto& c : g.calls) add(c.comm);
+    for (const auto& t : g.transfers) add(t.comm);
+  }
+  /// False when `comm` was being aborted or destroyed as the group began.
+  bool usable(ncclComm_t comm) const {
+    auto it = uses_.find(comm);
+    return it != uses_.end() && it->second->entered();
+  }
+  bool anyAborted() const {
+    for (const auto& u : uses_) {
+      if (!u.second->entered()) return true;
+    }
+    return false;
+  }
+
+ private:
+  void add(ncclComm_t comm) {
+    if (!uses_.count(comm)) uses_.emplace(comm, std::make_unique<CommUse>(comm));
+  }
+  std::map<ncclComm_t, std::unique_ptr<CommUse>> uses_;
+};
 
 /// The real NCCL takes part in the group only where device calls can happen.
 bool realGroupsMatter() { return cudaUsable() && RealNccl::instance().available(); }
@@ -55,6 +96,15 @@ bool realGroupsMatter() { return cudaUsable() && RealNccl::instance().available(
 ncclResult_t runGroup(GroupState& g, const char* function) {
   Outcome out;
   if (g.firstError != ncclSuccess) out.add(g.firstError, g.firstErrorText);
+  const GroupUses uses(g);
+  if (uses.anyAborted()) {
+    addAborted(function, out);
+    // Nothing of an aborted communicator may be touched: drop its work.
+    auto gone = [&](const auto& item) { return !uses.usable(item.comm); };
+    g.inits.erase(std::remove_if(g.inits.begin(), g.inits.end(), gone), g.inits.end());
+    g.calls.erase(std::remove_if(g.calls.begin(), g.calls.end(), gone), g.calls.end());
+    g.transfers.erase(std::remove_if(g.transfers.begin(), g.transfers.end(), gone), g.transfers.end());
+  }
 
   // Communicators first: several may need each other (one thread forming
   // the communicators of several ranks), so they form concurrently.
@@ -72,7 +122,12 @@ ncclResult_t runGroup(GroupState& g, const char* function) {
     }
     for (auto& t : threads) t.join();
     for (size_t i = 0; i < g.inits.size(); ++i) {
-      if (results[i] != ncclSuccess) failComm(g.inits[i].comm, results[i], texts[i], out);
+      if (results[i] == ncclSuccess) continue;
+      if (g.inits[i].comm->isClosing()) {
+        addAborted(function, out);
+      } else {
+        failComm(g.inits[i].comm, results[i], texts[i], out);
+      }
     }
   }
 

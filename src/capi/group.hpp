@@ -63,10 +63,13 @@ ncclResult_t runNow(ncclComm_t comm, cudaStream_t stream, const char* function, 
     const std::string err = waitForStream(stream);
     if (!err.empty()) return fail(ncclUnhandledCudaError, std::string(function) + ": " + err);
   }
+  CommUse use(comm);
+  if (!use.entered()) return abortedCall(function);
   try {
     start().wait();  // bounded: the engine fails an operation stalled for GRADCOMM_TIMEOUT
     return ncclSuccess;
   } catch (const Error& e) {
+    if (comm->isClosing()) return abortedCall(function);
     const ncclResult_t r = resultOf(e.code());
     const std::string message = std::string(function) + ": " + e.what();
     comm->setFailed(r, message);

@@ -1,8 +1,9 @@
 #define _POSIX_C_SOURCE 200809L
 /* libgradcomm-nccl-tuner.so as the real NCCL uses it: dlopen, look up
- * ncclTunerPlugin_v5, init, getCollInfo on a cost table shaped as NCCL
- * passes it (rows of protocols per algorithm, -1 for what cannot run),
- * finalize. Rules come from GRADCOMM_NCCL_ALGO and a tuning file. */
+ * ncclTunerPlugin_v5, init, getCollInfo on a cost table laid out as NCCL
+ * lays it out (a float[algorithms][protocols] array cast to float**, -1
+ * for what cannot run), finalize. Rules come from GRADCOMM_NCCL_ALGO and a
+ * tuning file. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,18 +21,23 @@ static int failures = 0;
     }                                        \
   } while (0)
 
-static float rows[gcNumAlgorithms][gcNumProtocols];
-static float* table[gcNumAlgorithms];
+/* As in NCCL: one 2-D array, passed as (float**)costs.rows. Guard cells on both
+ * sides catch writes outside it. */
+static struct {
+  float before[4];
+  float rows[gcNumAlgorithms][gcNumProtocols];
+  float after[4];
+} costs;
 
 static void resetTable(void) {
+  for (int i = 0; i < 4; ++i) costs.before[i] = costs.after[i] = 99.0f;
   for (int a = 0; a < gcNumAlgorithms; ++a) {
-    table[a] = rows[a];
-    for (int p = 0; p < gcNumProtocols; ++p) rows[a][p] = 10.0f + a * 3 + p;
+    for (int p = 0; p < gcNumProtocols; ++p) costs.rows[a][p] = 10.0f + a * 3 + p;
   }
   /* what NCCL marks unusable on this "system": no CollNet, no NVLS */
   for (int p = 0; p < gcNumProtocols; ++p) {
-    rows[gcAlgoCollNetDirect][p] = rows[gcAlgoCollNetChain][p] = GC_ALGO_PROTO_IGNORE;
-    rows[gcAlgoNvls][p] = rows[gcAlgoNvlsTree][p] = GC_ALGO_PROTO_IGNORE;
+    costs.rows[gcAlgoCollNetDirect][p] = costs.rows[gcAlgoCollNetChain][p] = GC_ALGO_PROTO_IGNORE;
+    costs.rows[gcAlgoNvls][p] = costs.rows[gcAlgoNvlsTree][p] = GC_ALGO_PROTO_IGNORE;
   }
 }
 
@@ -40,17 +46,27 @@ static void choice(int* algo, int* proto) {
   float best = 1e30f;
   for (int a = 0; a < gcNumAlgorithms; ++a)
     for (int p = 0; p < gcNumProtocols; ++p)
-      if (rows[a][p] != GC_ALGO_PROTO_IGNORE && rows[a][p] < best) { best = rows[a][p]; *algo = a; *proto = p; }
+      if (costs.rows[a][p] != GC_ALGO_PROTO_IGNORE && costs.rows[a][p] < best) { best = costs.rows[a][p]; *algo = a; *proto = p; }
 }
 
 static void expect(const gcTuner_v5_t* t, void* ctx, int coll, size_t bytes, int algo, int proto, const char* what) {
   resetTable();
   int channels = -1, a = -1, p = -1;
-  ncclResult_t r = t->getCollInfo(ctx, coll, bytes, 1, table, gcNumAlgorithms, gcNumProtocols, 0, &channels);
+  ncclResult_t r = t->getCollInfo(ctx, coll, bytes, 1, (float**)costs.rows, gcNumAlgorithms, gcNumProtocols, 0, &channels);
   CHECK(r == ncclSuccess, "%s: getCollInfo returned %d", what, (int)r);
   choice(&a, &p);
   CHECK(a == algo && p == proto, "%s: chose algo %d proto %d, expected %d/%d", what, a, p, algo, proto);
-  CHECK(rows[gcAlgoNvls][0] == GC_ALGO_PROTO_IGNORE, "%s: an ignored entry was changed", what);
+  CHECK(costs.rows[gcAlgoNvls][0] == GC_ALGO_PROTO_IGNORE, "%s: an ignored entry was changed", what);
+  for (int i = 0; i < 4; ++i)
+    CHECK(costs.before[i] == 99.0f && costs.after[i] == 99.0f, "%s: wrote outside the cost table", what);
+  /* exactly the chosen entries changed (to 0), every other one is NCCL's */
+  for (int a2 = 0; a2 < gcNumAlgorithms; ++a2)
+    for (int p2 = 0; p2 < gcNumProtocols; ++p2) {
+      const int ignored = a2 >= gcAlgoCollNetDirect && a2 <= gcAlgoNvlsTree;
+      const float nccl = ignored ? GC_ALGO_PROTO_IGNORE : 10.0f + a2 * 3 + p2;
+      CHECK(costs.rows[a2][p2] == nccl || (costs.rows[a2][p2] == 0.0f && a2 == algo),
+            "%s: entry %d/%d is %g, NCCL's was %g", what, a2, p2, costs.rows[a2][p2], nccl);
+    }
 }
 
 int main(int argc, char** argv) {

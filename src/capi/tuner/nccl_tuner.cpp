@@ -152,16 +152,21 @@ ncclResult_t tunerInit(void** context, uint64_t, size_t nRanks, size_t nNodes, g
   return ncclSuccess;
 }
 
-ncclResult_t tunerGetCollInfo(void* context, int collType, size_t nBytes, int, float** table, int numAlgo,
+ncclResult_t tunerGetCollInfo(void* context, int collType, size_t nBytes, int, float** collCostTable, int numAlgo,
                               int numProto, int, int*) {
   const auto* ctx = static_cast<const Context*>(context);
-  if (!ctx || !table) return ncclInvalidArgument;
+  if (!ctx || !collCostTable || numAlgo < 0 || numProto < 1) return ncclInvalidArgument;
+  // NCCL passes its float[NCCL_NUM_ALGORITHMS][NCCL_NUM_PROTOCOLS] array
+  // cast to float**: one contiguous block of numAlgo rows of numProto
+  // costs, not an array of row pointers. Entry (a, p) is at a * numProto + p.
+  float* table = reinterpret_cast<float*>(collCostTable);
   for (const Rule& r : ctx->rules) {
     if ((r.coll >= 0 && r.coll != collType) || nBytes < r.lo || nBytes >= r.hi || r.algo >= numAlgo) continue;
     bool applied = false;
     for (int p = 0; p < numProto; ++p) {
-      if ((r.proto >= 0 && p != r.proto) || table[r.algo][p] == GC_ALGO_PROTO_IGNORE) continue;
-      table[r.algo][p] = 0.0f;  // the cheapest: NCCL picks the lowest cost
+      float& cost = table[static_cast<size_t>(r.algo) * static_cast<size_t>(numProto) + static_cast<size_t>(p)];
+      if ((r.proto >= 0 && p != r.proto) || cost == GC_ALGO_PROTO_IGNORE) continue;
+      cost = 0.0f;  // the cheapest: NCCL picks the lowest cost
       applied = true;
     }
     if (applied) return ncclSuccess;  // else the rule's choice cannot run here: try the next rule

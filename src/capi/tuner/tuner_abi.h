@@ -52,8 +52,10 @@ typedef struct {
   const char* name;
   ncclResult_t (*init)(void** context, uint64_t commId, size_t nRanks, size_t nNodes, gcDebugLogger_t logFunction,
                        gcNvlDomainInfo_v5_t* nvlDomainInfo, gcTunerConstants_v5_t* constants);
-  /* collCostTable[algo][proto]: NCCL's predicted time; the lowest wins;
-   * GC_ALGO_PROTO_IGNORE marks combinations NCCL cannot run. */
+  /* collCostTable: NCCL's float[numAlgo][numProto] array of predicted
+   * times cast to float** (contiguous rows, not row pointers: cast it back
+   * to float (*)[numProto]); the lowest wins; GC_ALGO_PROTO_IGNORE marks
+   * combinations NCCL cannot run. */
   ncclResult_t (*getCollInfo)(void* context, int collType, size_t nBytes, int numPipeOps, float** collCostTable,
                               int numAlgo, int numProto, int regBuff, int* nChannels);
   ncclResult_t (*finalize)(void* context);

@@ -1,0 +1,84 @@
+#include "capi/real_init.hpp"
+
+#include <mutex>
+
+#include "capi/cuda_probe.hpp"
+#include "capi/forward.hpp"
+
+namespace gradcomm::capi {
+namespace {
+
+std::mutex hooksMu;
+
+std::shared_ptr<const RealInitHooks>& current() {
+  static auto* hooks = new std::shared_ptr<const RealInitHooks>(std::make_shared<RealInitHooks>(defaultRealInitHooks()));
+  return *hooks;
+}
+
+}  // namespace
+
+RealInitHooks defaultRealInitHooks() {
+  RealInitHooks h;
+  h.unusable = []() -> std::string {
+    if (!cudaUsable()) return "no CUDA device works in this process";
+    if (!RealNccl::instance().available()) return RealNccl::instance().why();
+    return {};
+  };
+  h.currentDevice = []() -> int {
+    int device = -1;
+    if (!cudaUsable() || cudaGetDevice(&device) != cudaSuccess) return -1;
+    return device;
+  };
+  h.selectDevice = [](int device) -> ncclResult_t {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    const cudaError_t err = cudaSetDevice(device);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return fail(ncclUnhandledCudaError, "cudaSetDevice(" + std::to_string(device) + ") failed: " +
+                                              cudaGetErrorString(err));
+    }
+    if (previous >= 0 && previous != device) cudaSetDevice(previous);
+    return ncclSuccess;
+  };
+  h.getUniqueId = [](ncclUniqueId* id) -> ncclResult_t {
+    auto getId = GRADCOMM_REAL(ncclGetUniqueId);
+    return getId ? fromReal("ncclGetUniqueId", getId(id)) : realMissing("ncclGetUniqueId");
+  };
+  h.initRank = [](ncclComm_t* real, int nranks, const ncclUniqueId& id, int rank, int device,
+                  ncclConfig_t* config) -> ncclResult_t {
+    auto init = GRADCOMM_REAL(ncclCommInitRankConfig);
+    if (!init) return realMissing("ncclCommInitRank");
+    // The real NCCL binds the communicator to the current device; this may
+    // run on a thread of ncclGroupEnd, so the caller's device is made
+    // current here and the thread's own restored after.
+    int previous = -1;
+    const bool restore = cudaGetDevice(&previous) == cudaSuccess && previous != device;
+    if (device >= 0 && cudaSetDevice(device) != cudaSuccess) {
+      cudaGetLastError();
+      return fail(ncclUnhandledCudaError, "ncclCommInitRank: cudaSetDevice(" + std::to_string(device) + ") failed");
+    }
+    const ncclResult_t r = fromReal("ncclCommInitRank", init(real, nranks, id, rank, config));
+    if (restore && previous >= 0) cudaSetDevice(previous);
+    return r;
+  };
+  h.destroy = [](ncclComm_t real, bool abort) {
+    auto f = abort ? GRADCOMM_REAL(ncclCommAbort) : GRADCOMM_REAL(ncclCommDestroy);
+    if (f) f(real);
+  };
+  return h;
+}
+
+std::shared_ptr<const RealInitHooks> realInitHooks() {
+  std::lock_guard<std::mutex> lock(hooksMu);
+  return current();
+}
+
+RealInitHooks setRealInitHooks(RealInitHooks hooks) {
+  std::lock_guard<std::mutex> lock(hooksMu);
+  RealInitHooks previous = *current();
+  current() = std::make_shared<const RealInitHooks>(std::move(hooks));
+  return previous;
+}
+
+}  // namespace gradcomm::capi
