@@ -48,14 +48,20 @@ TEST(BuildOptions, OneRankCommunicatorFromAStoreWorksInEveryBuild) {
 // an UnsupportedError that names what to install, and none hangs.
 TEST(BuildOptions, SeveralRanksFromAStoreWithoutUcxSayWhatToInstall) {
   if (GRADCOMM_HAVE_UCX) GTEST_SKIP() << "built with UCX: ranks formed through a store connect over it";
-  auto store = serveStore();
+  // Each rank its own store handle, as separate processes would have:
+  // communicators are numbered per store object.
   constexpr int kRanks = 2;
+  std::vector<std::shared_ptr<Store>> stores = {serveStore()};
+  TcpStore::Options client;
+  client.connectTimeout = std::chrono::seconds(10);
+  const uint16_t port = static_cast<TcpStore*>(stores[0].get())->port();
+  for (int r = 1; r < kRanks; ++r) stores.push_back(std::make_shared<TcpStore>("127.0.0.1", port, client));
   std::vector<std::string> errors(kRanks);
   std::vector<std::thread> threads;
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       try {
-        Communicator comm = communicatorFromStore(store, r, kRanks, quick());
+        Communicator comm = communicatorFromStore(stores[static_cast<size_t>(r)], r, kRanks, quick());
         errors[static_cast<size_t>(r)] = "formed a communicator of " + std::to_string(comm.size());
       } catch (const UnsupportedError& e) {
         errors[static_cast<size_t>(r)] = std::string("Unsupported: ") + e.what();
