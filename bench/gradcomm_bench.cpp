@@ -7,7 +7,9 @@
 // #wrong for out-of-place and in-place runs, and the "Avg bus bandwidth"
 // footer. Buffers rotate between iterations so caches are not what is
 // measured; #wrong counts elements that differ from the exact expected result.
+#if GRADCOMM_HAVE_MPI
 #include <mpi.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,7 +30,9 @@
 #include <vector>
 
 #include "gradcomm/gradcomm.hpp"
+#if GRADCOMM_HAVE_MPI
 #include "gradcomm/mpi.hpp"
+#endif
 #include "launch.hpp"
 
 using namespace gradcomm;
@@ -91,16 +95,22 @@ Communicator* gEnvComm = nullptr;  // MPI-free runs: the communicator formed fro
 /// Rank 0's `text` on every rank (over MPI, or the MPI-free communicator).
 std::string fromRankZero(std::string text) {
   int64_t len = static_cast<int64_t>(text.size());
+#if GRADCOMM_HAVE_MPI
   if (gUseMpi) {
     MPI_Bcast(&len, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  } else {
+  } else
+#endif
+  {
     gEnvComm->broadcast(&len, &len, 1, DataType::kInt64, 0).wait();
   }
   text.resize(static_cast<size_t>(len));
   if (len == 0) return text;
+#if GRADCOMM_HAVE_MPI
   if (gUseMpi) {
     MPI_Bcast(&text[0], static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
-  } else {
+  } else
+#endif
+  {
     gEnvComm->broadcast(&text[0], &text[0], static_cast<size_t>(len), DataType::kUInt8, 0).wait();
   }
   return text;
@@ -320,10 +330,10 @@ Args parseArgs(int argc, char** argv) {
   }
   for (const auto& b : a.baselines) {
     if (b != "mpi" && b != "memcpy" && b != "p2p") die("unknown baseline '" + b + "'; valid: mpi, memcpy, p2p");
-    if (!gUseMpi && b != "memcpy") die("--baseline " + b + " needs MPI: launch with mpirun (without --no-mpi)");
+    if (!gUseMpi && b != "memcpy") die(bench::needsMpi("--baseline " + b));
   }
   for (const auto& t : a.transports) {
-    if (!gUseMpi && t == "mpi") die("--transport mpi needs MPI: launch with mpirun (without --no-mpi)");
+    if (!gUseMpi && t == "mpi") die(bench::needsMpi("--transport mpi"));
   }
   // Only rank 0 writes the files: it checks them, and every rank leaves with its verdict.
   std::string why;
@@ -509,21 +519,27 @@ struct Buffers {
 /// The bench's own bookkeeping (barriers, the slowest rank's time, the
 /// #wrong sums): over MPI under mpirun, else over a gradcomm communicator.
 struct Control {
-  MPI_Comm mpi = MPI_COMM_NULL;
-  Communicator* comm = nullptr;  // MPI-free runs
+  bench::MpiComm mpi{};
+  Communicator* comm = nullptr;  // MPI-free runs (always, in a build without MPI)
   void barrier() const {
     if (comm) comm->barrier().wait();
+#if GRADCOMM_HAVE_MPI
     else MPI_Barrier(mpi);
+#endif
   }
   double max(double v) const {
     if (comm) comm->allreduce(&v, &v, 1, DataType::kFloat64, ReduceOp::kMax).wait();
+#if GRADCOMM_HAVE_MPI
     else MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, mpi);
+#endif
     return v;
   }
   long long sum(long long v) const {
     int64_t x = v;
     if (comm) comm->allreduce(&x, &x, 1, DataType::kInt64, ReduceOp::kSum).wait();
+#if GRADCOMM_HAVE_MPI
     else MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_INT64_T, MPI_SUM, mpi);
+#endif
     return x;
   }
 };
@@ -531,7 +547,7 @@ struct Control {
 struct Context {
   Args args;
   Communicator* comm;
-  MPI_Comm mpi;
+  bench::MpiComm mpi;
   int hosts;
   Control control;
   std::string transport;
@@ -616,6 +632,7 @@ std::pair<void*, void*> callBuffers(const Context& ctx, Buffers& b, int s, bool 
   }
 }
 
+#if GRADCOMM_HAVE_MPI
 MPI_Datatype mpiType(DataType t) {
   switch (t) {
     case DataType::kFloat32: return MPI_FLOAT;
@@ -636,6 +653,7 @@ MPI_Op mpiOp(ReduceOp op) {
     default: return MPI_SUM;
   }
 }
+#endif
 
 // One call. Nothing else is timed with it: what ran is read once afterwards.
 using CallFn = std::function<void(int set, void* in, void* out)>;
@@ -705,6 +723,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
         w.wait();
         last = std::move(w);
       };
+#if GRADCOMM_HAVE_MPI
     } else if (base == "mpi") {
       MPI_Datatype mt = mpiType(t);
       supported = mt != MPI_DATATYPE_NULL && op != ReduceOp::kAvg;
@@ -725,6 +744,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
           default: break;
         }
       };
+#endif
     } else if (base == "memcpy") {
       call = [&](int set, void*, void*) {
         // The same bytes between two whole (output-sized) buffers, whatever
@@ -739,6 +759,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
 
     double us = 0;
     std::string ran = executed;
+#if GRADCOMM_HAVE_MPI
     if (base == "p2p") {
       // One-way stream: rank 0 sends `iters` messages back to back to rank 1,
       // which acknowledges the last one; time per message.
@@ -768,7 +789,9 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       };
       stream(std::max(1, ctx.args.warmup));
       us = stream(ctx.args.iters);
-    } else {
+    } else
+#endif
+    {
       us = timeCalls(ctx, b, inPlace, g, elem, call);
       if (last.valid()) ran = last.algorithm();
     }
@@ -821,14 +844,18 @@ std::string jsonEscape(const std::string& s) {
 
 int main(int argc, char** argv) {
   gUseMpi = bench::startMpiUnlessLaunchedWithout(argc, argv, &gRank);
-  MPI_Comm mpi = MPI_COMM_NULL;
+  bench::MpiComm mpi{};
   int hosts = 1;
   // MPI-free: one communicator formed from the environment measures and
   // also carries the bench's own bookkeeping.
   std::unique_ptr<Communicator> envComm;
+#if GRADCOMM_HAVE_MPI
   if (gUseMpi) {
+    mpi = MPI_COMM_NULL;
     MPI_Comm_size(MPI_COMM_WORLD, &gSize);
-  } else {
+  } else
+#endif
+  {
     try {
       envComm = std::make_unique<Communicator>(bench::makeCommunicator(false, ""));
     } catch (const Error& e) {
@@ -840,8 +867,11 @@ int main(int argc, char** argv) {
     gEnvComm = envComm.get();
   }
   Args args = parseArgs(argc, argv);
-  if (args.transports.empty()) args.transports = {gUseMpi ? "mpi" : "ucx"};
+  // Without MPI: the transport the environment's communicator runs on (ucx,
+  // or inproc for one rank in a build without UCX).
+  if (args.transports.empty()) args.transports = {gUseMpi ? std::string("mpi") : envComm->transportName()};
 
+#if GRADCOMM_HAVE_MPI
   if (gUseMpi) {
     MPI_Comm_dup(MPI_COMM_WORLD, &mpi);
     MPI_Comm local;
@@ -851,7 +881,9 @@ int main(int argc, char** argv) {
     int leader = localRank == 0 ? 1 : 0;
     MPI_Allreduce(&leader, &hosts, 1, MPI_INT, MPI_SUM, mpi);
     MPI_Comm_free(&local);
-  } else {
+  } else
+#endif
+  {
     hosts = bench::countHosts(*envComm);
   }
   Control control;
@@ -942,7 +974,9 @@ int main(int argc, char** argv) {
         // forever: end the job (see the README).
         std::fprintf(stderr, "gradcomm-bench: rank %d failed: %s\n", gRank, e.what());
         std::fflush(stderr);
+#if GRADCOMM_HAVE_MPI
         if (gUseMpi) MPI_Abort(MPI_COMM_WORLD, 2);
+#endif
       }
       die(std::string("failed: ") + e.what());
     }
@@ -1115,10 +1149,12 @@ int main(int argc, char** argv) {
     }
   }
   envComm.reset();
+#if GRADCOMM_HAVE_MPI
   if (gUseMpi) {
     MPI_Comm_free(&mpi);
     MPI_Finalize();
   }
+#endif
   if (!written) return 2;
   return wrongAll ? 1 : 0;
 }

@@ -15,7 +15,9 @@
 // rank's time to target is the training time at which its own loss first
 // fell to the target; the run's is the last rank's. The final loss is that
 // of the averaged model (gossip: after GossipAverager::synchronize()).
+#if GRADCOMM_HAVE_MPI
 #include <mpi.h>
+#endif
 #include <signal.h>
 #include <unistd.h>
 

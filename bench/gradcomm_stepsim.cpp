@@ -15,7 +15,9 @@
 //   reducer    gradcomm's Reducer (buckets launched while backward continues)
 // The first step of each mode is a warm-up (and the Reducer's bucket
 // rebuild) and is not reported.
+#if GRADCOMM_HAVE_MPI
 #include <mpi.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,7 +34,9 @@
 #include <vector>
 
 #include "gradcomm/gradcomm.hpp"
+#if GRADCOMM_HAVE_MPI
 #include "gradcomm/mpi.hpp"
+#endif
 #include "gradcomm/reducer.hpp"
 #include "launch.hpp"
 
@@ -62,7 +66,11 @@ void agreeOrDie(const std::string& error) {
   if (gComm) {
     gComm->allreduce(&ok, &allOk, 1, DataType::kInt32, ReduceOp::kMin).wait();
   } else {
+#if GRADCOMM_HAVE_MPI
     MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+#else
+    allOk = ok;  // no communicator yet and no MPI: only this rank's verdict
+#endif
   }
   if (allOk) return;
   std::fprintf(stderr, "gradcomm-stepsim: rank %d: %s\n", gRank,
@@ -77,14 +85,18 @@ void dieIfRankZeroFailed(std::string error) {
   if (gComm) {
     gComm->broadcast(&len, &len, 1, DataType::kInt64, 0).wait();
   } else {
+#if GRADCOMM_HAVE_MPI
     MPI_Bcast(&len, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+#endif
   }
   if (len == 0) return;
   error.resize(static_cast<size_t>(len));
   if (gComm) {
     gComm->broadcast(&error[0], &error[0], static_cast<size_t>(len), DataType::kUInt8, 0).wait();
   } else {
+#if GRADCOMM_HAVE_MPI
     MPI_Bcast(&error[0], static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
+#endif
   }
   die(error);
 }
@@ -94,7 +106,9 @@ void dieIfRankZeroFailed(std::string error) {
 [[noreturn]] void abortJob(const std::string& error) {
   std::fprintf(stderr, "gradcomm-stepsim: rank %d: %s\n", gRank, error.c_str());
   std::fflush(stderr);
+#if GRADCOMM_HAVE_MPI
   if (gUseMpi) MPI_Abort(MPI_COMM_WORLD, 2);
+#endif
   std::exit(2);
 }
 
@@ -398,7 +412,7 @@ int main(int argc, char** argv) {
   if (!a.transport.empty() && a.transport != "mpi" && a.transport != "ucx") {
     die("unknown --transport '" + a.transport + "'; valid: mpi, ucx");
   }
-  if (!useMpi && a.transport == "mpi") die("--transport mpi needs mpirun (without --no-mpi)");
+  if (!useMpi && a.transport == "mpi") die(bench::needsMpi("--transport mpi"));
   // Formation is collective and fails on every rank alike.
   std::unique_ptr<Communicator> commHolder;
   try {

@@ -2,8 +2,11 @@
 // What the benchmark tools share: how they start (under mpirun, with MPI
 // initialised and communicators made from MPI_COMM_WORLD, or without MPI,
 // a communicator formed from GRADCOMM_*, torchrun's or mpirun's variables)
-// (their arguments: args.hpp).
+// (their arguments: args.hpp). A build without MPI (GRADCOMM_HAVE_MPI=0)
+// always starts the second way.
+#if GRADCOMM_HAVE_MPI
 #include <mpi.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,13 +25,24 @@
 
 #include "args.hpp"
 #include "gradcomm/gradcomm.hpp"
+#if GRADCOMM_HAVE_MPI
 #include "gradcomm/mpi.hpp"
+#endif
 
 namespace gradcomm::bench {
 
-/// True when the tool must not initialise MPI: `--no-mpi` is among the
-/// arguments, GRADCOMM_RANK is set, or torchrun's RANK outside mpirun.
+#if GRADCOMM_HAVE_MPI
+using MpiComm = MPI_Comm;
+#else
+/// Stands in for MPI_Comm in a build without MPI, where no code reads it.
+using MpiComm = int;
+#endif
+
+/// True when the tool must not initialise MPI: a build without MPI,
+/// `--no-mpi` among the arguments, GRADCOMM_RANK set, or torchrun's RANK
+/// outside mpirun.
 inline bool launchedWithoutMpi(int argc, char** argv) {
+  if (!GRADCOMM_HAVE_MPI) return true;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-mpi") == 0) return true;
   }
@@ -41,18 +55,33 @@ inline bool launchedWithoutMpi(int argc, char** argv) {
 /// process's rank in MPI_COMM_WORLD in *rank.
 inline bool startMpiUnlessLaunchedWithout(int& argc, char**& argv, int* rank) {
   if (launchedWithoutMpi(argc, argv)) return false;
+#if GRADCOMM_HAVE_MPI
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, rank);
   return true;
+#else
+  (void)rank;
+  return false;
+#endif
 }
 
 /// MPI_Finalize if MPI is up (error paths of either launch).
 inline void finalizeMpiIfUp() {
+#if GRADCOMM_HAVE_MPI
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Finalize();
+#endif
+}
+
+/// What a tool says when asked for something only MPI can do (`what`
+/// needs MPI) while it runs without: launched so, or built so.
+inline std::string needsMpi(const std::string& what) {
+  return what + (GRADCOMM_HAVE_MPI ? " needs MPI: launch with mpirun (without --no-mpi)"
+                                   : " needs MPI, and this build has none (rebuild gradcomm with MPI, "
+                                     "e.g. apt-get install libopenmpi-dev)");
 }
 
 /// Every rank's host (a hash of its host name), in rank order (collective).
@@ -85,7 +114,12 @@ inline int ranksOnThisHost(Communicator& comm) {
 inline Communicator makeCommunicator(bool useMpi, const std::string& transport) {
   Options o;
   if (!transport.empty()) o.set("TRANSPORT", transport);
-  return useMpi ? communicatorFromMpi(MPI_COMM_WORLD, o) : communicatorFromEnvironment(o);
+#if GRADCOMM_HAVE_MPI
+  if (useMpi) return communicatorFromMpi(MPI_COMM_WORLD, o);
+#else
+  (void)useMpi;
+#endif
+  return communicatorFromEnvironment(o);
 }
 
 }  // namespace gradcomm::bench

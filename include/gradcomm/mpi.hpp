@@ -1,6 +1,10 @@
 #pragma once
 // MPI interop: create a Communicator over any MPI communicator. Include
-// only where MPI headers are available.
+// only where MPI headers are available, with a gradcomm built with MPI.
+#include "gradcomm/version.hpp"
+#if !GRADCOMM_BUILT_WITH_MPI
+#error "gradcomm/mpi.hpp: this gradcomm was built without MPI (GRADCOMM_WITH_MPI=OFF or no MPI found): install an MPI (apt-get install libopenmpi-dev) and rebuild, or form communicators with communicatorFromEnvironment / communicatorFromStore"
+#endif
 #include <mpi.h>
 
 #include <chrono>

@@ -33,15 +33,23 @@ std::string allNames() {
 }  // namespace
 
 const std::vector<std::string>& algorithmNamesOf(Collective collective) {
-  // Indexed by Collective; registry order within each.
+  // Indexed by Collective; registry order within each. "native" is MPI's
+  // own collective: a build without MPI cannot run it, so it is no name
+  // GRADCOMM_ALGO accepts there.
+#if GRADCOMM_HAVE_MPI
+#define GRADCOMM_NATIVE , "native"
+#else
+#define GRADCOMM_NATIVE
+#endif
   static const std::vector<std::string> kNames[kNumCollectives] = {
-      {"ring", "rd", "hd", "tree", "shm", "hier", "native"},  // allreduce
-      {"tree", "hier", "native"},                            // broadcast
-      {"tree", "native"},                                    // reduce
-      {"ring", "hier", "native"},                            // allgather
-      {"ring", "native"},                                    // reduce-scatter
-      {"dissemination", "native"},                           // barrier
+      {"ring", "rd", "hd", "tree", "shm", "hier" GRADCOMM_NATIVE},  // allreduce
+      {"tree", "hier" GRADCOMM_NATIVE},                            // broadcast
+      {"tree" GRADCOMM_NATIVE},                                    // reduce
+      {"ring", "hier" GRADCOMM_NATIVE},                            // allgather
+      {"ring" GRADCOMM_NATIVE},                                    // reduce-scatter
+      {"dissemination" GRADCOMM_NATIVE},                           // barrier
   };
+#undef GRADCOMM_NATIVE
   const int c = static_cast<int>(collective);
   if (c < 0 || c >= kNumCollectives) throw InvalidArgument("algorithmNamesOf: not a collective");
   return kNames[c];
@@ -95,6 +103,13 @@ std::vector<AlgoRule> parseAlgoRules(const std::string& spec) {
       known = known || isAlgorithmName(coll, r.name);
     }
     if (!known) {
+#if !GRADCOMM_HAVE_MPI
+      if (r.name == "native") {
+        throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': 'native' runs MPI's own collectives, and this "
+                          "gradcomm was built without MPI (install an MPI, e.g. apt-get install libopenmpi-dev, "
+                          "and rebuild)");
+      }
+#endif
       if (r.collective) {
         throw ConfigError("GRADCOMM_ALGO entry '" + entry + "': '" + r.name + "' is not a " +
                           toString(*r.collective) + " algorithm; valid: " + algorithmNameList(*r.collective));

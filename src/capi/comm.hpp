@@ -21,7 +21,9 @@ struct ncclComm {
   uint64_t magic = kMagic;  ///< zeroed on destruction: catches most stale handles
   int rank = 0;
   int nranks = 0;
-  gradcomm::Communicator host;
+  /// Empty until formed (comm_api.cpp): Communicator's default constructor
+  /// is over MPI_COMM_WORLD, which this library never uses.
+  gradcomm::Communicator host{std::shared_ptr<gradcomm::detail::CommunicatorImpl>()};
   std::shared_ptr<gradcomm::Store> store;  ///< the job's store (for ncclCommSplit)
   std::string prefix;                      ///< this communicator's keys in it
   int splits = 0;                          ///< ncclCommSplit calls so far (same on every rank)

@@ -1,4 +1,6 @@
+#if GRADCOMM_HAVE_MPI
 #include <mpi.h>
+#endif
 
 #include <string>
 #include <utility>
@@ -29,12 +31,31 @@ std::vector<std::pair<std::string, std::string>> buildInfo() {
   // avx512bf16 adds only the bf16 compression casts (kernels/simd.hpp).
   info.emplace_back("cpu kernels", std::string("scalar, avx2, avx512, avx512bf16 (this CPU: ") +
                                        kernels::toString(kernels::detectSimd()) + ")");
+  // Every optional dependency and whether this build has it (the same list
+  // as CMake's summary line; GTest, benchmark and Torch are the build
+  // tree's test suites, microbenchmarks and PyTorch backend).
+  const std::pair<const char*, bool> builtIn[] = {
+      {"MPI", GRADCOMM_BUILT_IN_MPI},     {"UCX", GRADCOMM_BUILT_IN_UCX},
+      {"hwloc", GRADCOMM_BUILT_IN_HWLOC}, {"CUDA", GRADCOMM_BUILT_IN_CUDA},
+      {"NCCL", GRADCOMM_BUILT_IN_NCCL},   {"GTest", GRADCOMM_BUILT_IN_GTEST},
+      {"benchmark", GRADCOMM_BUILT_IN_BENCHMARK}, {"Torch", GRADCOMM_BUILT_IN_TORCH}};
+  std::string with, without;
+  for (const auto& [name, have] : builtIn) {
+    std::string& list = have ? with : without;
+    list += (list.empty() ? "" : ", ") + std::string(name);
+  }
+  info.emplace_back("built in", with.empty() ? "none" : with);
+  info.emplace_back("not built in", without.empty() ? "none" : without);
+#if GRADCOMM_HAVE_MPI
   char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int len = 0;
   MPI_Get_library_version(version, &len);
   std::string mpi(version, static_cast<size_t>(len));
   if (auto nl = mpi.find_first_of("\n,"); nl != std::string::npos) mpi.resize(nl);
   info.emplace_back("mpi", mpi + " (MPI " + std::to_string(MPI_VERSION) + "." + std::to_string(MPI_SUBVERSION) + ")");
+#else
+  info.emplace_back("mpi", "not built in (install an MPI, e.g. apt-get install libopenmpi-dev, and rebuild)");
+#endif
 #if GRADCOMM_HAVE_CUDA
   info.emplace_back("cuda", "yes, runtime API " + std::to_string(CUDART_VERSION / 1000) + "." +
                                 std::to_string((CUDART_VERSION % 1000) / 10) + ", kernels for " GRADCOMM_CUDA_ARCHS);

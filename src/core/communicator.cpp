@@ -166,6 +166,8 @@ const float* ErrorFeedback::data() const { return impl_->data(); }
 std::vector<std::string> algorithmNames(Collective collective) {
   std::vector<std::string> out;
   for (const auto* a : algorithms::allAlgorithms()) {
+    // "native" is MPI's own collective: no choice in a build without MPI.
+    if (!GRADCOMM_HAVE_MPI && std::string(a->name()) == "native") continue;
     if (a->collective() == collective) out.push_back(a->name());
   }
   return out;

@@ -13,6 +13,7 @@
 #include "gradcomm/communicator.hpp"
 #include "gradcomm/store.hpp"
 #include "transport/bootstrap.hpp"
+#include "transport/inproc_transport.hpp"
 #include "transport/ucx_factory.hpp"
 
 namespace gradcomm {
@@ -147,6 +148,13 @@ Communicator formThroughStore(transport::StoreBootstrap& boot, Store& scoped, co
   if (config.transport == "mpi") {
     throw ConfigError("GRADCOMM_TRANSPORT=mpi needs a communicator formed from MPI (communicatorFromMpi, or "
                       "Communicator() under mpirun); a communicator formed through a store uses 'ucx' or 'auto'");
+  }
+  if (size == 1 && config.transport == "auto" && !transport::haveUcx()) {
+    // One rank moves no bytes between processes: a world of one in-process
+    // rank serves it in a build without UCX.
+    auto world = transport::InProcWorld::create(1);
+    const transport::HostLayout hosts = world->hostLayout(0);
+    return Communicator(std::make_shared<detail::CommunicatorImpl>(world->transport(0), hosts, std::move(config)));
   }
   transport::HostLayout hosts;
   auto t = transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, boot.timeout(), &hosts);

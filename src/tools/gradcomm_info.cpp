@@ -18,7 +18,9 @@ int usage(FILE* out, int code) {
                "Prints gradcomm's build configuration and every GRADCOMM_* parameter:\n"
                "its effective value, its origin (default or environment), its default, units and meaning.\n\n"
                "--tuning forms a communicator (MPI_COMM_WORLD: run it under mpirun with the job's layout;\n"
-               "from the environment when GRADCOMM_RANK or RANK is set without mpirun)\n"
+               "from the environment when GRADCOMM_RANK or RANK is set without mpirun, and always in a\n"
+               "build without MPI: GRADCOMM_RANK/RANK, GRADCOMM_WORLD_SIZE/WORLD_SIZE, GRADCOMM_RENDEZVOUS\n"
+               "or MASTER_ADDR)\n"
                "and prints, on rank 0, the topology, the cost model's inputs and, per size, the time the\n"
                "model predicts for every algorithm that can run the call, the choice and why.\n"
                "  --collective C   allreduce (default), broadcast, reduce, allgather, reducescatter, barrier, all\n"
@@ -45,9 +47,11 @@ size_t parseSize(const char* text) {
 int printTuning(const std::vector<gradcomm::Collective>& collectives, size_t minBytes, size_t maxBytes,
                 double factor, gradcomm::DataType type) {
   using namespace gradcomm;
-  // Started without mpirun (scripts/netns-cluster --no-mpi, torchrun): form
-  // the communicator from the environment as the job would.
-  const bool noMpi = (std::getenv("GRADCOMM_RANK") || std::getenv("RANK")) && !std::getenv("OMPI_COMM_WORLD_SIZE");
+  // Started without mpirun (scripts/netns-cluster --no-mpi, torchrun), or
+  // built without MPI: form the communicator from the environment as the
+  // job would.
+  const bool noMpi = !GRADCOMM_BUILT_WITH_MPI ||
+                     ((std::getenv("GRADCOMM_RANK") || std::getenv("RANK")) && !std::getenv("OMPI_COMM_WORLD_SIZE"));
   Communicator comm = noMpi ? communicatorFromEnvironment() : Communicator();
   if (comm.rank() != 0) return 0;
   std::printf("%d rank(s), layout %s\n%s\n", comm.size(), comm.layout().c_str(), comm.describeTopology().c_str());

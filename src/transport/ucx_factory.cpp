@@ -20,8 +20,15 @@ std::string ucxVersionText() { return ucxVersion(); }
 std::string ucxTransportsText() { return ucxTransportsFound(); }
 #else
 std::unique_ptr<Transport> makeUcxTransport(Bootstrap& boot, size_t, std::chrono::milliseconds, HostLayout*) {
-  const std::string why = "this gradcomm was built without UCX (install libucx-dev and rebuild), so "
-                          "GRADCOMM_TRANSPORT=ucx and communicators formed without MPI are unavailable";
+  // Between processes without UCX only MPI can move bytes, and only for a
+  // communicator formed from MPI: say what to install, or how to launch.
+  const std::string why =
+      "this gradcomm was built without UCX, so GRADCOMM_TRANSPORT=ucx and communicators of several processes "
+      "formed through a store (communicatorFromStore, communicatorFromEnvironment) cannot connect: install UCX "
+      "(pip install libucx-cu13, or apt-get install libucx-dev) and rebuild" +
+      std::string(GRADCOMM_HAVE_MPI ? ", or launch with mpirun and form the communicator from MPI "
+                                      "(Communicator() or communicatorFromMpi)"
+                                    : ", or rebuild with MPI (apt-get install libopenmpi-dev) and launch with mpirun");
   boot.fail(why);
   throw UnsupportedError(why);
 }

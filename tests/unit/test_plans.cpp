@@ -472,7 +472,10 @@ TEST(Selector, UnknownNamesAreConfigErrorsListingValidNames) {
     Selector bad("allreduce:rign", DefaultRule{});
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("valid: ring, rd, hd, tree, shm, hier, native"), std::string::npos) << e.what();
+    // "native" (MPI's own collective) only in a build with MPI.
+    const std::string valid = GRADCOMM_HAVE_MPI ? "valid: ring, rd, hd, tree, shm, hier, native"
+                                                : "valid: ring, rd, hd, tree, shm, hier";
+    EXPECT_NE(std::string(e.what()).find(valid), std::string::npos) << e.what();
   }
   EXPECT_THROW(Selector("frobnicate", DefaultRule{}), ConfigError);
   EXPECT_THROW(Selector("allreduce:64K-1K:ring", DefaultRule{}), ConfigError);
@@ -491,10 +494,14 @@ TEST(AlgorithmRegistry, NamesEqualTheListThatGradcommAlgoIsCheckedAgainst) {
     const auto coll = static_cast<Collective>(c);
     std::vector<std::string> registered;
     for (const Algorithm* a : allAlgorithms()) {
-      if (a->collective() == coll) registered.push_back(a->name());
+      // Without MPI, "native" stays registered (a per-call request for it
+      // falls back loudly) but GRADCOMM_ALGO does not accept it.
+      if (a->collective() == coll && (GRADCOMM_HAVE_MPI || std::string(a->name()) != "native")) {
+        registered.push_back(a->name());
+      }
     }
     EXPECT_EQ(registered, core::algorithmNamesOf(coll)) << toString(coll);
-    EXPECT_EQ(algorithmNames(coll), core::algorithmNameList(coll)) << toString(coll);
+    if (GRADCOMM_HAVE_MPI) EXPECT_EQ(algorithmNames(coll), core::algorithmNameList(coll)) << toString(coll);
   }
 }
 
@@ -552,6 +559,7 @@ TEST(InProcWorld, HostSizesMustCoverTheWorld) {
 }
 
 TEST(Selector, NativeFallsBackLoudlyWithoutMpi) {
+  if (!GRADCOMM_HAVE_MPI) GTEST_SKIP() << "built without MPI: GRADCOMM_ALGO=native is a ConfigError (next test)";
   auto world = transport::InProcWorld::create(2);
   auto t = world->transport(0);
   Selector sel("native", DefaultRule{});
@@ -559,4 +567,21 @@ TEST(Selector, NativeFallsBackLoudlyWithoutMpi) {
   auto choice = sel.select(call, {*t, topology::detect(world->hostLayout(0))}, "");
   EXPECT_STREQ(choice.algorithm->name(), "shm");  // the default for two local ranks
   EXPECT_NE(choice.note.find("cannot run this call"), std::string::npos) << choice.note;
+}
+
+// A build without MPI cannot run MPI's own collectives: GRADCOMM_ALGO=native
+// is refused when the configuration is read, saying why.
+TEST(Selector, NativeIsNoGradcommAlgoChoiceInABuildWithoutMpi) {
+  if (GRADCOMM_HAVE_MPI) {
+    EXPECT_NO_THROW(Selector("native", DefaultRule{}));
+    return;
+  }
+  for (const char* spec : {"native", "allreduce:native", "0-4K:native"}) {
+    try {
+      Selector sel(spec, DefaultRule{});
+      ADD_FAILURE() << "GRADCOMM_ALGO=" << spec << " was accepted in a build without MPI";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("built without MPI"), std::string::npos) << e.what();
+    }
+  }
 }
