@@ -2,6 +2,7 @@
 // launcher's environment (GRADCOMM_*, torchrun's or mpirun's variables).
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -9,6 +10,7 @@
 
 #include "core/agreement.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/rendezvous.hpp"
 #include "base/units.hpp"
 #include "gradcomm/communicator.hpp"
 #include "gradcomm/store.hpp"
@@ -113,7 +115,7 @@ Endpoint rendezvousFromEnvironment(int size) {
     // Every rank on this host: loopback, a port derived from the job id.
     Endpoint e;
     e.host = "127.0.0.1";
-    e.port = static_cast<uint16_t>(20000 + std::hash<std::string>{}(job->value) % 30000);
+    e.port = core::mpirunRendezvousPort(job->value, core::ephemeralPortRange());
     e.from = "mpirun's job id " + job->value + " (all ranks on this host)";
     return e;
   }
@@ -171,6 +173,22 @@ void leaveRendezvous(transport::StoreBootstrap& boot, Store& scoped, millisecond
 }
 
 }  // namespace
+
+namespace core {
+
+PortRange ephemeralPortRange() {
+  PortRange r{32768, 60999};
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (in >> lo >> hi && lo >= 1 && lo <= hi && hi <= 65535) r = {lo, hi};
+  return r;
+}
+
+uint16_t mpirunRendezvousPort(const std::string& jobId, PortRange) {
+  return static_cast<uint16_t>(20000 + std::hash<std::string>{}(jobId) % 30000);
+}
+
+}  // namespace core
 
 Communicator communicatorFromStore(std::shared_ptr<Store> store, int rank, int size, const Options& options) {
   if (!store) throw InvalidArgument("communicatorFromStore: the store is null");
