@@ -16,7 +16,10 @@ struct PortRange {
 /// kernel's default 32768-60999 where that cannot be read.
 PortRange ephemeralPortRange();
 
-/// The port every rank of the job `jobId` computes alike.
+/// The port every rank of the job `jobId` computes alike, outside
+/// `ephemeral` (below it where there is room, else above). Throws
+/// ConfigError, naming GRADCOMM_RENDEZVOUS, where fewer than 1024
+/// unprivileged ports lie outside it.
 uint16_t mpirunRendezvousPort(const std::string& jobId, PortRange ephemeral);
 
 }  // namespace gradcomm::core
