@@ -609,6 +609,25 @@ TEST(Calibration, AFileWrittenOnAnyLayoutIsLoadedByTheNextJobOfThatLayout) {
   }
 }
 
+// A file that an earlier version wrote on an uneven layout names it in
+// words: the next job measures again and rewrites it in the one-word form.
+TEST(Calibration, AFileNamingItsLayoutInWordsIsMeasuredAgainAndRewritten) {
+  const auto l = layoutsUnderTest()[2];  // 1+3
+  const std::string path = tempPath("calibration_old_layout");
+  {
+    std::ofstream out(path);
+    out << topology::formatCalibration(topology::MachineCosts::defaults(), "4 rank(s) on 2 host(s) (1+3)");
+  }
+  Options o;
+  o.set("CALIBRATE", path);
+  EXPECT_EQ(createAll(l, o).second, "calibrated");
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\nlayout 1+3\n"), std::string::npos) << text;
+  EXPECT_EQ(createAll(l, o).second, "file " + path);
+  std::remove(path.c_str());
+}
+
 // A tuning file names the layout as Communicator::layout() does, for any
 // layout: it applies to a job of that layout and is ignored by another.
 TEST(TuningFile, AFileNamingAnyLayoutAppliesToThatLayoutOnly) {
