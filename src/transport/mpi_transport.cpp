@@ -291,7 +291,7 @@ class MpiRequest : public Request {
       if (isRecv_ && !upTo_ && static_cast<size_t>(p.count) != p.expected) {
         throw MismatchError("rank " + std::to_string(myRank_) + " received " + std::to_string(p.count) +
                             " bytes from rank " + std::to_string(peer_) + " where " + std::to_string(p.expected) +
-                            " were expected: the ranks called the collective with different counts");
+                            " were expected: the count (or data type) differs between the ranks' calls");
       }
     }
     if (!all) return false;
@@ -313,7 +313,7 @@ class MpiRequest : public Request {
     if (cls == MPI_ERR_TRUNCATE) {
       throw MismatchError("rank " + std::to_string(myRank_) + " received a larger message from rank " +
                            std::to_string(peer_) +
-                           " than expected: the ranks called the collective with different counts");
+                           " than expected: the count (or data type) differs between the ranks' calls");
     }
     throw TransportError(std::string("MPI ") + (isRecv_ ? "receive from" : "send to") + " rank " +
                          std::to_string(peer_) + " failed: " + mpiErrorText(rc));
