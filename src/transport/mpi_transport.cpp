@@ -601,11 +601,14 @@ void MpiTransport::setUpSharedMemory(MPI_Comm local, size_t chunkBytes) {
   int allOk = 0;
   MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, local);
   if (!allOk) {
-    if (!why.empty()) std::fprintf(stderr, "gradcomm[rank %d] warn: no shared memory: %s\n", rank_, why.c_str());
+    if (!why.empty()) {
+      std::fprintf(stderr, "gradcomm[rank %d] warn: no shared memory, the point-to-point algorithms run instead: %s\n",
+                   rank_, why.c_str());
+    }
     return;
   }
   auto group = std::make_unique<ShmGroup>(localRanks_, localRank, bufferBytes, seg->data(), seg);
-  group->block(localRank).pid = static_cast<int32_t>(getpid());
+  group->registerSelf(seg);
   // Once every rank has mapped it, the name can go: nothing is left in
   // /dev/shm even if processes die later.
   MPI_Barrier(local);

@@ -175,7 +175,7 @@ TEST(ShmSegment, CleanupRemovesASegmentWhoseCreatorIsGone) {
   ASSERT_TRUE(nameExists(name));
   // A segment is only taken for stale once it is a second old: its creator
   // may not have marked it as its own yet.
-  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // > the 1 s grace
   std::string why;
   const int rc = runInOwnPidNamespace(
       [] {
