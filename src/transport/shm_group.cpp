@@ -40,7 +40,9 @@ uint64_t pidNamespaceInode() {
 // outlived its parent (a data-loader worker) would keep the dead parent's
 // lock. So every segment descriptor is listed here, and a forked child
 // points each at /dev/null (dropping its share of the description while
-// the number stays valid for the segment's destructor to close).
+// the number stays valid for the segment's destructor to close). A mapping
+// holds the description too: segments are mapped MADV_DONTFORK, so a
+// child has none (it must not use the parent's communicators anyway).
 
 std::mutex gLockFdsMu;
 std::set<int>* gLockFds = nullptr;  // guarded by gLockFdsMu; never freed (used at fork until exit)
@@ -282,6 +284,7 @@ std::shared_ptr<ShmSegment> ShmSegment::create(size_t bytes) {
     if (p == MAP_FAILED) throw TransportError("mmap of shared-memory segment failed: " + errnoText(errno));
     seg->data_ = static_cast<char*>(p);
     seg->bytes_ = bytes;
+    madvise(p, bytes, MADV_DONTFORK);
     return seg;
   }
   throw TransportError("could not find a free shared-memory segment name");
@@ -298,6 +301,7 @@ std::shared_ptr<ShmSegment> ShmSegment::open(const std::string& name, size_t byt
   if (p == MAP_FAILED) throw TransportError("mmap of shared-memory segment " + name + " failed: " + errnoText(errno));
   seg->data_ = static_cast<char*>(p);
   seg->bytes_ = bytes;
+  madvise(p, bytes, MADV_DONTFORK);
   return seg;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -190,6 +192,45 @@ TEST(ShmSegment, CleanupRemovesASegmentWhoseCreatorIsGone) {
   }
   EXPECT_FALSE(nameExists(name));
   shm_unlink(name.c_str());
+}
+
+}  // namespace
+}  // namespace gradcomm::transport
+
+namespace gradcomm::transport {
+namespace {
+
+// A rank's liveness lock goes with the rank even where a child it forked
+// (a data-loader worker) lives on with the segment's descriptor.
+TEST(ShmSegment, ALockGoesWithItsProcessThoughAForkedChildLivesOn) {
+  int pipefd[2];
+  ASSERT_EQ(pipe(pipefd), 0);
+  const pid_t rank = fork();
+  if (rank == 0) {
+    auto seg = ShmSegment::create(1 << 16);
+    const pid_t worker = fork();
+    if (worker == 0) {
+      sleep(30);  // outlives the rank; killed by the test
+      _exit(0);
+    }
+    const std::string msg = seg->name() + " " + std::to_string(worker);
+    if (write(pipefd[1], msg.data(), msg.size()) < 0) _exit(2);
+    _exit(0);  // the rank dies, its worker lives
+  }
+  close(pipefd[1]);
+  char buf[256] = {0};
+  ASSERT_GT(read(pipefd[0], buf, sizeof buf - 1), 0);
+  close(pipefd[0]);
+  int status = 0;
+  waitpid(rank, &status, 0);
+  char name[200] = {0};
+  int worker = 0;
+  ASSERT_EQ(std::sscanf(buf, "%199s %d", name, &worker), 2);
+  auto peer = ShmSegment::open(name, 1 << 16);
+  EXPECT_EQ(::kill(worker, 0), 0) << "the worker should still run";
+  EXPECT_FALSE(peer->lockHeld(0)) << "the dead rank's lock is still held (by its worker)";
+  ::kill(worker, SIGKILL);
+  shm_unlink(name);
 }
 
 }  // namespace
