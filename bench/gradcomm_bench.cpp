@@ -366,8 +366,7 @@ std::string writeTuningFile(const std::string& path, const std::vector<Row>& row
   std::ostringstream out;
   out << "# gradcomm tuning file written by gradcomm-bench --tune (" << toString(collective) << ", transport "
       << transport << "): the fastest algorithm per measured size\n";
-  // Only an even layout can be named; an uneven one applies the file to any.
-  if (layout.find('x') != std::string::npos) out << "layout " << layout << "\n";
+  if (!layout.empty()) out << "layout " << layout << "\n";  // Communicator::layout(): "2x2", "1+3"
   std::string current;
   size_t from = 0;
   auto emit = [&](size_t to) {

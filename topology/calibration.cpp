@@ -827,8 +827,14 @@ MachineCosts parseCalibration(const std::string& text, const std::string& origin
       }
     };
     if (w[0] == "layout") {
-      expect(2);
-      if (layout) *layout = w[1];
+      // One word (layoutName()). Files of earlier versions named uneven
+      // layouts in words ("4 rank(s) on 2 host(s) (1+3)"): kept whole, such
+      // a layout matches no job, which measures again and rewrites the file.
+      if (w.size() < 2) expect(2);
+      if (layout) {
+        *layout = w[1];
+        for (size_t i = 2; i < w.size(); ++i) *layout += " " + w[i];
+      }
     } else if (w[0] == "same_host" || w[0] == "inter_host") {
       // alpha, beta, the loaded round's floor and, across hosts, the
       // link gap (files of earlier versions have no floor or gap: none).

@@ -77,7 +77,7 @@ constexpr double kShmByteFactorMin = 0.25, kShmByteFactorMax = 16;
 /// nothing can be fitted (one rank, no time, no costs).
 double fitShmByteFactor(double roundSeconds, double roundBytes, int localRanks, const MachineCosts& c);
 
-/// The text of a calibration file for `layout` ("HxL").
+/// The text of a calibration file for `layout` (layoutName(): "HxL", "1+3").
 std::string formatCalibration(const MachineCosts& costs, const std::string& layout);
 /// Parses a calibration file. Throws ConfigError "ORIGIN line N: ..." for a
 /// malformed line; `layout` receives the file's layout line.

@@ -16,6 +16,31 @@ std::string layoutName(int hosts, int ranksPerHost) {
   return std::to_string(hosts) + "x" + std::to_string(ranksPerHost);
 }
 
+std::string layoutName(const TopologyView& view) {
+  if (view.uniformHosts()) return layoutName(view.numHosts(), view.maxRanksPerHost());
+  std::string out;
+  for (int h = 0; h < view.numHosts(); ++h) out += (h ? "+" : "") + std::to_string(view.ranksOnHost(h).size());
+  return out;
+}
+
+bool isLayoutName(const std::string& word) {
+  // HxL, or N+N+... (at least two hosts): positive numbers only.
+  auto number = [](const std::string& w) {
+    return !w.empty() && w.find_first_not_of("0123456789") == std::string::npos && w.find_first_not_of('0') != std::string::npos;
+  };
+  const auto x = word.find('x');
+  if (x != std::string::npos) return number(word.substr(0, x)) && number(word.substr(x + 1));
+  size_t parts = 0, from = 0;
+  for (;;) {
+    const auto plus = word.find('+', from);
+    if (!number(word.substr(from, plus == std::string::npos ? std::string::npos : plus - from))) return false;
+    ++parts;
+    if (plus == std::string::npos) break;
+    from = plus + 1;
+  }
+  return parts >= 2;
+}
+
 TuningTable TuningTable::parse(const std::string& text, const std::string& origin) {
   TuningTable table;
   table.origin = origin;
@@ -31,11 +56,13 @@ TuningTable TuningTable::parse(const std::string& text, const std::string& origi
     for (std::string s; words >> s;) w.push_back(s);
     if (w.empty()) continue;
     if (core::toLower(w[0]) == "layout") {
-      if (w.size() != 2) throw ConfigError(where + "expected 'layout HxL' (hosts x ranks per host), got '" + line + "'");
-      const auto x = w[1].find('x');
-      if (x == std::string::npos || x == 0 || x + 1 == w[1].size() ||
-          w[1].find_first_not_of("0123456789x") != std::string::npos) {
-        throw ConfigError(where + "layout '" + w[1] + "' is not HxL (for example 2x4)");
+      if (w.size() != 2) {
+        throw ConfigError(where + "expected 'layout HxL' (hosts x ranks per host) or 'layout N+N+...' (ranks on each "
+                          "host), got '" + std::string(core::trim(line)) + "'");
+      }
+      if (!isLayoutName(w[1])) {
+        throw ConfigError(where + "layout '" + w[1] + "' is not HxL (for example 2x4) or the ranks on each host "
+                          "(for example 1+3)");
       }
       table.layout = w[1];
       continue;

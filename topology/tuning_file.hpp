@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gradcomm/types.hpp"
+#include "topology/topology_view.hpp"
 
 namespace gradcomm::topology {
 
@@ -20,7 +21,8 @@ struct TuningEntry {
 /// A tuning file (GRADCOMM_TUNING_FILE), written by `gradcomm-bench --tune`:
 ///
 ///     # comments and blank lines are ignored
-///     layout 2x2                  (hosts x ranks per host it was measured on)
+///     layout 2x2                  (hosts x ranks per host it was measured on;
+///                                  uneven hosts as their sizes: 1+3, 2+1+3)
 ///     allreduce 0-16K rd          (COLLECTIVE LO-HI ALGORITHM; HI exclusive, 'inf' open)
 ///     allreduce 16K-inf ring
 ///
@@ -28,7 +30,7 @@ struct TuningEntry {
 /// matches the communicator's.
 struct TuningTable {
   std::string origin;  ///< the path, for messages
-  std::string layout;  ///< "HxL" as written, or empty (applies to any layout)
+  std::string layout;  ///< layoutName() as written ("HxL" or "1+3"), or empty (applies to any layout)
   std::vector<TuningEntry> entries;
 
   /// Parses `text`; throws ConfigError "ORIGIN line N: ..." naming what is wrong.
@@ -39,7 +41,12 @@ struct TuningTable {
   const TuningEntry* find(Collective collective, size_t bytes) const;
 };
 
-/// "HxL" for a view with hosts x ranksPerHost, or "P ranks on H hosts" when uneven.
+/// "HxL" for hosts x ranksPerHost.
 std::string layoutName(int hosts, int ranksPerHost);
+/// The layout as calibration and tuning files name it, one word: "HxL"
+/// when every host holds L ranks, else the hosts' sizes ("1+3", "2+1+3").
+std::string layoutName(const TopologyView& view);
+/// Whether `word` is a layout as layoutName() writes it.
+bool isLayoutName(const std::string& word);
 
 }  // namespace gradcomm::topology

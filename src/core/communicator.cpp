@@ -4,6 +4,7 @@
 #include "compression/compression.hpp"
 #include "core/communicator_impl.hpp"
 #include "base/units.hpp"
+#include "topology/tuning_file.hpp"
 
 namespace gradcomm {
 
@@ -187,11 +188,7 @@ Communicator::Selection Communicator::explainSelection(Collective collective, si
 }
 
 std::string Communicator::layout() const {
-  const auto& v = checked().topology();
-  if (v.uniformHosts()) return std::to_string(v.numHosts()) + "x" + std::to_string(v.maxRanksPerHost());
-  std::string out;
-  for (int h = 0; h < v.numHosts(); ++h) out += (h ? "+" : "") + std::to_string(v.ranksOnHost(h).size());
-  return out;
+  return topology::layoutName(checked().topology());
 }
 
 std::string Communicator::describeTopology() const {

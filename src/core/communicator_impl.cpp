@@ -103,9 +103,7 @@ std::optional<std::string> readFile(const std::string& path) {
   return text.str();
 }
 
-std::string layoutOf(const topology::TopologyView& v) {
-  return v.uniformHosts() ? topology::layoutName(v.numHosts(), v.maxRanksPerHost()) : v.describe();
-}
+std::string layoutOf(const topology::TopologyView& v) { return topology::layoutName(v); }
 
 }  // namespace
 

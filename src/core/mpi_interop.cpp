@@ -37,6 +37,16 @@ std::vector<std::string> localAddresses() {
   return out;
 }
 
+std::string threadLevelName(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    default: return "thread level " + std::to_string(level);
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Store> storeFromMpi(MPI_Comm comm, std::chrono::milliseconds timeout) {
@@ -94,15 +104,29 @@ std::shared_ptr<Store> storeFromMpi(MPI_Comm comm, std::chrono::milliseconds tim
 
 Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
   auto env = transport::MpiEnvironment::acquire();
-  if (env->threadLevel() < MPI_THREAD_SERIALIZED) {
-    throw UnsupportedError(
-        "MPI was initialised with a thread level below MPI_THREAD_SERIALIZED, but gradcomm drives MPI from its "
-        "progress thread: initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let gradcomm do it");
-  }
   if (comm == MPI_COMM_NULL) throw InvalidArgument("communicatorFromMpi: the MPI communicator is MPI_COMM_NULL");
 
+  // Forming the communicator calls MPI on this thread only, which any
+  // thread level allows.
   transport::MpiBootstrap boot(comm);
   core::Config config = core::agreeOnConfiguration(options, boot);
+  if (config.transport != "ucx") {
+    // The MPI transport's progress thread calls MPI while the program's own
+    // threads may too: only MPI_THREAD_MULTIPLE allows that. Serialising
+    // gradcomm's own calls would not do, since the program's calls are
+    // outside its reach. The lowest level of any rank decides, so every
+    // rank fails alike.
+    int mine = env->threadLevel(), lowest = mine;
+    transport::checkMpi(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce (thread level)");
+    if (lowest < MPI_THREAD_MULTIPLE) {
+      throw UnsupportedError(
+          "MPI was initialised with " + threadLevelName(lowest) + (lowest == mine ? "" : " on some rank") +
+          ", but the MPI transport calls MPI from gradcomm's progress thread while the program's threads may call "
+          "it too, which needs MPI_THREAD_MULTIPLE: initialise MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, "
+          "...) (or let gradcomm initialise it), or use GRADCOMM_TRANSPORT=ucx, which calls MPI only while forming "
+          "the communicator");
+    }
+  }
   if (config.transport == "ucx") {
     // Bootstrapped through MPI, every byte through UCX.
     transport::HostLayout hosts;

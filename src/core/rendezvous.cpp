@@ -1,7 +1,9 @@
 // Communicators formed without MPI: through a Store, or from the
 // launcher's environment (GRADCOMM_*, torchrun's or mpirun's variables).
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -9,6 +11,7 @@
 
 #include "core/agreement.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/rendezvous.hpp"
 #include "base/units.hpp"
 #include "gradcomm/communicator.hpp"
 #include "gradcomm/store.hpp"
@@ -114,7 +117,7 @@ Endpoint rendezvousFromEnvironment(int size) {
     // Every rank on this host: loopback, a port derived from the job id.
     Endpoint e;
     e.host = "127.0.0.1";
-    e.port = static_cast<uint16_t>(20000 + std::hash<std::string>{}(job->value) % 30000);
+    e.port = core::mpirunRendezvousPort(job->value, core::ephemeralPortRange());
     e.from = "mpirun's job id " + job->value + " (all ranks on this host)";
     return e;
   }
@@ -179,6 +182,40 @@ void leaveRendezvous(transport::StoreBootstrap& boot, Store& scoped, millisecond
 }
 
 }  // namespace
+
+namespace core {
+
+PortRange ephemeralPortRange() {
+  PortRange r{32768, 60999};
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 0, hi = 0;
+  if (in >> lo >> hi && lo >= 1 && lo <= hi && hi <= 65535) r = {lo, hi};
+  return r;
+}
+
+uint16_t mpirunRendezvousPort(const std::string& jobId, PortRange ephemeral) {
+  // The kernel binds outgoing connections to ports of the ephemeral range:
+  // a port there may be some connection's local port already, or become
+  // one while the job starts, and rank 0 could not serve. Ports below it
+  // (from 20000 where there is room, clear of the low ports services use)
+  // or else above it are never handed out that way.
+  constexpr int kLowest = 1024, kPreferred = 20000, kMinPorts = 1024;
+  PortRange below{std::max(kLowest, ephemeral.lo - 1 >= kPreferred + kMinPorts ? kPreferred : kLowest),
+                  ephemeral.lo - 1};
+  PortRange above{std::max(kLowest, ephemeral.hi + 1), 65535};
+  const int belowSize = below.hi - below.lo + 1, aboveSize = above.hi - above.lo + 1;
+  const PortRange use = belowSize >= aboveSize ? below : above;
+  const int size = std::max(belowSize, aboveSize);
+  if (size < kMinPorts) {
+    throw ConfigError("cannot derive a rendezvous port from mpirun's job id: the ephemeral port range (" +
+                      std::to_string(ephemeral.lo) + "-" + std::to_string(ephemeral.hi) +
+                      ", /proc/sys/net/ipv4/ip_local_port_range) leaves fewer than " + std::to_string(kMinPorts) +
+                      " ports outside it; set GRADCOMM_RENDEZVOUS=127.0.0.1:PORT with a port outside that range");
+  }
+  return static_cast<uint16_t>(use.lo + static_cast<int>(std::hash<std::string>{}(jobId) % static_cast<size_t>(size)));
+}
+
+}  // namespace core
 
 Communicator communicatorFromStore(std::shared_ptr<Store> store, int rank, int size, const Options& options) {
   if (!store) throw InvalidArgument("communicatorFromStore: the store is null");

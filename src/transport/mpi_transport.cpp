@@ -291,7 +291,7 @@ class MpiRequest : public Request {
       if (isRecv_ && !upTo_ && static_cast<size_t>(p.count) != p.expected) {
         throw MismatchError("rank " + std::to_string(myRank_) + " received " + std::to_string(p.count) +
                             " bytes from rank " + std::to_string(peer_) + " where " + std::to_string(p.expected) +
-                            " were expected: the ranks called the collective with different counts");
+                            " were expected: the count (or data type) differs between the ranks' calls");
       }
     }
     if (!all) return false;
@@ -313,7 +313,7 @@ class MpiRequest : public Request {
     if (cls == MPI_ERR_TRUNCATE) {
       throw MismatchError("rank " + std::to_string(myRank_) + " received a larger message from rank " +
                            std::to_string(peer_) +
-                           " than expected: the ranks called the collective with different counts");
+                           " than expected: the count (or data type) differs between the ranks' calls");
     }
     throw TransportError(std::string("MPI ") + (isRecv_ ? "receive from" : "send to") + " rank " +
                          std::to_string(peer_) + " failed: " + mpiErrorText(rc));
@@ -601,11 +601,14 @@ void MpiTransport::setUpSharedMemory(MPI_Comm local, size_t chunkBytes) {
   int allOk = 0;
   MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, local);
   if (!allOk) {
-    if (!why.empty()) std::fprintf(stderr, "gradcomm[rank %d] warn: no shared memory: %s\n", rank_, why.c_str());
+    if (!why.empty()) {
+      std::fprintf(stderr, "gradcomm[rank %d] warn: no shared memory, the point-to-point algorithms run instead: %s\n",
+                   rank_, why.c_str());
+    }
     return;
   }
   auto group = std::make_unique<ShmGroup>(localRanks_, localRank, bufferBytes, seg->data(), seg);
-  group->block(localRank).pid = static_cast<int32_t>(getpid());
+  group->registerSelf(seg);
   // Once every rank has mapped it, the name can go: nothing is left in
   // /dev/shm even if processes die later.
   MPI_Barrier(local);

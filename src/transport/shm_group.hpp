@@ -41,7 +41,9 @@ struct ShmRankBlock {
   Mailbox mailbox[2];
   alignas(64) std::atomic<uint64_t> reduced[2];  ///< round whose own slice is reduced in buffer b
   alignas(64) std::atomic<uint64_t> consumed;    ///< last round this rank finished reading from peers
-  alignas(64) int32_t pid;
+  alignas(64) int32_t pid;  ///< in the owner's PID namespace: for messages, and liveness only within that namespace
+  uint32_t holdsLock;       ///< non-zero once the owner holds its liveness lock (ShmSegment::holdLock)
+  uint64_t pidNamespace;    ///< inode of the owner's PID namespace (/proc/self/ns/pid), 0 if unknown
   /// The operation this rank is running, whatever its algorithm: sequence
   /// number + 1 (0: none yet) and its call signature (a CallSignature as
   /// words, guarded by announcedSeq like a seqlock). Lets host-local peers
@@ -65,6 +67,8 @@ struct ShmRankBlock {
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory flags must be lock-free");
 
+class ShmSegment;
+
 /// Memory shared by the ranks of one host.
 class ShmGroup {
  public:
@@ -83,8 +87,15 @@ class ShmGroup {
   size_t bufferBytes() const { return bufferBytes_; }
   ShmRankBlock& block(int local) const;
   char* buffer(int local, int which) const;
-  /// False once the process of local rank `local` no longer exists.
+  /// False once the process of local rank `local` no longer exists. Holds
+  /// across PID namespaces (containers sharing IPC but not process ids):
+  /// the peer's liveness lock on the segment says, else its process id
+  /// where it shares this rank's PID namespace; else it counts as alive.
   bool alive(int local) const;
+  /// Registers this rank in its control block: process id, PID namespace,
+  /// and the liveness lock on `segment` (null: none, as for memory that is
+  /// no segment).
+  void registerSelf(const std::shared_ptr<ShmSegment>& segment);
   /// Publishes the operation this rank starts.
   void announce(const CallSignature& call);
   /// The signature local rank `local` announced for operation `seq`; false
@@ -129,13 +140,21 @@ class ShmGroup {
   size_t stride_;
   char* base_;
   std::shared_ptr<void> owner_;  // keeps the mapping alive
+  std::shared_ptr<ShmSegment> segment_;  // its locks tell which peers live (registerSelf)
   uint64_t round_ = 0;
 };
 
-/// A mapped POSIX shared-memory segment (RAII).
+/// A mapped POSIX shared-memory segment (RAII). It keeps its descriptor
+/// open: each process holds an open-file-description lock on one byte of
+/// it (its slot) for as long as it lives, which the kernel drops when the
+/// process dies, and which any process that opened the segment sees,
+/// whatever its PID namespace.
 class ShmSegment {
  public:
-  /// Creates a fresh segment of `bytes` with a unique name.
+  /// Creates a fresh segment of `bytes` with a unique name, its memory
+  /// reserved (posix_fallocate): where /dev/shm cannot hold it, a
+  /// TransportError saying so, never a SIGBUS on first touch. The creator
+  /// holds slot 0's lock from the start.
   static std::shared_ptr<ShmSegment> create(size_t bytes);
   /// Maps an existing segment by name.
   static std::shared_ptr<ShmSegment> open(const std::string& name, size_t bytes);
@@ -146,12 +165,20 @@ class ShmSegment {
   const std::string& name() const { return name_; }
   /// Removes the name (the mapping stays valid). Idempotent.
   void unlink();
-  /// Removes segments left by gradcomm processes that no longer exist.
+  /// Takes the liveness lock of `slot` for this process; false where the
+  /// kernel has no open-file-description locks.
+  bool holdLock(int slot);
+  /// Whether another open of the segment holds `slot`'s lock.
+  bool lockHeld(int slot) const;
+  /// Removes segments left by gradcomm processes that no longer exist:
+  /// those whose creator's lock (slot 0) nobody holds, a second or more
+  /// after they were made (a creator takes its lock just after creating).
   static void removeStale();
 
  private:
   ShmSegment() = default;
   std::string name_;
+  int fd_ = -1;
   char* data_ = nullptr;
   size_t bytes_ = 0;
   bool owner_ = false;

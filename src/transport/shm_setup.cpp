@@ -52,9 +52,10 @@ std::unique_ptr<ShmGroup> setUpSharedMemory(Bootstrap& boot, const std::vector<i
   std::unique_ptr<ShmGroup> group;
   if (allOk) {
     group = std::make_unique<ShmGroup>(localRanks, localRank, bufferBytes, seg->data(), seg);
-    group->block(localRank).pid = static_cast<int32_t>(getpid());
+    group->registerSelf(seg);
   } else if (!why.empty()) {
-    std::fprintf(stderr, "gradcomm[rank %d] warn: no shared memory: %s\n", me, why.c_str());
+    std::fprintf(stderr, "gradcomm[rank %d] warn: no shared memory, the point-to-point algorithms run instead: %s\n",
+                 me, why.c_str());
   }
   // Round 3: once every rank has mapped it, the name can go: nothing is
   // left in /dev/shm even if processes die later.

@@ -42,8 +42,10 @@ struct Tag {
 class Request {
  public:
   virtual ~Request() = default;
-  /// True once complete; never blocks. Throws TransportError when the
-  /// transfer failed (a size mismatch, a peer that went away).
+  /// True once complete; never blocks. Throws MismatchError naming the
+  /// count when a message's size differs from the receive's (the ranks'
+  /// calls differ), on every transport, and TransportError when the
+  /// transfer failed (a peer that went away).
   virtual bool test() = 0;
   /// The bytes a completed receive got: its size, except on the call-check
   /// channel (Tag::kCallCheck), where a message may be shorter.

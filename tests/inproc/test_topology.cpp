@@ -536,3 +536,146 @@ TEST(TuningFile, UnreadableOrMalformedFileIsAConfigErrorOnEveryRank) {
   }
   std::remove(bad.c_str());
 }
+
+namespace {
+
+struct NamedLayout {
+  const char* name;
+  transport::InProcWorld::Settings settings;
+  int size;
+};
+
+/// Every layout the tests run: one host, even hosts, uneven hosts.
+std::vector<NamedLayout> layoutsUnderTest() {
+  auto sizes = [](std::vector<int> s) {
+    transport::InProcWorld::Settings settings;
+    settings.hostSizes = std::move(s);
+    return settings;
+  };
+  return {{"1 host of 4", sizes({4}), 4},
+          {"2x2", sizes({2, 2}), 4},
+          {"1+3", sizes({1, 3}), 4},
+          {"2,1,3", sizes({2, 1, 3}), 6}};
+}
+
+/// Creates a communicator per rank with `o`; returns rank 0's layout() and
+/// cost source, or the first error.
+std::pair<std::string, std::string> createAll(const NamedLayout& l, const Options& o) {
+  std::mutex mu;
+  std::string layout, source, error;
+  try {
+    runRanks(
+        l.size,
+        [&](RankContext& c) {
+          const auto* model = c.comm.impl()->selector().model();
+          std::vector<float> v(100, 1.0f);
+          c.comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+          std::lock_guard<std::mutex> lock(mu);
+          if (c.rank == 0) {
+            layout = c.comm.layout();
+            source = model ? model->costs().source : "no model";
+          }
+        },
+        o, l.settings);
+  } catch (const std::exception& e) {
+    return {"", std::string("ERROR ") + e.what()};
+  }
+  return {layout, source};
+}
+
+}  // namespace
+
+// A calibration file written on any layout, uneven ones included, is read
+// back by the next job of that layout (it used to be written with the
+// layout's description, "4 rank(s) on 2 host(s) (1+3)", which the reader
+// took for a malformed line: every later creation failed).
+TEST(Calibration, AFileWrittenOnAnyLayoutIsLoadedByTheNextJobOfThatLayout) {
+  for (const auto& l : layoutsUnderTest()) {
+    SCOPED_TRACE(l.name);
+    const std::string path = tempPath("calibration_layout");
+    std::remove(path.c_str());
+    Options o;
+    o.set("CALIBRATE", path);
+    const auto first = createAll(l, o);
+    EXPECT_EQ(first.second, "calibrated");
+    const auto second = createAll(l, o);
+    EXPECT_EQ(second.second, "file " + path) << "the file held:\n"
+                                             << [&] {
+                                                  std::ifstream in(path);
+                                                  return std::string((std::istreambuf_iterator<char>(in)),
+                                                                     std::istreambuf_iterator<char>());
+                                                }();
+    std::remove(path.c_str());
+  }
+}
+
+// A file that an earlier version wrote on an uneven layout names it in
+// words: the next job measures again and rewrites it in the one-word form.
+TEST(Calibration, AFileNamingItsLayoutInWordsIsMeasuredAgainAndRewritten) {
+  const auto l = layoutsUnderTest()[2];  // 1+3
+  const std::string path = tempPath("calibration_old_layout");
+  {
+    std::ofstream out(path);
+    out << topology::formatCalibration(topology::MachineCosts::defaults(), "4 rank(s) on 2 host(s) (1+3)");
+  }
+  Options o;
+  o.set("CALIBRATE", path);
+  EXPECT_EQ(createAll(l, o).second, "calibrated");
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\nlayout 1+3\n"), std::string::npos) << text;
+  EXPECT_EQ(createAll(l, o).second, "file " + path);
+  std::remove(path.c_str());
+}
+
+// A tuning file names the layout as Communicator::layout() does, for any
+// layout: it applies to a job of that layout and is ignored by another.
+TEST(TuningFile, AFileNamingAnyLayoutAppliesToThatLayoutOnly) {
+  const auto layouts = layoutsUnderTest();
+  for (const auto& l : layouts) {
+    SCOPED_TRACE(l.name);
+    Options plain;
+    plain.set("CALIBRATE", "0");
+    const std::string name = createAll(l, plain).first;
+    ASSERT_FALSE(name.empty());
+    const std::string path = tempPath("tuning_layout");
+    {
+      std::ofstream out(path);
+      out << "layout " << name << "\nallreduce 0-inf tree\n";
+    }
+    for (const auto& job : layouts) {
+      if (job.size != l.size) continue;
+      SCOPED_TRACE(std::string("job on ") + job.name);
+      Options o;
+      o.set("CALIBRATE", "0");
+      o.set("TUNING_FILE", path);
+      std::vector<std::string> choices;  // rank 0's, for allreduces of 8 B to 64 MiB
+      try {
+        runRanks(
+            job.size,
+            [&](RankContext& c) {
+              if (c.rank != 0) return;
+              auto* impl = c.comm.impl().get();
+              for (size_t bytes = 8; bytes <= (64u << 20); bytes *= 4) {
+                algorithms::CollectiveCall call;
+                call.count = bytes / 4;
+                choices.push_back(
+                    impl->selector().select(call, {impl->engine().transport(), impl->topology()}, "").algorithm->name());
+              }
+            },
+            o, job.settings);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        continue;
+      }
+      ASSERT_FALSE(choices.empty());
+      const std::vector<std::string> allTree(choices.size(), "tree");
+      if (std::string(job.name) == l.name) {
+        EXPECT_EQ(choices, allTree);
+      } else {
+        EXPECT_NE(choices, allTree);  // the cost model decided
+      }
+    }
+    std::remove(path.c_str());
+  }
+}

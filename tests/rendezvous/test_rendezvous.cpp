@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -71,8 +73,10 @@ struct Child {
 
 using Env = std::map<std::string, std::string>;
 
-/// Starts `mode` in a child process with `env` added to this environment.
-Child spawn(const std::string& mode, const Env& env) {
+/// Starts `mode` in a child process with `env` added to this environment,
+/// through `wrapper` (a command and its arguments, run with this program
+/// and its arguments appended) when one is given.
+Child spawn(const std::string& mode, const Env& env, const std::vector<std::string>& wrapper = {}) {
   int pipefd[2];
   if (pipe(pipefd) != 0) throw std::runtime_error("pipe failed");
   Child c;
@@ -82,7 +86,13 @@ Child spawn(const std::string& mode, const Env& env) {
     dup2(pipefd[1], 2);
     close(pipefd[0]);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    execl(gSelf.c_str(), gSelf.c_str(), "--child", mode.c_str(), static_cast<char*>(nullptr));
+    std::vector<std::string> args = wrapper;
+    for (const std::string& a : {gSelf, std::string("--child"), mode}) args.push_back(a);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::printf("cannot run %s: %s\n", argv[0], std::strerror(errno));
     _exit(127);
   }
   close(pipefd[1]);
@@ -284,6 +294,84 @@ int childGossipKill() {
   return 0;
 }
 
+/// One allreduce where rank 1 passes 2000 floats and the others 1000, with
+/// the algorithm GRADCOMM_TEST_ALGO names, then a barrier. The rank
+/// GRADCOMM_TEST_LATE_RANK names calls 300 ms late: its call check reaches
+/// the next rank only after rank 1's data did.
+int childMismatch() {
+  Communicator comm = communicatorFromEnvironment();
+  CollectiveOptions o;
+  o.algorithm = std::getenv("GRADCOMM_TEST_ALGO") ? std::getenv("GRADCOMM_TEST_ALGO") : "";
+  const char* late = std::getenv("GRADCOMM_TEST_LATE_RANK");
+  std::vector<float> v(2000, 1.0f);
+  try {
+    if (late && std::atoi(late) == comm.rank()) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const size_t count = comm.rank() == 1 ? 2000 : 1000;
+    comm.allreduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    comm.barrier().wait();
+    std::printf("FAIL no error for counts that differ\n");
+    return 1;
+  } catch (const Error& e) {
+    std::printf("ERROR %s: %s\n", toString(e.code()), e.what());
+    return 3;
+  }
+}
+
+/// Twenty allreduces of GRADCOMM_TEST_COUNT floats (default 1M) asking for
+/// the shared-memory algorithm, each checked; prints which algorithm ran.
+int childShmLoop() {
+  Communicator comm = communicatorFromEnvironment();
+  const char* countText = std::getenv("GRADCOMM_TEST_COUNT");
+  const size_t n = countText ? static_cast<size_t>(std::atoll(countText)) : (1u << 20);
+  CollectiveOptions shm;
+  shm.algorithm = "shm";
+  std::vector<float> v(n);
+  std::string ran;
+  for (int i = 0; i < 20; ++i) {
+    for (size_t k = 0; k < n; ++k) v[k] = static_cast<float>(comm.rank() + 1 + static_cast<int>(k % 5));
+    Work w = comm.allreduce(v.data(), v.data(), n, DataType::kFloat32, ReduceOp::kSum, shm);
+    w.wait();
+    ran = w.algorithm();
+    const int p = comm.size();
+    for (size_t k = 0; k < n; ++k) {
+      const float want = static_cast<float>(p * (p + 1) / 2 + p * static_cast<int>(k % 5));
+      if (v[k] != want) {
+        std::printf("FAIL allreduce %d (%s): element %zu is %g, not %g\n", i, ran.c_str(), k, v[k], want);
+        return 1;
+      }
+    }
+  }
+  std::printf("OK algorithm=%s\n", ran.c_str());
+  return 0;
+}
+
+/// In a private mount namespace with a tmpfs of GRADCOMM_TEST_SHM_SIZE over
+/// /dev/shm (a container's small /dev/shm), runs 3 ranks of shm-loop and
+/// prints their output. Exits 77 where the namespace or mount is not permitted.
+int childSmallShm() {
+  const char* size = std::getenv("GRADCOMM_TEST_SHM_SIZE");
+  if (unshare(CLONE_NEWNS) != 0) {
+    std::printf("SKIP cannot make a mount namespace: %s\n", std::strerror(errno));
+    return 77;
+  }
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+      mount("tmpfs", "/dev/shm", "tmpfs", 0, (std::string("size=") + (size ? size : "64m")).c_str()) != 0) {
+    std::printf("SKIP cannot mount a tmpfs over /dev/shm: %s\n", std::strerror(errno));
+    return 77;
+  }
+  auto c = launch("shm-loop", 3, {}, std::chrono::seconds(60));
+  std::printf("%s", report(c).c_str());
+  bool passed = true;
+  for (const auto& child : c) {
+    passed = passed && child.passed();
+    if (child.killed()) std::printf("RANK-KILLED by signal %d\n", WTERMSIG(child.status));
+  }
+  // Only this namespace sees the mount; it goes with the namespace, but
+  // leave nothing behind even if something still holds the namespace.
+  if (umount2("/dev/shm", MNT_DETACH) != 0) std::printf("WARN umount /dev/shm: %s\n", std::strerror(errno));
+  return passed ? 0 : 1;
+}
+
 /// Leaves PASS or FAIL for this rank where netns-test looks for it.
 int withMarker(int rc) {
   const char* dir = std::getenv("GRADCOMM_TEST_MARKER_DIR");
@@ -303,6 +391,9 @@ int runChild(const std::string& mode) {
     if (mode == "create") return childCreate();
     if (mode == "kill") return childKill();
     if (mode == "gossip-kill") return childGossipKill();
+    if (mode == "mismatch") return childMismatch();
+    if (mode == "shm-loop") return childShmLoop();
+    if (mode == "small-shm") return childSmallShm();
   } catch (const std::exception& e) {
     std::printf("ERROR unexpected: %s\n", e.what());
     return 4;
@@ -423,6 +514,120 @@ TEST(Rendezvous, GossipSurvivorsRemoveAKilledPeerKeepGoingAndSynchronizeNamesIt)
     EXPECT_TRUE(contains(s.out, "REMOVED 2")) << report(c);
     EXPECT_TRUE(contains(s.out, "SYNC-ERROR")) << report(c);
     EXPECT_TRUE(contains(s.out, "rank 2")) << report(c);
+  }
+}
+
+// Ranks that pass different counts to one collective get a MismatchError
+// naming the count over UCX too (the MPI transport's error for the same
+// cause), whichever algorithm moves the data; ranks that did not see the
+// difference themselves get a RemoteError.
+TEST(Rendezvous, CountsThatDifferAreAMismatchErrorNamingTheCountOnEveryRank) {
+  struct Case {
+    const char* algo;
+    int ranks;
+    const char* lateRank;  // "" : none
+  };
+  // With rank 2 late, rank 0 (tree's root, rd's and hd's partner of rank 1)
+  // gets rank 1's larger message before any call check could tell it.
+  const std::vector<Case> cases = {{"", 2, ""},     {"ring", 2, ""}, {"rd", 3, ""},   {"tree", 3, ""},
+                                   {"tree", 3, "2"}, {"rd", 3, "2"}, {"hd", 3, "2"}, {"ring", 3, "2"}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string("algorithm '") + k.algo + "', " + std::to_string(k.ranks) + " ranks, late rank '" +
+                 k.lateRank + "'");
+    auto c = launch("mismatch", k.ranks,
+                    {{"GRADCOMM_TIMEOUT", "20s"}, {"GRADCOMM_TEST_ALGO", k.algo}, {"GRADCOMM_TEST_LATE_RANK", k.lateRank}},
+                    std::chrono::seconds(60));
+    int mismatches = 0;
+    for (const Child& child : c) {
+      ASSERT_TRUE(child.exited) << report(c);
+      const bool mismatch = contains(child.out, "ERROR mismatched collective: ");
+      EXPECT_TRUE(mismatch || contains(child.out, "ERROR remote failure: ")) << report(c);
+      EXPECT_TRUE(contains(child.out, "count")) << report(c);
+      mismatches += mismatch;
+    }
+    EXPECT_GE(mismatches, 1) << report(c);
+  }
+}
+
+// A container's small /dev/shm (Docker's default is 64 MiB; here 24 MiB,
+// of which UCX takes about 13, while a segment for 3 ranks with 4 MiB
+// chunks needs 72 MiB, and allreduces of 8 MiB touch 24 of them): the
+// segment cannot be reserved, so the ranks
+// warns and runs the point-to-point algorithms instead, with the right
+// sums. (Sized with ftruncate alone, the first touch past the tmpfs limit
+// killed the ranks with SIGBUS mid-collective.)
+TEST(Rendezvous, ASmallDevShmFallsBackToPointToPointWithAWarning) {
+  std::vector<Child> c{spawn("small-shm", {{"GRADCOMM_TEST_SHM_SIZE", "24m"},
+                                           {"GRADCOMM_SHM_CHUNK", "4M"},
+                                           {"GRADCOMM_TEST_COUNT", "2097152"},
+                                           {"GRADCOMM_TIMEOUT", "20s"}})};
+  waitAll(c, std::chrono::seconds(90));
+  ASSERT_TRUE(c[0].exited) << report(c);
+  if (WIFEXITED(c[0].status) && WEXITSTATUS(c[0].status) == 77) GTEST_SKIP() << c[0].out;
+  EXPECT_TRUE(c[0].passed()) << report(c);
+  EXPECT_FALSE(contains(c[0].out, "RANK-KILLED")) << report(c);
+  size_t oks = 0;
+  for (size_t at = 0; (at = c[0].out.find("OK algorithm=", at)) != std::string::npos; ++at) {
+    ++oks;
+    EXPECT_NE(c[0].out.compare(at, 16, "OK algorithm=shm"), 0) << report(c);
+  }
+  EXPECT_EQ(oks, 3u) << report(c);
+  EXPECT_TRUE(contains(c[0].out, "no shared memory")) << report(c);
+  EXPECT_TRUE(contains(c[0].out, "/dev/shm")) << report(c);
+}
+
+// Ranks in different PID namespaces that share IPC (containers of one
+// Kubernetes pod): a peer's process id means nothing in another namespace,
+// so liveness must not rest on kill(pid, 0) there. Rank 0 runs here, ranks
+// 1 and 2 each in a PID namespace of their own (each is its namespace's
+// pid 1). Twenty shared-memory allreduces must run and sum right; a killed
+// rank must still be seen as gone.
+TEST(Rendezvous, RanksInDifferentPidNamespacesShareMemoryAndSeeEachOtherAlive) {
+  const std::vector<std::string> ownPidNamespace = {"unshare", "--pid", "--fork"};
+  {
+    std::vector<Child> probe{spawn("none", {}, ownPidNamespace)};
+    waitAll(probe, std::chrono::seconds(20));
+    if (!contains(probe[0].out, "unknown child mode none")) {
+      GTEST_SKIP() << "cannot run a rank in a PID namespace of its own: " << probe[0].out;
+    }
+  }
+  const int port = freePort();
+  std::vector<Child> c;
+  const Env extra = {{"GRADCOMM_TIMEOUT", "20s"}, {"GRADCOMM_TEST_COUNT", "262144"}};
+  for (int r = 0; r < 3; ++r) c.push_back(spawn("shm-loop", rankEnv(r, 3, port, extra), r == 0 ? std::vector<std::string>{} : ownPidNamespace));
+  waitAll(c, std::chrono::seconds(90));
+  for (const Child& child : c) {
+    EXPECT_TRUE(child.passed()) << report(c);
+    EXPECT_TRUE(contains(child.out, "OK algorithm=shm")) << report(c);
+  }
+}
+
+// Liveness across namespaces still sees a death: the ranks in their own PID
+// namespaces see rank 0, killed mid-allreduce, gone within seconds.
+TEST(Rendezvous, ARankKilledInAnotherPidNamespaceIsSeenGoneDuringASharedMemoryAllreduce) {
+  const std::vector<std::string> ownPidNamespace = {"unshare", "--pid", "--fork"};
+  {
+    std::vector<Child> probe{spawn("none", {}, ownPidNamespace)};
+    waitAll(probe, std::chrono::seconds(20));
+    if (!contains(probe[0].out, "unknown child mode none")) {
+      GTEST_SKIP() << "cannot run a rank in a PID namespace of its own: " << probe[0].out;
+    }
+  }
+  const int port = freePort();
+  std::vector<Child> c;
+  // The victim is rank 0, outside: a namespace's pid 1 cannot SIGKILL itself.
+  const Env extra = {{"GRADCOMM_TIMEOUT", "30s"}, {"GRADCOMM_TEST_KILL_RANK", "0"}, {"GRADCOMM_TEST_ALGO", "shm"}};
+  for (int r = 0; r < 3; ++r) c.push_back(spawn("kill", rankEnv(r, 3, port, extra), r == 0 ? std::vector<std::string>{} : ownPidNamespace));
+  waitAll(c, std::chrono::seconds(90));
+  ASSERT_TRUE(c[0].killed()) << report(c);
+  for (int r = 1; r < 3; ++r) {
+    const Child& s = c[static_cast<size_t>(r)];
+    ASSERT_TRUE(s.exited) << report(c);
+    EXPECT_TRUE(contains(s.out, "ERROR at=")) << report(c);
+    const auto pos = s.out.find("ERROR at=");
+    if (pos == std::string::npos) continue;
+    // Well within the 30 s timeout: the death was seen, not waited out.
+    EXPECT_LE(std::atoll(s.out.c_str() + pos + 9) - c[0].endedAtMs, 10000) << report(c);
   }
 }
 

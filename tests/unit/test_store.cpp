@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <random>
@@ -19,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/rendezvous.hpp"
 #include "gradcomm/error.hpp"
 #include "gradcomm/store.hpp"
 
@@ -880,4 +882,76 @@ TEST(PrefixStore, IsolatesTwoPrefixes) {
   std::string msg = errorOf([&] { b.get("missing", 20ms); });
   EXPECT_NE(msg.find("comm1/missing"), std::string::npos) << msg;
   EXPECT_THROW(PrefixStore("p", nullptr), InvalidArgument);
+}
+
+// ---- the rendezvous port of an mpirun job on one host ----------------------------------
+
+namespace {
+
+/// What this machine's kernel hands out to outgoing connections, read here
+/// independently of the library.
+gradcomm::core::PortRange ephemeralFromProc() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  gradcomm::core::PortRange r{32768, 60999};
+  in >> r.lo >> r.hi;
+  return r;
+}
+
+std::vector<std::string> someJobIds() {
+  // Open MPI's jobids of consecutive runs, PMIx namespaces, small numbers.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 64; ++i) ids.push_back(std::to_string(3456565249u + 65536u * static_cast<unsigned>(i)));
+  for (int i = 0; i < 32; ++i) ids.push_back("prterun-node1-" + std::to_string(4000 + i) + "@1");
+  for (int i = 0; i < 32; ++i) ids.push_back(std::to_string(i));
+  return ids;
+}
+
+}  // namespace
+
+// A derived port inside the ephemeral range can already be some outgoing
+// connection's local port (rank 0 then cannot serve the store), or be taken
+// by one while the job starts.
+TEST(MpirunRendezvousPort, NeverLiesInTheEphemeralRangeThisMachineUses) {
+  const auto eph = ephemeralFromProc();
+  const auto lib = gradcomm::core::ephemeralPortRange();
+  EXPECT_EQ(lib.lo, eph.lo);
+  EXPECT_EQ(lib.hi, eph.hi);
+  for (const auto& id : someJobIds()) {
+    const int port = gradcomm::core::mpirunRendezvousPort(id, lib);
+    EXPECT_TRUE(port < eph.lo || port > eph.hi) << "job " << id << ": port " << port << " is inside " << eph.lo
+                                                 << "-" << eph.hi;
+    EXPECT_GE(port, 1024) << "job " << id;
+  }
+}
+
+TEST(MpirunRendezvousPort, JobsWithDifferentIdsGetDifferentPorts) {
+  const auto eph = ephemeralFromProc();
+  const auto ids = someJobIds();
+  for (size_t i = 0; i + 1 < ids.size(); ++i) {
+    EXPECT_NE(gradcomm::core::mpirunRendezvousPort(ids[i], eph), gradcomm::core::mpirunRendezvousPort(ids[i + 1], eph))
+        << ids[i] << " and " << ids[i + 1];
+  }
+  // Every rank of one job computes the same port.
+  EXPECT_EQ(gradcomm::core::mpirunRendezvousPort("3456565249", eph),
+            gradcomm::core::mpirunRendezvousPort("3456565249", eph));
+}
+
+// Other ephemeral ranges: the port stays outside whatever the range is, and
+// where no room is left the error says what to set instead.
+TEST(MpirunRendezvousPort, FollowsOtherEphemeralRangesAndSaysWhatToDoWhenNoneIsLeft) {
+  for (const gradcomm::core::PortRange eph : {gradcomm::core::PortRange{32768, 60999}, {10000, 65535},
+                                             {1024, 30000}, {15000, 40000}, {49152, 65535}}) {
+    for (const auto& id : someJobIds()) {
+      const int port = gradcomm::core::mpirunRendezvousPort(id, eph);
+      EXPECT_TRUE(port < eph.lo || port > eph.hi) << eph.lo << "-" << eph.hi << ": " << port;
+      EXPECT_GE(port, 1024);
+    }
+  }
+  try {
+    gradcomm::core::mpirunRendezvousPort("1", {1024, 65535});
+    ADD_FAILURE() << "no error with every unprivileged port ephemeral";
+  } catch (const gradcomm::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("GRADCOMM_RENDEZVOUS"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ip_local_port_range"), std::string::npos) << e.what();
+  }
 }

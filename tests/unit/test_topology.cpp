@@ -899,3 +899,42 @@ TEST(Selector, TwoHostsOfTwoChooseHierarchicalAllreduces) {
     EXPECT_EQ(large.why.rfind("cost model (test): " + chosen + " ", 0), 0u) << large.why;
   }
 }
+
+// Every layout the tests run (one host, even hosts, uneven hosts) is named
+// in one word, and calibration and tuning files give back what they were
+// written with.
+TEST(LayoutName, EveryLayoutRoundTripsThroughCalibrationAndTuningFiles) {
+  using topology::TopologyView;
+  const std::vector<std::pair<std::vector<int>, std::string>> layouts = {
+      {{0, 0, 0, 0}, "1x4"},    {{0}, "1x1"},         {{0, 1, 2, 3}, "4x1"},
+      {{0, 0, 2, 2}, "2x2"},    {{0, 0, 0, 3, 3, 3}, "2x3"}, {{0, 1, 1, 1}, "1+3"},
+      {{0, 0, 2, 3, 3, 3}, "2+1+3"}, {{0, 0, 0, 3}, "3+1"}};
+  for (const auto& [leaders, name] : layouts) {
+    SCOPED_TRACE(name);
+    const TopologyView view(leaders);
+    EXPECT_EQ(topology::layoutName(view), name);
+    EXPECT_TRUE(topology::isLayoutName(name));
+
+    std::string read;
+    topology::parseCalibration(topology::formatCalibration(topology::MachineCosts::defaults(), name), "test", &read);
+    EXPECT_EQ(read, name);
+
+    topology::TuningTable t;
+    t.layout = name;
+    topology::TuningEntry e;
+    e.algorithm = "tree";
+    t.entries.push_back(e);
+    const auto back = topology::TuningTable::parse(t.format(), "test");
+    EXPECT_EQ(back.layout, name);
+    EXPECT_EQ(back.format(), t.format());
+  }
+  for (const char* bad : {"", "x", "2x", "x2", "1+", "+1", "1++2", "3", "0x2", "a+b", "2x2x2", "1+0"}) {
+    EXPECT_FALSE(topology::isLayoutName(bad)) << "'" << bad << "'";
+    try {
+      topology::TuningTable::parse(std::string("layout ") + bad + "\n", "test");
+      if (*bad) ADD_FAILURE() << "'" << bad << "' was taken for a layout";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("test line 1"), std::string::npos) << e.what();
+    }
+  }
+}

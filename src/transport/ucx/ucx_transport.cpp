@@ -288,18 +288,21 @@ class UcxRequest : public Request {
  private:
   void finish(ucs_status_t s) {
     if (s != UCS_OK) fail(s);
+    // A message of another size than the receive's is the ranks' calls
+    // differing (their tags carry only part of the calls' fingerprints, and
+    // point-to-point operations none): a MismatchError, as over MPI.
     if (isRecv_ && !upTo_ && info_.length != expected_) {
-      throw TransportError("rank " + std::to_string(st_->rank) + " received " + std::to_string(info_.length) +
-                           " bytes from rank " + std::to_string(peer_) + " where " + std::to_string(expected_) +
-                           " were expected: the ranks called the collective with different counts");
+      throw MismatchError("rank " + std::to_string(st_->rank) + " received " + std::to_string(info_.length) +
+                          " bytes from rank " + std::to_string(peer_) + " where " + std::to_string(expected_) +
+                          " were expected: the count (or data type) differs between the ranks' calls");
     }
     done_ = true;
   }
   [[noreturn]] void fail(ucs_status_t s) const {
     if (s == UCS_ERR_MESSAGE_TRUNCATED) {
-      throw TransportError("rank " + std::to_string(st_->rank) + " received a larger message from rank " +
-                           std::to_string(peer_) + " than the " + std::to_string(expected_) +
-                           " bytes expected: the ranks called the collective with different counts");
+      throw MismatchError("rank " + std::to_string(st_->rank) + " received a larger message from rank " +
+                          std::to_string(peer_) + " than the " + std::to_string(expected_) +
+                          " bytes expected: the count (or data type) differs between the ranks' calls");
     }
     st_->checkPeer(peer_, isRecv_ ? "receive from" : "send to");
     throw TransportError("rank " + std::to_string(st_->rank) + ": UCX " + (isRecv_ ? "receive from" : "send to") +
