@@ -701,6 +701,10 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
   CollectiveOptions opts;
   if (!isBaseline && algo != "default") opts.algorithm = algo;
   opts.compression = compression;
+  // The buffer's error feedback, kept as a training loop keeps one per
+  // tensor (used when the compression asks for it: top-k's default).
+  ErrorFeedback feedback;
+  opts.errorFeedback = &feedback;
   const bool lossy = compression.rfind("topk", 0) == 0;
   const Collective coll = ctx.args.collective;
 

@@ -25,6 +25,9 @@ class Store;
 
 /// Error-feedback memory of one tensor for compressed allreduce: the part of
 /// past gradients that compression has not sent yet, added to the next call.
+/// The caller keeps one per tensor (gradient bucket) and passes it with every
+/// compressed allreduce of that tensor (CollectiveOptions::errorFeedback);
+/// its memory is that tensor's size and goes when the object does.
 class GRADCOMM_API ErrorFeedback {
  public:
   ErrorFeedback();
@@ -57,8 +60,10 @@ struct CollectiveOptions {
   /// top-k), ":exact" (top-k), ":prescale" (divide by the ranks before the
   /// cast). Empty: GRADCOMM_COMPRESSION.
   std::string compression;
-  /// Where this tensor's error feedback lives. Null: the communicator keeps
-  /// one per (output address, count).
+  /// Where this tensor's error feedback lives, when the compression asks for
+  /// error feedback. Null: the call carries no error from earlier calls nor
+  /// into later ones (with a warning once), since a buffer address does not
+  /// name a tensor (an allocator reuses it for the next one).
   ErrorFeedback* errorFeedback = nullptr;
 };
 

@@ -51,6 +51,12 @@ struct GossipStats {
   /// RMS over ranks of |z_rank - mean z| after the last step (-1: not measured).
   double consensusDistance = -1;
   std::vector<int> removedPeers;  ///< ranks removed from the gossip graph, ascending
+  /// Receives posted for in-neighbours' pushes after the last step, each
+  /// with a buffer of one push (the parameters and a small header).
+  size_t receiveBuffers = 0;
+  /// Bytes of the gossip buffers held after the last step: posted receives
+  /// and pushes still in flight.
+  size_t bufferBytes = 0;
 };
 
 /// Asynchronous decentralised averaging (Stochastic Gradient Push, Assran

@@ -33,6 +33,11 @@ class GRADCOMM_API Store {
   virtual bool check(const std::vector<std::string>& keys) = 0;
   /// Waits up to `timeout` until every key is set.
   virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  /// The values of `keys`, in their order, waiting up to `timeout` until
+  /// every one is set. The default gets them one at a time; TcpStore fetches
+  /// up to 4,096 keys per request (the values of one request must fit in
+  /// 64 MiB, else InvalidArgument).
+  virtual std::vector<Bytes> multiGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   /// Where the store lives, for error messages ("tcp://host:port", "mpi").
   virtual std::string describe() const = 0;
 
@@ -51,6 +56,7 @@ class GRADCOMM_API PrefixStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::string describe() const override;
 
  private:
@@ -95,6 +101,7 @@ class GRADCOMM_API TcpStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override;
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  std::vector<Bytes> multiGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   std::string describe() const override;
 
  private:

@@ -42,8 +42,9 @@ PYBIND11_MODULE(_C, m) {
       .def("allreduce_compressed", &ProcessGroupGradcomm::allreduceCompressed, py::arg("tensor"),
            py::arg("compression"), py::arg("error_feedback") = nullptr,
            py::call_guard<py::gil_scoped_release>(),
-           "Averages a tensor with gradcomm's compression ('fp16', 'bf16', 'topk:0.01', ...) and error feedback; "
-           "returns a Work whose future holds [tensor].")
+           "Averages a tensor with gradcomm's compression ('fp16', 'bf16', 'topk:0.01', ...); error feedback, when "
+           "the compression asks for it, lives in error_feedback (one ErrorFeedback per tensor, kept by the caller; "
+           "None: none for this call). Returns a Work whose future holds [tensor].")
       .def("stats",
            [](const ProcessGroupGradcomm& pg) {
              py::dict out;

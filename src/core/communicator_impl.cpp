@@ -529,13 +529,6 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
   return Work(op);
 }
 
-compression::Residual* CommunicatorImpl::implicitResidual(const void* output, size_t count) {
-  std::lock_guard<std::mutex> lock(residualMu_);
-  auto& slot = residuals_[{output, count}];
-  if (!slot) slot = std::make_unique<compression::Residual>();
-  return slot.get();
-}
-
 Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compression::Spec& spec,
                                         const CollectiveOptions& options) {
   const CollectiveCall inner = algorithms::compressedInnerCall(call, spec, size_);
@@ -549,9 +542,19 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
   auto choice = selector_.select(inner, {engine_->transport(), view_}, forced);
   if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
   const algorithms::Algorithm* algo = choice.algorithm;
+  // Error feedback lives only in the caller's ErrorFeedback: the
+  // communicator cannot tell one tensor from another at a reused address
+  // (caching allocators hand freed memory to the next tensor), so it keeps
+  // no memory of its own and a call without one carries nothing.
   compression::Residual* residual = nullptr;
-  if (spec.errorFeedback) {
-    residual = options.errorFeedback ? &options.errorFeedback->residual() : implicitResidual(call.output, call.count);
+  if (spec.errorFeedback && options.errorFeedback) {
+    residual = &options.errorFeedback->residual();
+  } else if (spec.errorFeedback) {
+    core::logOnce(core::LogLevel::kWarn, rank_,
+                  "compression '" + spec.toString() +
+                      "' asks for error feedback, but the call passes no CollectiveOptions::errorFeedback: it runs "
+                      "without (gradcomm keeps no error per buffer address, which an allocator may reuse for "
+                      "another tensor); pass one ErrorFeedback per tensor, or add ':ef=0' to say so");
   }
   auto op = OperationState::create();
   op->algorithm = spec.toString() + "+" + algo->name();

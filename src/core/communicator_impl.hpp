@@ -98,7 +98,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::shared_ptr<core::ProgressEngine> engine_;
   Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
                         const CollectiveOptions& options);
-  compression::Residual* implicitResidual(const void* output, size_t count);
 
   /// The selector's choice and the fingerprint of recent call signatures
   /// (they do not depend on the buffers): repeated calls skip both.
@@ -128,8 +127,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   SignatureCache cache_;  // guarded by submitMu_
 
   compression::Spec defaultCompression_;
-  std::mutex residualMu_;
-  std::map<std::pair<const void*, size_t>, std::unique_ptr<compression::Residual>> residuals_;
   std::mutex submitMu_;
   uint64_t nextSeq_ = 0;  // guarded by submitMu_
   std::atomic<bool> destroyed_{false};

@@ -51,14 +51,17 @@ milliseconds rendezvousTimeout(const Options& options) {
   }
 }
 
-/// Waits for `key` (set by another rank) while watching for an abort.
+/// Waits for `key` (set by another rank) in one blocking request: a rank
+/// that polled instead would cost the store a request per poll, which with
+/// thousands of ranks waiting is what keeps the store too busy to answer.
 std::string awaitKey(transport::StoreBootstrap& boot, const std::string& key, const std::string& whose) {
-  boot.awaitKeys({key}, [&] {
-    return "rank " + std::to_string(boot.rank()) + ": " + whose + " did not arrive at the rendezvous " +
-           boot.describe() + " within " + std::to_string(boot.timeout().count() / 1000) +
-           " s (GRADCOMM_TIMEOUT): check that it was started and uses the same rendezvous address";
-  });
-  return boot.store().getString(key, boot.timeout());
+  try {
+    return boot.store().getString(key, boot.timeout());
+  } catch (const TimeoutError&) {
+    throw TimeoutError("rank " + std::to_string(boot.rank()) + ": " + whose + " did not arrive at the rendezvous " +
+                       boot.describe() + " within " + std::to_string(boot.timeout().count() / 1000) +
+                       " s (GRADCOMM_TIMEOUT): check that it was started and uses the same rendezvous address");
+  }
 }
 
 struct EnvValue {
@@ -164,20 +167,17 @@ Communicator formThroughStore(transport::StoreBootstrap& boot, Store& scoped, co
   return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config)));
 }
 
-/// Every rank counts itself out when it is done with the store; rank 0,
-/// which may be serving it, waits (at most `limit`) until all have.
+/// Every rank counts itself out when it is done with the store; the last
+/// one sets "left/all". Rank 0, which may be serving the store, waits for
+/// that key (at most `limit`) in one request.
 void leaveRendezvous(transport::StoreBootstrap& boot, Store& scoped, milliseconds limit) {
   try {
-    scoped.add("left", 1);
+    if (scoped.add("left", 1) == boot.size()) scoped.setString("left/all", "");
     if (boot.rank() != 0) return;
-    const auto end = std::chrono::steady_clock::now() + limit;
-    auto sleep = std::chrono::microseconds(50);
-    while (scoped.add("left", 0) < boot.size() && std::chrono::steady_clock::now() < end) {
-      std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep * 2, std::chrono::microseconds(5000));
-    }
+    (void)scoped.get("left/all", limit);
   } catch (const Error&) {
-    // The store is gone: nobody is left to wait for.
+    // The store is gone (nobody is left to wait for), or some rank did not
+    // leave within the limit (it failed, and rank 0 stops waiting for it).
   }
 }
 

@@ -1,5 +1,6 @@
 #include "gradcomm/store.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "gradcomm/error.hpp"
@@ -13,6 +14,18 @@ void Store::setString(const std::string& key, const std::string& value) {
 std::string Store::getString(const std::string& key, std::chrono::milliseconds timeout) {
   Bytes value = get(key, timeout);
   return std::string(value.begin(), value.end());
+}
+
+std::vector<Store::Bytes> Store::multiGet(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  // One deadline for all of them, as a single wait would have.
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  std::vector<Bytes> out;
+  out.reserve(keys.size());
+  for (const std::string& k : keys) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    out.push_back(get(k, std::max(left, std::chrono::milliseconds(0))));
+  }
+  return out;
 }
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
@@ -32,6 +45,10 @@ bool PrefixStore::check(const std::vector<std::string>& ks) { return base_->chec
 
 void PrefixStore::wait(const std::vector<std::string>& ks, std::chrono::milliseconds timeout) {
   base_->wait(keys(ks), timeout);
+}
+
+std::vector<Store::Bytes> PrefixStore::multiGet(const std::vector<std::string>& ks, std::chrono::milliseconds timeout) {
+  return base_->multiGet(keys(ks), timeout);
 }
 
 std::string PrefixStore::describe() const { return base_->describe() + " (prefix '" + prefix_ + "')"; }

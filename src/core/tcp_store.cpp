@@ -1,6 +1,6 @@
 // TcpStore: a rendezvous key-value store served over TCP.
 //
-// Wire protocol, version 1 (every integer little-endian; a "string" is a u32
+// Wire protocol, version 2 (every integer little-endian; a "string" is a u32
 // length and that many bytes):
 //   client hello  magic u32 "GCST", version u16, reserved u16, channel u64
 //   server hello  magic u32, version u16, reserved u16 (then the server closes
@@ -12,8 +12,11 @@
 //   ADD   key, delta i64, sequence u64    -> the new value i64
 //   CHECK count u32, count keys           -> u8, 1 when every key is set
 //   WAIT  timeout u64 (ms), count u32, keys -> empty, once every key is set
+//   MGET  timeout u64 (ms), count u32, keys -> count u32, count values (as
+//         strings, in the keys' order), once every key is set
 //   error reply payload: ErrorCode u32, then the message
-// The server answers a GET or WAIT whose timeout passes with a kTimeout
+// Version 2 added MGET; the versions differ only by it.
+// The server answers a GET, WAIT or MGET whose timeout passes with a kTimeout
 // error, which keeps the connection in step; the client gives up on its own
 // only when even that answer is late (the server is stuck or gone).
 // A client sends one request and reads its reply before the next. The
@@ -32,6 +35,7 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +44,8 @@
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <queue>
@@ -60,7 +66,7 @@ using Clock = std::chrono::steady_clock;
 using Bytes = Store::Bytes;
 
 constexpr uint32_t kMagic = 0x54534347;  // "GCST" in little-endian byte order
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;
 constexpr size_t kClientHelloBytes = 16;
 constexpr size_t kServerHelloBytes = 8;
 constexpr size_t kHeaderBytes = 5;
@@ -88,7 +94,7 @@ constexpr uint64_t kMaxServerTimeoutMs = kMaxTimeout.count();
 // Idle connections a client keeps for its next calls; more are closed.
 constexpr size_t kMaxIdleChannels = 8;
 
-enum class Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5 };
+enum class Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kWait = 5, kMultiGet = 6 };
 enum class Status : uint8_t { kOk = 0, kError = 1 };
 
 const char* opName(Op op) {
@@ -98,6 +104,7 @@ const char* opName(Op op) {
     case Op::kAdd: return "ADD";
     case Op::kCheck: return "CHECK";
     case Op::kWait: return "WAIT";
+    case Op::kMultiGet: return "MGET";
   }
   return "?";
 }
@@ -110,7 +117,8 @@ size_t maxPayload(uint8_t op) {
     case Op::kGet: return 8 + kString;
     case Op::kAdd: return kString + 8 + 8;
     case Op::kCheck: return 4 + kMaxKeysPerRequest * kString;
-    case Op::kWait: return 8 + 4 + kMaxKeysPerRequest * kString;
+    case Op::kWait:
+    case Op::kMultiGet: return 8 + 4 + kMaxKeysPerRequest * kString;
   }
   return 0;
 }
@@ -426,16 +434,21 @@ class Server {
     uint64_t channel = 0;
     Bytes in;
     size_t inOffset = 0;
-    Bytes out;
-    size_t outOffset = 0;
+    // Replies not yet sent, in order. A GET's value is shared with the
+    // store, not copied: many ranks reading one large value (a rendezvous'
+    // combined result) then cost its size once, not once per reader.
+    std::deque<std::shared_ptr<const Bytes>> out;
+    size_t outOffset = 0;  // into out.front()
+    size_t unsent = 0;     // bytes in out, less outOffset
     bool writeWatched = false;
     bool closeAfterFlush = false;
     bool dead = false;
-    // The GET or WAIT this connection waits on, and the keys still missing.
+    // The GET, WAIT or MGET this connection waits on, the keys whose values
+    // it returns (GET: one, MGET: all, in order), and the keys still missing.
     Op waitingOp = Op::kSet;
     bool waiting = false;
     uint64_t waitSerial = 0;  // tells this wait's timer from an earlier one's
-    std::string getKey;
+    std::vector<std::string> getKeys;
     std::unordered_set<std::string> missing;
   };
 
@@ -536,8 +549,12 @@ class Server {
       if (it == conns_.end()) continue;
       Connection& c = *it->second;
       if (c.dead || !c.waiting || c.waitSerial != t.serial) continue;
+      // Names the keys still missing: among thousands waited for, the
+      // caller cannot tell which otherwise.
+      std::vector<std::string> missing(c.missing.begin(), c.missing.end());
+      std::sort(missing.begin(), missing.end());
       stopWaiting(c);
-      replyError(c, ErrorCode::kTimeout, "timed out");
+      replyError(c, ErrorCode::kTimeout, "still missing " + quoteKeys(missing));
       ready_.push_back(c.id);
     }
   }
@@ -573,7 +590,7 @@ class Server {
       if (ids.empty()) waiters_.erase(w);
     }
     c.missing.clear();
-    c.getKey.clear();
+    c.getKeys.clear();
     c.waiting = false;
   }
 
@@ -688,7 +705,7 @@ class Server {
   // Handles complete requests in order while the connection waits for
   // nothing and its replies are not backing up, then sends what it can.
   void process(Connection& c) {
-    while (!c.dead && !c.waiting && !c.closeAfterFlush && c.out.size() - c.outOffset < kMaxUnsentReply) {
+    while (!c.dead && !c.waiting && !c.closeAfterFlush && c.unsent < kMaxUnsentReply) {
       size_t avail = c.in.size() - c.inOffset;
       const uint8_t* p = c.in.data() + c.inOffset;
       if (!c.greeted) {
@@ -705,7 +722,7 @@ class Server {
         putU32(hello, kMagic);
         putU16(hello, kVersion);
         putU16(hello, 0);
-        c.out.insert(c.out.end(), hello.begin(), hello.end());
+        queue(c, std::make_shared<const Bytes>(std::move(hello)));
         if (version != kVersion) c.closeAfterFlush = true;
         continue;
       }
@@ -739,29 +756,51 @@ class Server {
     }
   }
 
+  static void queue(Connection& c, std::shared_ptr<const Bytes> bytes) {
+    if (bytes->empty()) return;
+    c.unsent += bytes->size();
+    c.out.push_back(std::move(bytes));
+  }
+
   void flush(Connection& c) {
-    while (!c.dead && c.outOffset < c.out.size()) {
-      ssize_t n = ::send(c.fd.get(), c.out.data() + c.outOffset, c.out.size() - c.outOffset,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        c.outOffset += static_cast<size_t>(n);
+    constexpr size_t kMaxIov = 16;
+    while (!c.dead && !c.out.empty()) {
+      iovec iov[kMaxIov];
+      size_t n = 0;
+      for (auto it = c.out.begin(); it != c.out.end() && n < kMaxIov; ++it, ++n) {
+        size_t skip = n == 0 ? c.outOffset : 0;
+        iov[n].iov_base = const_cast<uint8_t*>((*it)->data() + skip);
+        iov[n].iov_len = (*it)->size() - skip;
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = n;
+      ssize_t sent = ::sendmsg(c.fd.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent > 0) {
+        size_t left = static_cast<size_t>(sent);
+        c.unsent -= left;
+        while (left > 0) {
+          size_t inFront = c.out.front()->size() - c.outOffset;
+          if (left < inFront) {
+            c.outOffset += left;
+            break;
+          }
+          left -= inFront;
+          c.out.pop_front();
+          c.outOffset = 0;
+        }
         continue;
       }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (sent < 0 && errno == EINTR) continue;
+      if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
       drop(c, "send: " + errnoText(errno));
       return;
     }
     if (c.dead) return;
-    bool pending = c.outOffset < c.out.size();
-    if (!pending) {
-      c.out.clear();
-      c.outOffset = 0;
-      if (c.out.capacity() > kReadChunk * 4) Bytes().swap(c.out);
-      if (c.closeAfterFlush) {
-        drop(c, "speaks another protocol version");
-        return;
-      }
+    bool pending = !c.out.empty();
+    if (!pending && c.closeAfterFlush) {
+      drop(c, "speaks another protocol version");
+      return;
     }
     if (pending != c.writeWatched) {
       c.writeWatched = pending;
@@ -769,21 +808,53 @@ class Server {
     }
   }
 
-  static void reply(Connection& c, const Bytes& payload) {
-    size_t start = c.out.size();
-    c.out.push_back(static_cast<uint8_t>(Status::kOk));
-    putU32(c.out, 0);
-    c.out.insert(c.out.end(), payload.begin(), payload.end());
-    endFrame(c.out, start);
+  static Bytes header(Status status, size_t payloadBytes) {
+    Bytes h;
+    h.reserve(kHeaderBytes + 4);
+    h.push_back(static_cast<uint8_t>(status));
+    putU32(h, static_cast<uint32_t>(payloadBytes));
+    return h;
+  }
+
+  static void reply(Connection& c, Bytes payload) {
+    Bytes frame = header(Status::kOk, payload.size());
+    frame.insert(frame.end(), payload.begin(), payload.end());
+    queue(c, std::make_shared<const Bytes>(std::move(frame)));
+  }
+
+  // A stored value as the reply's payload, shared rather than copied.
+  static void replyValue(Connection& c, const std::shared_ptr<const Bytes>& value) {
+    queue(c, std::make_shared<const Bytes>(header(Status::kOk, value->size())));
+    queue(c, value);
   }
 
   static void replyError(Connection& c, ErrorCode code, const std::string& message) {
-    size_t start = c.out.size();
-    c.out.push_back(static_cast<uint8_t>(Status::kError));
-    putU32(c.out, 0);
-    putU32(c.out, static_cast<uint32_t>(code));
-    c.out.insert(c.out.end(), message.begin(), message.begin() + std::min(message.size(), kMaxErrorTextBytes));
-    endFrame(c.out, start);
+    const size_t shown = std::min(message.size(), kMaxErrorTextBytes);
+    Bytes frame = header(Status::kError, 4 + shown);
+    putU32(frame, static_cast<uint32_t>(code));
+    frame.insert(frame.end(), message.begin(), message.begin() + static_cast<ptrdiff_t>(shown));
+    queue(c, std::make_shared<const Bytes>(std::move(frame)));
+  }
+
+  // MGET's reply: every value of c.getKeys, all of which are set.
+  void replyValues(Connection& c) {
+    size_t total = 4;
+    for (const std::string& k : c.getKeys) total += 4 + values_.at(k)->size();
+    if (total > kMaxReplyPayload) {
+      replyError(c, ErrorCode::kInvalidArgument,
+                 "the values of the " + std::to_string(c.getKeys.size()) + " keys come to " + std::to_string(total) +
+                     " bytes, above one reply's limit of " + std::to_string(kMaxReplyPayload) +
+                     " bytes: fetch fewer keys at once");
+      return;
+    }
+    Bytes payload;
+    payload.reserve(total);
+    putU32(payload, static_cast<uint32_t>(c.getKeys.size()));
+    for (const std::string& k : c.getKeys) {
+      const Bytes& v = *values_.at(k);
+      putString(payload, v.data(), v.size());
+    }
+    reply(c, std::move(payload));
   }
 
   void handle(Connection& c, Op op, Reader& r) {
@@ -792,7 +863,7 @@ class Server {
         std::string key = r.string(kMaxKeyBytes, "key");
         Bytes value = r.bytes(kMaxValueBytes, "value");
         r.finish();
-        values_[key] = std::move(value);
+        values_[key] = std::make_shared<const Bytes>(std::move(value));
         reply(c, {});
         wakeWaiters(key);
         return;
@@ -803,10 +874,10 @@ class Server {
         r.finish();
         auto it = values_.find(key);
         if (it != values_.end()) {
-          reply(c, it->second);
+          replyValue(c, it->second);
           return;
         }
-        c.getKey = key;
+        c.getKeys.assign(1, key);
         c.missing.insert(std::move(key));
         startWaiting(c, Op::kGet, timeoutMs);
         return;
@@ -840,6 +911,22 @@ class Server {
         startWaiting(c, Op::kWait, timeoutMs);
         return;
       }
+      case Op::kMultiGet: {
+        uint64_t timeoutMs = r.u64();
+        std::vector<std::string> keys = r.keys();
+        r.finish();
+        for (const std::string& k : keys) {
+          if (values_.count(k) == 0) c.missing.insert(k);
+        }
+        c.getKeys = std::move(keys);
+        if (c.missing.empty()) {
+          replyValues(c);
+          c.getKeys.clear();
+          return;
+        }
+        startWaiting(c, Op::kMultiGet, timeoutMs);
+        return;
+      }
     }
   }
 
@@ -855,7 +942,7 @@ class Server {
     }
     int64_t current = 0;
     auto it = values_.find(key);
-    if (it != values_.end() && !parseInt64(it->second, &current)) {
+    if (it != values_.end() && !parseInt64(*it->second, &current)) {
       replyError(c, ErrorCode::kInvalidArgument,
                  "add to key " + quoteKey(key) + ", which holds a value that is not a decimal integer");
       return;
@@ -868,7 +955,7 @@ class Server {
       return;
     }
     std::string text = std::to_string(result);
-    values_[key] = Bytes(text.begin(), text.end());
+    values_[key] = std::make_shared<const Bytes>(text.begin(), text.end());
     if (c.channel != 0 && sequence != 0) lastAdd_[c.channel] = AddRecord{sequence, result};
     Bytes payload;
     putU64(payload, static_cast<uint64_t>(result));
@@ -889,11 +976,13 @@ class Server {
       if (!c.missing.empty()) continue;
       c.waiting = false;
       if (c.waitingOp == Op::kGet) {
-        reply(c, values_[c.getKey]);
-        c.getKey.clear();
+        replyValue(c, values_.at(c.getKeys.front()));
+      } else if (c.waitingOp == Op::kMultiGet) {
+        replyValues(c);
       } else {
         reply(c, {});
       }
+      c.getKeys.clear();
       // Sent (and any next request handled) outside this loop, which must
       // not drop connections under its feet.
       ready_.push_back(id);
@@ -907,7 +996,8 @@ class Server {
   std::atomic<bool> stop_{false};
   // Everything below belongs to the server thread.
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns_;
-  std::unordered_map<std::string, Bytes> values_;
+  // Shared with the replies that still send them (see Connection::out).
+  std::unordered_map<std::string, std::shared_ptr<const Bytes>> values_;
   std::unordered_map<std::string, std::vector<uint64_t>> waiters_;
   std::unordered_map<uint64_t, AddRecord> lastAdd_;
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers_;
@@ -1169,6 +1259,7 @@ struct TcpStore::Impl {
     std::chrono::milliseconds replyWindow;  // for the reply to begin arriving
     std::string what;                       // "TcpStore get of key 'k'"
     std::string timeoutText;                // the server timed the wait out
+    bool nameMissing = false;               // add which keys the server still missed
   };
 
   // Sends a request and returns its reply's payload. A broken connection is
@@ -1214,7 +1305,15 @@ struct TcpStore::Impl {
 
   [[noreturn]] void throwReplyError(const Call& c, const Bytes& payload) const {
     uint32_t code = payload.size() >= 4 ? loadU32(payload.data()) : 0;
-    if (code == static_cast<uint32_t>(ErrorCode::kTimeout)) throw TimeoutError(c.timeoutText);
+    if (code == static_cast<uint32_t>(ErrorCode::kTimeout)) {
+      // The server names the keys it still missed (version 2).
+      std::string missing(payload.begin() + static_cast<ptrdiff_t>(std::min<size_t>(4, payload.size())),
+                          payload.end());
+      if (c.nameMissing && missing.rfind("still missing ", 0) == 0) {
+        throw TimeoutError(c.timeoutText + " (" + missing + ")");
+      }
+      throw TimeoutError(c.timeoutText);
+    }
     if (code < static_cast<uint32_t>(ErrorCode::kInvalidArgument) ||
         code > static_cast<uint32_t>(ErrorCode::kInternal)) {
       code = static_cast<uint32_t>(ErrorCode::kInternal);
@@ -1232,11 +1331,11 @@ struct TcpStore::Impl {
   // GET and WAIT: the server answers by `timeout`; beyond it by a grace,
   // the client stops trusting the server.
   Bytes callWaiting(Channel& channel, const Bytes& request, std::chrono::milliseconds timeout, std::string what,
-                    const std::string& keysText) {
+                    const std::string& keysText, bool nameMissing = false) {
     std::string timeoutText = "timed out after " + std::to_string(timeout.count()) + " ms waiting for " + keysText +
                               " in the rendezvous store " + description;
     auto window = timeout + std::min(options.connectTimeout, kMaxReplyGrace);
-    return call(channel, Call{request, window, std::move(what), std::move(timeoutText)});
+    return call(channel, Call{request, window, std::move(what), std::move(timeoutText), nameMissing});
   }
 };
 
@@ -1362,7 +1461,40 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
   putKeys(request, keys);
   endFrame(request);
   auto lease = impl_->borrow();
-  impl_->callWaiting(*lease, request, timeout, "TcpStore wait for " + quoteKeys(keys), quoteKeys(keys));
+  impl_->callWaiting(*lease, request, timeout, "TcpStore wait for " + quoteKeys(keys), quoteKeys(keys), true);
+}
+
+std::vector<Store::Bytes> TcpStore::multiGet(const std::vector<std::string>& keys,
+                                             std::chrono::milliseconds timeout) {
+  for (const std::string& k : keys) checkKey(k, "multiGet");
+  timeout = clampTimeout(timeout);
+  const auto end = Clock::now() + timeout;
+  std::vector<Bytes> out;
+  out.reserve(keys.size());
+  // Requests of at most kMaxKeysPerRequest keys, sharing one deadline.
+  for (size_t first = 0; first < keys.size(); first += kMaxKeysPerRequest) {
+    const size_t count = std::min(kMaxKeysPerRequest, keys.size() - first);
+    const std::vector<std::string> chunk(keys.begin() + static_cast<ptrdiff_t>(first),
+                                         keys.begin() + static_cast<ptrdiff_t>(first + count));
+    auto left =
+        std::max(std::chrono::ceil<std::chrono::milliseconds>(end - Clock::now()), std::chrono::milliseconds(0));
+    Bytes request = startFrame(static_cast<uint8_t>(Op::kMultiGet));
+    putU64(request, static_cast<uint64_t>(left.count()));
+    putKeys(request, chunk);
+    endFrame(request);
+    const std::string what = "TcpStore multiGet of " + quoteKeys(chunk);
+    auto lease = impl_->borrow();
+    Bytes reply = impl_->callWaiting(*lease, request, left, what, quoteKeys(chunk), true);
+    try {
+      Reader r(reply.data(), reply.size());
+      if (r.u32() != count) throw ProtocolError("value count");
+      for (size_t i = 0; i < count; ++i) out.push_back(r.bytes(kMaxValueBytes, "value"));
+      r.finish();
+    } catch (const ProtocolError&) {
+      throw TransportError(what + ": malformed reply from the store " + impl_->description);
+    }
+  }
+  return out;
 }
 
 }  // namespace gradcomm

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -73,16 +74,19 @@ class GossipAveragerImpl {
   size_t messageBytes() const { return headerBytes() + count_ * sizeof(float); }
   void gather();   // z_ = the caller's buffers
   void scatter();  // the caller's buffers = z_
-  /// Keeps `window_` receives posted for each in-neighbour's next pushes.
+  /// Keeps windowFrom_[p] receives posted for each in-neighbour p's next pushes.
   void postReceives(transport::Transport& t);
   /// Mixes one arrived push unless it is stale; returns the step it carries
   /// (-1: malformed).
   int64_t mix(const Transfer& pull);
-  /// The ranks that push here at some step of the current graph.
+  /// The ranks that push here at some step of the current graph, and the
+  /// receives to keep posted for each.
   void computeInNeighbours();
   void removePeer(int peer, const std::string& why);
   void rebuildGraph(transport::Transport& t);
   void measureConsensus();
+  /// Records the buffers held (under the engine's drive lock).
+  void noteBuffers();
 
   Communicator comm_;
   CommunicatorImpl& impl_;
@@ -92,7 +96,6 @@ class GossipAveragerImpl {
   int size_;
   size_t peersPerStep_;
   uint64_t maxStaleness_;
-  size_t window_;  // receives kept posted per in-neighbour
   Clock::duration peerTimeout_;
   bool measureConsensus_;
   std::unique_ptr<core::Timeline> timeline_;
@@ -110,6 +113,7 @@ class GossipAveragerImpl {
   uint64_t discardBelow_ = 0;  // pushes of earlier steps were overtaken by synchronize()
   std::unique_ptr<ExponentialGraph> graph_;
   std::vector<int> inNeighbours_;
+  std::vector<size_t> windowFrom_;    // per sender: receives kept posted for its pushes
   std::vector<uint64_t> pushesTo_;    // per receiver: the number of this rank's next push to it (the tag)
   std::vector<uint64_t> postedFrom_;  // per sender: the number of its next push not yet covered by a receive
   std::vector<uint64_t> newestFrom_;  // per sender: 1 + the newest step heard from it (or when it became an in-neighbour)
@@ -134,7 +138,6 @@ GossipAveragerImpl::GossipAveragerImpl(Communicator comm, std::vector<GossipBuff
   const core::Config& cfg = impl_.config();
   peersPerStep_ = options.peersPerStep ? options.peersPerStep : static_cast<size_t>(cfg.gossipPeers);
   maxStaleness_ = static_cast<uint64_t>(options.maxStaleness > 0 ? options.maxStaleness : cfg.gossipMaxStaleness);
-  window_ = static_cast<size_t>(maxStaleness_) + 1;
   peerTimeout_ = options.peerTimeout.count() > 0 ? Clock::duration(options.peerTimeout)
                                                   : Clock::duration(cfg.gossipPeerTimeout);
   measureConsensus_ = options.consensusDistance;
@@ -170,6 +173,7 @@ GossipAveragerImpl::GossipAveragerImpl(Communicator comm, std::vector<GossipBuff
   pushesTo_.assign(static_cast<size_t>(size_), 0);
   postedFrom_.assign(static_cast<size_t>(size_), 0);
   newestFrom_.assign(static_cast<size_t>(size_), 0);
+  windowFrom_.assign(static_cast<size_t>(size_), 0);
   std::vector<int> all(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) all[static_cast<size_t>(r)] = r;
   graph_ = std::make_unique<ExponentialGraph>(all, peersPerStep_);
@@ -180,7 +184,16 @@ GossipAveragerImpl::GossipAveragerImpl(Communicator comm, std::vector<GossipBuff
   }
   transfers_ = std::make_shared<gossip::GossipTransfers>();
   impl_.engine().addBackground(transfers_);
-  impl_.engine().withTransport([&](transport::Transport& t) { postReceives(t); });
+  impl_.engine().withTransport([&](transport::Transport& t) {
+    postReceives(t);
+    noteBuffers();
+  });
+}
+
+void GossipAveragerImpl::noteBuffers() {
+  stats_.receiveBuffers = 0;
+  for (const auto& tr : transfers_->receives()) stats_.receiveBuffers += tr.done ? 0 : 1;
+  stats_.bufferBytes = transfers_->bufferBytes();
 }
 
 GossipAveragerImpl::~GossipAveragerImpl() {
@@ -196,11 +209,25 @@ GossipAveragerImpl::~GossipAveragerImpl() {
 }
 
 void GossipAveragerImpl::computeInNeighbours() {
-  std::set<int> in;
-  for (uint64_t s = 0; s < graph_->period(); ++s) {
-    for (int p : graph_->inPeers(rank_, s)) in.insert(p);
+  // How often each sender pushes here: at `perPeriod` of every `period` steps.
+  std::map<int, size_t> perPeriod;
+  const size_t period = graph_->period();
+  for (uint64_t s = 0; s < period; ++s) {
+    for (int p : graph_->inPeers(rank_, s)) ++perPeriod[p];
   }
-  inNeighbours_.assign(in.begin(), in.end());
+  inNeighbours_.clear();
+  // Only the pushes of the last S + 1 steps can be mixed (older ones are
+  // stale): a sender on this rank's clock makes ceil((S + 1) * perPeriod /
+  // period) of them, and one more receive lets its next push land before
+  // this rank's next step reposts. So the receives in all are about S + 1
+  // plus one per in-neighbour, not S + 1 per in-neighbour. A receiver that
+  // falls further behind leaves later pushes waiting at their senders (sends
+  // never block), and drains them by this many per step.
+  const size_t horizon = static_cast<size_t>(maxStaleness_) + 1;
+  for (const auto& [p, n] : perPeriod) {
+    inNeighbours_.push_back(p);
+    windowFrom_[static_cast<size_t>(p)] = std::min(horizon, (horizon * n + period - 1) / period + 1);
+  }
 }
 
 void GossipAveragerImpl::postReceives(transport::Transport& t) {
@@ -212,7 +239,7 @@ void GossipAveragerImpl::postReceives(transport::Transport& t) {
   for (const auto& tr : transfers_->receives()) ++outstanding[static_cast<size_t>(tr.peer)];
   for (int p : inNeighbours_) {
     const size_t i = static_cast<size_t>(p);
-    for (; outstanding[i] < window_; ++outstanding[i]) {
+    for (; outstanding[i] < windowFrom_[i]; ++outstanding[i]) {
       transfers_->post(t, false, postedFrom_[i]++, p, std::make_shared<std::vector<char>>(messageBytes()));
     }
   }
@@ -396,6 +423,7 @@ void GossipAveragerImpl::step() {
     }
     if (graphChanged_) rebuildGraph(t);
     postReceives(t);
+    noteBuffers();
   });
   if (receivedAny) {
     lastReceiveCall_ = calls_;
@@ -478,6 +506,7 @@ void GossipAveragerImpl::synchronize() {
     transfers_->advanceAll();
     arrived = transfers_->takeFinishedReceives();
     postReceives(t);
+    noteBuffers();
   });
   const auto now = Clock::now();
   for (const auto& tr : arrived) {

@@ -92,6 +92,17 @@ void GossipTransfers::abandonAll() {
   recount();
 }
 
+size_t GossipTransfers::bufferBytes() const {
+  std::set<const std::vector<char>*> seen;
+  size_t bytes = 0;
+  for (const auto* list : {&sends_, &receives_}) {
+    for (const auto& t : *list) {
+      if (!t.done && t.buffer && seen.insert(t.buffer.get()).second) bytes += t.buffer->size();
+    }
+  }
+  return bytes;
+}
+
 void GossipTransfers::recount() {
   size_t n = 0;
   for (const auto* list : {&sends_, &receives_}) {

@@ -50,6 +50,9 @@ class GossipTransfers : public core::BackgroundTask {
   size_t abandonIf(bool sends, Pred drop);
   /// The unfinished receives, for the caller's bookkeeping.
   const std::vector<Transfer>& receives() const { return receives_; }
+  /// Bytes of the buffers of unfinished transfers (a push shared by several
+  /// sends counted once).
+  size_t bufferBytes() const;
   /// Abandons everything (destruction).
   void abandonAll();
   /// Buffers of abandoned transfers: the owner keeps them as long as the

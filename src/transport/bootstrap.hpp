@@ -29,9 +29,18 @@ class Bootstrap {
   void barrier() { (void)allgather(std::string()); }
 };
 
-/// Bootstrap over a Store: allgather round k sets "bootstrap/k/RANK" and
-/// reads every other rank's key. A rank that fails sets "bootstrap/abort";
-/// the others see it while they wait and stop with its reason.
+/// Bootstrap over a Store, in O(1) requests per rank and round and O(size)
+/// keys looked at by the store. Allgather round k: every rank sets
+/// "bootstrap/k/RANK" and counts itself in at "bootstrap/k/count"; the rank
+/// that completes the count sets "bootstrap/k/ready"; rank 0 waits for that
+/// key, fetches every value in one batch (Store::multiGet) and publishes them
+/// combined at "bootstrap/k/all", the one key every other rank waits for.
+///
+/// "bootstrap/k/all" is written once, by whoever first claims
+/// "bootstrap/k/decided": rank 0 with the values (or with why it failed), or
+/// a rank that called fail(). fail() marks its round and the next (no rank
+/// can be beyond them without this rank's value), so every waiting rank
+/// wakes up and stops with the reason instead of polling for it.
 class StoreBootstrap : public Bootstrap {
  public:
   StoreBootstrap(std::shared_ptr<Store> store, int rank, int size, std::chrono::milliseconds timeout);
@@ -42,18 +51,18 @@ class StoreBootstrap : public Bootstrap {
   void fail(const std::string& reason) override;
   Store& store() { return *store_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  /// Throws RemoteError when another rank called fail().
-  void throwIfAborted();
-  /// Waits until every key is set, watching for fail(); after timeout()
-  /// throws TimeoutError with the text `missing()` returns then.
-  void awaitKeys(const std::vector<std::string>& keys, const std::function<std::string()>& missing);
 
  private:
+  std::string gatherAsRoot(const std::string& prefix);
+  std::string awaitCombined(const std::string& prefix);
+  std::string publish(const std::string& prefix, const std::string& combined);
+  std::string missingRanks(const std::string& prefix);
+
   std::shared_ptr<Store> store_;
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
-  int round_ = 0;
+  int round_ = 0;  ///< the allgather in progress, or the next one
 };
 
 /// A key that is equal for two processes exactly when they can share memory:

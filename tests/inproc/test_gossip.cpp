@@ -397,3 +397,45 @@ TEST(Gossip, TheBenchmarkProblemReachesSynchronousSgdsLossWithinTwoPercent) {
   EXPECT_LT(syncLoss, 0.8 * startLoss) << "the problem must actually be optimised";
   for (double l : gossipLoss) EXPECT_LE(std::fabs(l - syncLoss), 0.02 * syncLoss);
 }
+
+TEST(Gossip, ReceiveBuffersAreBoundedByTheStalenessWindowNotByInNeighboursTimesIt) {
+  // Each in-neighbour pushes here once per graph period (log2 n steps): the
+  // pushes that can matter, those of the last S + 1 steps, need about
+  // (S + 1) / log2 n receives from each, not S + 1. Bound: S + 1 in all,
+  // plus two per in-neighbour for rounding and slack.
+  constexpr size_t kCount = 4096;  // floats: a 16 KiB model
+  constexpr size_t kStaleness = 16;  // GRADCOMM_GOSSIP_MAX_STALENESS's default
+  for (int n : {8, 64}) {
+    const size_t inNeighbours = static_cast<size_t>(std::ceil(std::log2(n)));
+    const size_t bound = kStaleness + 1 + 2 * inNeighbours;
+    std::atomic<size_t> worstBuffers{0}, worstBytes{0};
+    runRanks(n, [&](RankContext& ctx) {
+      auto a = startValues(ctx.rank, kCount);
+      GossipAverager g(ctx.comm, {{a.data(), a.size()}});
+      size_t buffers = g.stats().receiveBuffers, bytes = g.stats().bufferBytes;
+      // In lock-step, so that pushes in flight are only this step's (ranks
+      // running ahead of receivers that are not scheduled leave more).
+      for (int s = 0; s < 24; ++s) {
+        g.step();
+        ctx.barrier->wait();
+        buffers = std::max(buffers, g.stats().receiveBuffers);
+        bytes = std::max(bytes, g.stats().bufferBytes);
+      }
+      EXPECT_GT(buffers, 0u);
+      EXPECT_LE(buffers, bound) << "rank " << ctx.rank << " of " << n;
+      size_t seen = worstBuffers.load();
+      while (buffers > seen && !worstBuffers.compare_exchange_weak(seen, buffers)) {
+      }
+      seen = worstBytes.load();
+      while (bytes > seen && !worstBytes.compare_exchange_weak(seen, bytes)) {
+      }
+      g.synchronize();
+    });
+    // A receive buffer holds one push: the model plus a header of a few bytes.
+    const double model = static_cast<double>(kCount * sizeof(float));
+    std::printf("gossip buffers, %d ranks, model %.0f bytes: at most %zu receive buffers per rank (bound %zu) = "
+                "%.1f x the model; with pushes still in flight at most %zu bytes = %.1f x the model\n",
+                n, model, worstBuffers.load(), bound, static_cast<double>(worstBuffers.load()), worstBytes.load(),
+                static_cast<double>(worstBytes.load()) / model);
+  }
+}

@@ -87,7 +87,7 @@ void putU64(Bytes& b, uint64_t v) {
 Bytes hello(uint64_t channel = 0, uint32_t magic = 0x54534347) {
   Bytes b;
   putU32(b, magic);
-  putU16(b, 1);
+  putU16(b, 2);  // the protocol version
   putU16(b, 0);
   putU64(b, channel);
   return b;
@@ -412,7 +412,7 @@ TEST(TcpStore, ZeroTimeoutGetAndWaitSucceedWhenTheKeysAreThere) {
 }
 
 TEST(TcpStore, StuckServerEndsCallsWithTimeoutErrorInsteadOfHanging) {
-  FakeServer stuck(serverHello(1));  // greets, then never answers
+  FakeServer stuck(serverHello(2));  // greets, then never answers
   auto client = makeClient(stuck.port(), 300ms);
   auto start = Clock::now();
   std::string msg;
@@ -434,11 +434,11 @@ TEST(TcpStore, StuckServerEndsCallsWithTimeoutErrorInsteadOfHanging) {
 }
 
 TEST(TcpStore, ClientRefusesAStoreOfAnotherProtocolVersionAtOnce) {
-  FakeServer future(serverHello(2));
+  FakeServer future(serverHello(3));
   auto start = Clock::now();
   std::string msg = errorOf([&] { makeClient(future.port(), 3000ms); });
   EXPECT_LT(msSince(start), 1000);
-  EXPECT_NE(msg.find("version 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("version 3"), std::string::npos) << msg;
 }
 
 TEST(TcpStore, ClientDoesNotTakeAnotherServiceForAStore) {
@@ -619,6 +619,58 @@ TEST(TcpStore, WaitReturnsOnlyWhenSeveralKeysSetLaterByAnotherClientAreAllThere)
   waited.get();
   EXPECT_TRUE(done.load());
   waiter->wait({"k0", "k3"}, 0ms);  // all there: no wait
+}
+
+TEST(TcpStore, MultiGetReturnsTheValuesInOrderOnceAnotherClientSetsTheLast) {
+  auto server = makeServer();
+  auto client = makeClient(server->port());
+  server->set("b", bytesOf("2"));
+  server->set("a", bytesOf(""));
+  auto setter = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(100ms);
+    server->set("c", bytesOf("three"));
+  });
+  auto start = Clock::now();
+  auto values = client->multiGet({"c", "a", "b", "c"}, 5000ms);
+  EXPECT_GE(msSince(start), 80);
+  setter.get();
+  ASSERT_EQ(values.size(), 4u);
+  EXPECT_EQ(values[0], bytesOf("three"));
+  EXPECT_EQ(values[1], bytesOf(""));
+  EXPECT_EQ(values[2], bytesOf("2"));
+  EXPECT_EQ(values[3], bytesOf("three"));
+  EXPECT_TRUE(client->multiGet({}, 0ms).empty());
+}
+
+TEST(TcpStore, MultiGetOfMoreKeysThanOneRequestCarriesIsSplitAndTimesOutNamingAMissingKey) {
+  auto server = makeServer();
+  auto client = makeClient(server->port());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 9000; ++i) {
+    keys.push_back("k" + std::to_string(i));
+    server->set(keys.back(), bytesOf(std::to_string(i * 7)));
+  }
+  auto values = client->multiGet(keys, 5000ms);
+  ASSERT_EQ(values.size(), keys.size());
+  for (int i = 0; i < 9000; ++i) ASSERT_EQ(values[static_cast<size_t>(i)], bytesOf(std::to_string(i * 7))) << i;
+  keys.push_back("absent");
+  try {
+    client->multiGet(keys, 200ms);
+    ADD_FAILURE() << "no timeout";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("absent"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TcpStore, MultiGetWhoseValuesExceedOneReplyIsAnErrorAndTheConnectionStaysUsable) {
+  auto server = makeServer();
+  auto client = makeClient(server->port());
+  const Bytes big(40u << 20, 7);
+  server->set("big1", big);
+  server->set("big2", big);
+  std::string msg = errorOf([&] { client->multiGet({"big1", "big2"}, 1000ms); });
+  EXPECT_NE(msg.find("fetch fewer keys at once"), std::string::npos) << msg;
+  EXPECT_EQ(client->multiGet({"big1"}, 1000ms).at(0).size(), big.size());
 }
 
 TEST(TcpStore, WaitTimesOutNamingTheKeys) {

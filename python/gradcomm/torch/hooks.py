@@ -32,14 +32,16 @@ class CompressionState:
         self._feedback = {}
 
     def feedback_for(self, bucket):
-        """The ErrorFeedback of this bucket. DDP rebuilds its buckets once,
-        after the first step; a rebuilt bucket starts with no carried error."""
+        """The ErrorFeedback of this bucket, kept here (gradcomm keeps none
+        per buffer address). One per bucket index: DDP rebuilds its buckets
+        once, after the first step; a rebuilt bucket (other size or first
+        parameter) replaces the old one's and starts with no carried error."""
         params = bucket.parameters()
-        key = (bucket.index(), bucket.buffer().numel(), params[0].data_ptr() if params else 0)
-        fb = self._feedback.get(key)
-        if fb is None:
-            fb = self._feedback[key] = ErrorFeedback()
-        return fb
+        shape = (bucket.buffer().numel(), params[0].data_ptr() if params else 0)
+        entry = self._feedback.get(bucket.index())
+        if entry is None or entry[0] != shape:
+            entry = self._feedback[bucket.index()] = (shape, ErrorFeedback())
+        return entry[1]
 
     def spec(self, compression):
         if self.error_feedback is None:
