@@ -1,6 +1,6 @@
 """torch.topk on CUDA, the reference of issue 13's GPU top-k goal.
 
-    /usr/bin/python3 bench/torch_topk_gpu.py [--floats 100000000] [--ratio 0.01] [--iters 20] [--json FILE]
+    python3 bench/torch_topk_gpu.py [--floats 100000000] [--ratio 0.01] [--iters 20] [--json FILE]
 
 Times torch.topk(x.abs(), k) (values and indices, the same work as
 gradcomm's top-k by magnitude) on the same normal data size with CUDA

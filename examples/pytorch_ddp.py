@@ -1,12 +1,9 @@
 """A DDP training script switched to gradcomm: one import, one backend name.
 
-Launch (Debian bookworm's torch 1.13 needs /usr/bin/python3, and its
-launcher needs --redirects 1 --tee 1 on Python 3.11):
+Launch, after `pip install .` (or with PYTHONPATH=build/python and the
+interpreter of scripts/bootstrap-python in a build tree):
 
-    PYTHONPATH=build/python /usr/bin/python3 -m torch.distributed.run \\
-        --redirects 1 --tee 1 --nproc_per_node 2 \\
-        --master_addr 127.0.0.1 --master_port 29500 \\
-        examples/pytorch_ddp.py --steps 50 --hook fp16
+    torchrun --nproc_per_node 2 examples/pytorch_ddp.py --steps 50 --hook fp16
 
 Options: --backend gloo runs the same script on Gloo, for comparison;
 --hook fp16|bf16|topk:0.01 compresses gradients inside the backend;
