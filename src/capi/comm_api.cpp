@@ -537,6 +537,13 @@ const char* ncclGetLastError(ncclComm_t comm) {
   return lastError();
 }
 
+// NCCL 2.30's nccl.h declares it only where NCCL_OS_LINUX is defined and
+// otherwise makes it an empty macro; the library still exports the symbol.
+#ifdef ncclResetDebugInit
+#undef ncclResetDebugInit
+#undef pncclResetDebugInit
+extern "C" void ncclResetDebugInit();
+#endif
 void ncclResetDebugInit() {}
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
