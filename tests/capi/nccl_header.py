@@ -35,7 +35,9 @@ def stub(path, out):
              "   test that reaches it through LD_PRELOAD was not intercepted. */",
              "#include <nccl.h>", ""]
     for ret, name, params in declarations(path):
-        lines.append(f"{ret} {name}({params}) {{")
+        # "(name)": a function-like macro of that name (NCCL 2.30's nccl.h
+        # makes ncclResetDebugInit one without NCCL_OS_LINUX) is not expanded.
+        lines.append(f"{ret} ({name})({params}) {{")
         if ret == "ncclResult_t":
             lines.append("  return ncclInternalError;")
         elif ret.startswith("const"):
