@@ -4,6 +4,13 @@
         --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
         bench/torch_collectives.py --max-bytes 16M --json coll.json
 
+Each size is timed as nccl-tests does: after a barrier, a block of calls
+back to back, the time per call; `--reps` blocks, the median block kept.
+(Timing single calls after a barrier measures the ranks' skew leaving the
+barrier, tens to hundreds of microseconds on a loaded host, not the call.)
+The sizes run from --min-bytes by --factor, and --max-bytes itself is
+always the last size.
+
 JSON: {"results": [...]}, rows {backend, mode, bytes, time_us (median), busbw_gbps} with
 nccl-tests' bus-bandwidth factors (allreduce 2(n-1)/n, allgather and
 reduce_scatter (n-1)/n, broadcast 1). A mode the Gloo of this torch does not
@@ -51,7 +58,8 @@ def main():
     p.add_argument("--min-bytes", default="8")
     p.add_argument("--max-bytes", default="16M")
     p.add_argument("--factor", type=int, default=4)
-    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--iters", type=int, default=20, help="calls per timed block (fewer above 1 MiB)")
+    p.add_argument("--reps", type=int, default=5, help="timed blocks per size; the median is kept")
     p.add_argument("--modes", default="allreduce,allgather,broadcast,reduce_scatter")
     p.add_argument("--json")
     args = p.parse_args()
@@ -60,8 +68,12 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     groups = {"gloo": dist.new_group(backend="gloo"), "gradcomm": None}
     rows = []
-    size = parse_bytes(args.min_bytes)
-    while size <= parse_bytes(args.max_bytes):
+    sizes, size, top = [], parse_bytes(args.min_bytes), parse_bytes(args.max_bytes)
+    while size < top:
+        sizes.append(size)
+        size *= args.factor
+    sizes.append(top)
+    for size in sizes:
         for mode in args.modes.split(","):
             for backend, group in groups.items():
                 call, factor = one(mode, size, group, world, rank)
@@ -71,19 +83,20 @@ def main():
                     if backend == "gloo" and "does not support" in str(e):
                         continue
                     raise
+                calls = max(2, min(args.iters, args.iters * 2**20 // size)) if size > 2**20 else args.iters
                 times = []
-                for _ in range(args.iters):
+                for _ in range(args.reps):
                     dist.barrier(group=group)
                     start = time.perf_counter()
-                    call()
-                    times.append((time.perf_counter() - start) * 1e6)
+                    for _ in range(calls):
+                        call()
+                    times.append((time.perf_counter() - start) * 1e6 / calls)
                 us = statistics.median(times)
                 row = {"backend": backend, "mode": mode, "bytes": size, "time_us": round(us, 1),
                        "busbw_gbps": round(size * factor / us / 1e3, 3)}
                 rows.append(row)
                 if rank == 0:
                     print(json.dumps(row), flush=True)
-        size *= args.factor
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
             json.dump({"results": rows}, f, indent=1)

@@ -182,6 +182,10 @@ void ProcessGroupGradcomm::shutdown() {
     if (p2pCompleter_.joinable()) p2pCompleter_.join();
     if (saved) PyEval_RestoreThread(saved);
   }
+  {
+    std::lock_guard<std::mutex> lock(scratchMu_);
+    scratch_.clear();
+  }
   if (printStats_) {
     for (const auto& [what, s] : stats()) {
       std::fprintf(stderr, "gradcomm[rank %d] %-20s calls %8llu  bytes %14llu  comm %10.3f ms\n", rank_, what.c_str(),
@@ -204,6 +208,23 @@ void ProcessGroupGradcomm::reject(const std::string& what, const std::string& wh
 
 void ProcessGroupGradcomm::unsupported(const std::string& what, const std::string& instead) const {
   TORCH_CHECK(false, "gradcomm backend: ", what, " is not supported; ", instead);
+}
+
+at::Tensor ProcessGroupGradcomm::scratch(int64_t numel, const at::TensorOptions& options) {
+  constexpr size_t kScratchBuffers = 4;
+  std::lock_guard<std::mutex> lock(scratchMu_);
+  for (auto& buf : scratch_) {
+    // One owner (this cache): no pending call still reads or writes it.
+    if (buf.scalar_type() != options.dtype().toScalarType() || buf.device() != options.device() ||
+        buf.storage().use_count() != 1) {
+      continue;
+    }
+    if (buf.numel() < numel) buf = at::empty({numel}, options);
+    return buf.narrow(0, 0, numel);
+  }
+  at::Tensor fresh = at::empty({numel}, options);
+  if (scratch_.size() < kScratchBuffers) scratch_.push_back(fresh);
+  return fresh;
 }
 
 void ProcessGroupGradcomm::checkTensor(const std::string& what, const at::Tensor& t) {
@@ -475,7 +496,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce_coalesced(
   }
   dt = reductionType(what, tensors[0], opts.reduceOp, &op);
   // One collective for all of them: flatten, reduce, copy back.
-  at::Tensor flat = at::empty({total}, tensors[0].options());
+  at::Tensor flat = scratch(total, tensors[0].options());
   int64_t offset = 0;
   for (const auto& t : tensors) {
     slab(flat, offset, t).copy_(t);
@@ -568,7 +589,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather(std::vector<std::
     }
   }
   at::Tensor src = contiguousBuffer(in);
-  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+  at::Tensor flat = scratch(static_cast<int64_t>(size_) * in.numel(), in.options());
   const Movement m = movementOf(src);
   Pending p;
   p.what = what;
@@ -681,7 +702,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::gather(std::vector<std::vec
   // gradcomm has no gather: an allgather moves every rank's input to every
   // rank (world_size times the memory and traffic a gather needs).
   at::Tensor src = contiguousBuffer(in);
-  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * in.numel()}, in.options());
+  at::Tensor flat = scratch(static_cast<int64_t>(size_) * in.numel(), in.options());
   const Movement m = movementOf(src);
   Pending p;
   p.what = what;
@@ -709,7 +730,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::scatter(std::vector<at::Ten
   checkTensor(what, out);
   checkRoot(what, opts.rootRank);
   const bool root = rank_ == opts.rootRank;
-  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * out.numel()}, out.options());
+  at::Tensor flat = scratch(static_cast<int64_t>(size_) * out.numel(), out.options());
   if (root) {
     if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
       reject(what, "the root needs one input list of world_size (" + std::to_string(size_) + ") tensors");
@@ -756,7 +777,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter(std::vector<
   }
   ReduceOp op;
   const DataType dt = reductionType(what, out, opts.reduceOp, &op);
-  at::Tensor flat = at::empty({static_cast<int64_t>(size_) * out.numel()}, out.options());
+  at::Tensor flat = scratch(static_cast<int64_t>(size_) * out.numel(), out.options());
   int64_t offset = 0;
   for (const auto& i : inputs[0]) {
     checkTensor(what, i);

@@ -153,6 +153,13 @@ class ProcessGroupGradcomm : public c10d::Backend {
     std::chrono::steady_clock::time_point issued;
   };
 
+  /// A contiguous 1-D temporary of `numel` elements for flattening a call's
+  /// tensors. Reuses a cached buffer that no pending call holds (a cached
+  /// buffer's storage has one owner, the cache, once the call that used it
+  /// released its views), so large calls do not map, fault in and unmap
+  /// fresh pages every time: on 2 ranks that tripled the time of a 64 MiB
+  /// list all_gather against the flat collective it wraps.
+  at::Tensor scratch(int64_t numel, const at::TensorOptions& options);
   /// Fails this call on this rank (a c10 error) before it issues anything;
   /// the communicator stays usable. Throws.
   [[noreturn]] void reject(const std::string& what, const std::string& why);
@@ -177,6 +184,8 @@ class ProcessGroupGradcomm : public c10d::Backend {
 
   std::chrono::milliseconds timeout_;
   Communicator comm_;
+  std::mutex scratchMu_;
+  std::vector<at::Tensor> scratch_;  // at most kScratchBuffers, 1-D, one per dtype in use
   std::mutex issueMu_;  // one call issues at a time: every rank issues in the same order
   // Point-to-point state, guarded by issueMu_: the channel that still takes
   // transfers (null after a collective), the operation running it, and the
