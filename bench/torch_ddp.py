@@ -188,7 +188,8 @@ def main():
     p.add_argument("--calibrate-batch", type=int, default=64, help="gpu-like: the batch the layer times come from")
     p.add_argument("--modes", default="ddp-gloo,ddp,ddp+fp16,ddp+topk,reducer",
                    help="also: ddp-gloo+fp16 (torch's fp16_compress_hook on Gloo), ddp-gloo+powersgd "
-                        "(torch's PowerSGD hook, rank 4, on Gloo)")
+                        "(torch's PowerSGD hook, rank 4, on Gloo; it hangs with several buckets, "
+                        "see docs/PERFORMANCE.md, issue 35)")
     p.add_argument("--json", help="write the rows here (rank 0)")
     args = p.parse_args()
 

@@ -9,8 +9,6 @@ namespace gradcomm::algorithms {
 namespace {
 
 using patterns::mod;
-using Id = PlanBuilder::Id;
-constexpr Id kNone = PlanBuilder::kNone;
 
 class RingAllgather final : public PlannedAlgorithm {
  public:

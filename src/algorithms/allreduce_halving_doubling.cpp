@@ -20,8 +20,6 @@ namespace {
 
 using patterns::Partition;
 using patterns::Segments;
-using Id = PlanBuilder::Id;
-constexpr Id kNone = PlanBuilder::kNone;
 
 class HalvingDoublingAllreduce final : public PlannedAlgorithm {
  public:

@@ -11,13 +11,12 @@
 #include "algorithms/catalog.hpp"
 #include "algorithms/patterns/binomial_tree.hpp"
 #include "algorithms/plan_runner.hpp"
+#include "algorithms/plan_helpers.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::algorithms {
 namespace {
 
-using Id = PlanBuilder::Id;
-constexpr Id kNone = PlanBuilder::kNone;
 
 // The small signed call without a plan (what runInline runs, and what the
 // engine carries on with when peers are late): the same exchanges, fold

@@ -14,8 +14,6 @@ namespace {
 using patterns::mod;
 using patterns::Partition;
 using patterns::Segments;
-using Id = PlanBuilder::Id;
-constexpr Id kNone = PlanBuilder::kNone;
 
 class RingAllreduce final : public PlannedAlgorithm {
  public:

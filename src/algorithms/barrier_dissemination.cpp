@@ -1,12 +1,11 @@
 // Dissemination barrier: ceil(log2 p) rounds of empty messages to rank
 // r + 2^i, each round after the previous round's receive.
 #include "algorithms/catalog.hpp"
+#include "algorithms/plan_helpers.hpp"
 
 namespace gradcomm::algorithms {
 namespace {
 
-using Id = PlanBuilder::Id;
-constexpr Id kNone = PlanBuilder::kNone;
 
 class DisseminationBarrier final : public PlannedAlgorithm {
  public:

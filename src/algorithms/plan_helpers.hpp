@@ -8,6 +8,10 @@
 
 namespace gradcomm::algorithms {
 
+using Id = PlanBuilder::Id;
+/// A step id that stands for no step (PlanBuilder ignores it as a dependency).
+inline constexpr Id kNone = PlanBuilder::kNone;
+
 /// Bounds how many steps of one kind are in flight: each new step depends
 /// on the one `depth` positions earlier.
 class Window {

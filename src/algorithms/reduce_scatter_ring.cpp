@@ -11,8 +11,6 @@ namespace gradcomm::algorithms {
 namespace {
 
 using patterns::mod;
-using Id = PlanBuilder::Id;
-constexpr Id kNone = PlanBuilder::kNone;
 
 class RingReduceScatter final : public PlannedAlgorithm {
  public:

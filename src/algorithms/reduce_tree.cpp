@@ -4,12 +4,11 @@
 #include "algorithms/catalog.hpp"
 #include "algorithms/patterns/partition.hpp"
 #include "algorithms/tree_phases.hpp"
+#include "algorithms/plan_helpers.hpp"
 
 namespace gradcomm::algorithms {
 namespace {
 
-using Id = PlanBuilder::Id;
-constexpr Id kNone = PlanBuilder::kNone;
 
 class TreeReduce final : public PlannedAlgorithm {
  public:

@@ -22,7 +22,7 @@ std::shared_ptr<TcpStore> serveStore() {
   return std::make_shared<TcpStore>("127.0.0.1", 0, o);
 }
 
-Options quick() {
+Options tenSecondTimeout() {
   Options o;
   o.set("TIMEOUT", "10s");
   return o;
@@ -33,7 +33,7 @@ Options quick() {
 // One rank moves nothing between processes: it needs neither UCX nor MPI.
 TEST(BuildOptions, OneRankCommunicatorFromAStoreWorksInEveryBuild) {
   auto store = serveStore();
-  Communicator comm = communicatorFromStore(store, 0, 1, quick());
+  Communicator comm = communicatorFromStore(store, 0, 1, tenSecondTimeout());
   ASSERT_EQ(comm.size(), 1);
   std::vector<float> v = {1.5f, -2.0f, 3.0f};
   comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).wait();
@@ -61,7 +61,7 @@ TEST(BuildOptions, SeveralRanksFromAStoreWithoutUcxSayWhatToInstall) {
   for (int r = 0; r < kRanks; ++r) {
     threads.emplace_back([&, r] {
       try {
-        Communicator comm = communicatorFromStore(stores[static_cast<size_t>(r)], r, kRanks, quick());
+        Communicator comm = communicatorFromStore(stores[static_cast<size_t>(r)], r, kRanks, tenSecondTimeout());
         errors[static_cast<size_t>(r)] = "formed a communicator of " + std::to_string(comm.size());
       } catch (const UnsupportedError& e) {
         errors[static_cast<size_t>(r)] = std::string("Unsupported: ") + e.what();
