@@ -172,7 +172,12 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
   const CalibrationMode mode = CalibrationMode::parse(config_.calibrate);
   const std::string layout = layoutOf(view_);
   topology::SetupInput in;
-  in.costs = topology::MachineCosts::defaults();
+  // The static model: constants from rank 0's host (its ranks, the CPUs
+  // they share, its NIC's speed), which the setup exchange hands to every
+  // rank, so the choice for a call is a function of the layout and these
+  // numbers alone, and the same job chooses alike on every run.
+  in.costs = topology::MachineCosts::forHardware(static_cast<int>(view_.hostLocalRanks(0).size()),
+                                                 topology::cpusAvailable(), view_.hardware().nicBitsPerSecond);
   in.budget = config_.calibrateBudget;
   bool measure = false;
   if (rank_ == 0) {
@@ -217,8 +222,9 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
     }
   }
   auto result = std::make_shared<topology::SetupResult>();
-  const bool exchange = mode.kind != CalibrationMode::Kind::kOff || !config_.tuningFile.empty();
-  if (size_ == 1 || !exchange) {
+  // Always one exchange: rank 0's costs (and host layout, and tuning file)
+  // reach every rank, whose own hardware may differ.
+  if (size_ == 1) {
     result->costs = in.costs;
     result->tuningPresent = in.tuning.tuningPresent;
     result->tuningText = in.tuning.tuningText;
