@@ -37,7 +37,7 @@ struct Wire {
   uint32_t flags = 0;
   uint64_t textBytes = 0;
   double values[11] = {};
-  uint32_t source = 0;  // 0 defaults, 1 calibrated, 2 file
+  uint32_t source = 0;  // 0 defaults, 1 calibrated, 2 file, 3 static
   uint32_t pad = 0;
   int32_t probes[2] = {-1, -1};  // the peer rank 0 probes per link class, or -1
 };
@@ -48,7 +48,7 @@ void pack(const MachineCosts& c, Wire* w) {
                         c.shmSyncSeconds,               c.sameHost.roundFloorSeconds, c.interHost.roundFloorSeconds,
                         c.shmByteFactor,                c.interHost.gapSeconds};
   std::memcpy(w->values, v, sizeof v);
-  w->source = c.source == "defaults" ? 0 : c.source == "calibrated" ? 1 : 2;
+  w->source = c.source == "defaults" ? 0 : c.source == "calibrated" ? 1 : c.source == "static" ? 3 : 2;
 }
 
 MachineCosts unpack(const Wire& w) {
@@ -59,7 +59,7 @@ MachineCosts unpack(const Wire& w) {
   c.reduceSecondsPerByte = w.values[5];
   c.shmSyncSeconds = w.values[6];
   c.shmByteFactor = w.values[9];
-  c.source = w.source == 0 ? "defaults" : w.source == 1 ? "calibrated" : "file";
+  c.source = w.source == 0 ? "defaults" : w.source == 1 ? "calibrated" : w.source == 3 ? "static" : "file";
   return c;
 }
 

@@ -143,6 +143,37 @@ MachineCosts MachineCosts::defaults() {
   return c;
 }
 
+MachineCosts MachineCosts::forHardware(int ranksOnHost, int cpus, double nicBitsPerSecond) {
+  MachineCosts c = defaults();
+  // Across hosts: TCP (or UCX over it) through the kernel's stack costs
+  // about 20 us a small message one way, and carries about 0.95 of the
+  // link's bit rate as payload (headers, acks): a 1 Gbit/s link moved
+  // 0.957 x its rate in the p2p benchmark. Where no NIC reports a speed
+  // (virtual interfaces), 10 Gbit/s is assumed.
+  const double bits = nicBitsPerSecond > 0 ? nicBitsPerSecond : 10e9;
+  c.interHost.betaSecondsPerByte = 8.0 / (0.95 * bits);
+  if (cpus > 0 && ranksOnHost > cpus) {
+    // Ranks outnumber the CPUs they may run on: a byte copied, reduced or
+    // sent on this host costs ranks / cpus times its idle price (each rank
+    // gets cpus / ranks of a core; see shareCores), and every round waits
+    // for its peers to get a core, a wait that overlaps the transfer (the
+    // round floor). Waiting ranks yield (decideWait), and a yielded core
+    // comes back after the peers' own polls: about a scheduler hand-off
+    // (~5 us) per rank queued on each core beyond the first. The shared
+    // memory hand-off pays the same wait (calibration measured 4.6..6.4 us
+    // for 4 ranks on 2 cores, against 0.15..0.6 for 2).
+    const double share = static_cast<double>(ranksOnHost) / cpus;
+    c.copySecondsPerByte *= share;
+    c.reduceSecondsPerByte *= share;
+    c.sameHost.betaSecondsPerByte *= share;
+    const double wait = 5e-6 * (share - 1);
+    c.sameHost.roundFloorSeconds = c.sameHost.alphaSeconds + wait;
+    c.shmSyncSeconds += wait;
+  }
+  c.source = "static";
+  return c;
+}
+
 std::string MachineCosts::describe() const {
   char buf[128];
   std::snprintf(buf, sizeof buf, ", copy %.2fGB/s, reduce %.2fGB/s, shm hand-off %.2fus, shm bytes x%.2f (",

@@ -53,10 +53,21 @@ struct MachineCosts {
   /// Where the numbers came from: "defaults", "calibrated", "file PATH".
   std::string source = "defaults";
 
-  /// The documented defaults used when no calibration ran (GRADCOMM_CALIBRATE=0):
-  /// same host 2 us and 5 GB/s, across hosts 20 us and 1.25 GB/s (10 Gbit/s),
-  /// copy 10 GB/s, reduce 4 GB/s, shared-memory hand-off 0.5 us.
+  /// Fixed constants of a host with idle cores and an unknown NIC: same
+  /// host 2 us and 5 GB/s, across hosts 20 us and 1.25 GB/s (10 Gbit/s),
+  /// copy 10 GB/s, reduce 4 GB/s, shared-memory hand-off 0.5 us. The base
+  /// that forHardware() adjusts, and what a calibration file's missing
+  /// lines keep.
   static MachineCosts defaults();
+  /// The static model (GRADCOMM_CALIBRATE=0, the default): defaults()
+  /// adjusted by facts that do not move between runs, so the same job
+  /// chooses the same algorithms every time. `ranksOnHost` ranks share
+  /// `cpus` CPUs (where they outnumber them every byte moved on the host
+  /// costs ranks / cpus times more, and a round waits for peers to get a
+  /// core); `nicBitsPerSecond` is the host's fastest NIC (0: unknown, 10
+  /// Gbit/s assumed). Rank 0 computes it from its own host, and every rank
+  /// takes rank 0's numbers at creation.
+  static MachineCosts forHardware(int ranksOnHost, int cpus, double nicBitsPerSecond);
   const LinkCost& link(LinkClass c) const { return c == LinkClass::kInterHost ? interHost : sameHost; }
   /// "same-host 2.0us 5.00GB/s, inter-host ..." for logs and gradcomm-info.
   std::string describe() const;

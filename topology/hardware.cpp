@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,18 @@ std::vector<std::string> networkInterfaces() {
   return out;
 }
 
+// The fastest readable /sys/class/net/NIC/speed (Mbit/s) of `nics`, in bits
+// per second; 0 where none reads as a positive number.
+double nicSpeed(const std::vector<std::string>& nics) {
+  double best = 0;
+  for (const std::string& nic : nics) {
+    std::ifstream in("/sys/class/net/" + nic + "/speed");
+    long mbits = 0;
+    if (in >> mbits && mbits > 0) best = std::max(best, static_cast<double>(mbits) * 1e6);
+  }
+  return best;
+}
+
 HostHardware load() {
   HostHardware hw;
 #if GRADCOMM_HAVE_HWLOC
@@ -52,6 +65,7 @@ HostHardware load() {
   hwloc_topology_destroy(topo);
 #endif
   hw.nics = networkInterfaces();
+  hw.nicBitsPerSecond = nicSpeed(hw.nics);
   return hw;
 }
 

@@ -20,6 +20,10 @@ struct HostHardware {
   int sockets = 0;
   int cores = 0;
   std::vector<std::string> nics;  ///< network interfaces of /sys/class/net but lo ("eth0", "ib0")
+  /// The fastest link speed /sys/class/net/NIC/speed reports among `nics`,
+  /// in bits per second; 0 where none is readable (virtual interfaces and
+  /// links that are down report -1 or nothing).
+  double nicBitsPerSecond = 0;
   /// "2 sockets, 2 NUMA nodes, 32 cores, NICs eth0,ib0", or why unknown.
   std::string describe() const;
 };

@@ -147,9 +147,10 @@ const std::vector<ParamDef>& registry() {
                                    "Size rule (GRADCOMM_SELECT=rule): allreduce above SMALL_MESSAGE and up to this "
                                    "size uses the pipelined tree (0 disables)"));
     d.push_back(ParamDef{
-        "GRADCOMM_CALIBRATE", "1", "0 | 1 | path",
-        "Cost model inputs: 0 uses documented defaults, 1 measures latency and bandwidth per link class with a "
-        "few ping-pongs at communicator creation, a path loads that file (or measures and writes it)",
+        "GRADCOMM_CALIBRATE", "0", "0 | 1 | path",
+        "Cost model inputs: 0 uses static constants from rank 0's hardware (ranks per host against CPUs, NIC "
+        "speed), the same on every run; 1 measures latency and bandwidth per link class with a few ping-pongs "
+        "at communicator creation; a path loads that file (or measures and writes it)",
         [](Config& c, const std::string& v, const std::string&) {
           topology::CalibrationMode::parse(v);  // validates
           c.calibrate = std::string(trim(v));

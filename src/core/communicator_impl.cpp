@@ -1,5 +1,6 @@
 #include "core/communicator_impl.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -172,7 +173,16 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
   const CalibrationMode mode = CalibrationMode::parse(config_.calibrate);
   const std::string layout = layoutOf(view_);
   topology::SetupInput in;
-  in.costs = topology::MachineCosts::defaults();
+  // The static model: constants from rank 0's host (its ranks, the CPUs
+  // they share, its NIC's speed), which the setup exchange hands to every
+  // rank, so the choice for a call is a function of the layout and these
+  // numbers alone, and the same job chooses alike on every run.
+  // The host's CPUs are its cores (hwloc) or, without hwloc, this rank's
+  // affinity mask: a launcher that binds each rank to a core of its own
+  // leaves a mask of one CPU while the ranks share nothing.
+  const int hostCpus = std::max(topology::cpusAvailable(), view_.hardware().cores);
+  in.costs = topology::MachineCosts::forHardware(static_cast<int>(view_.hostLocalRanks(0).size()), hostCpus,
+                                                 view_.hardware().nicBitsPerSecond);
   in.budget = config_.calibrateBudget;
   bool measure = false;
   if (rank_ == 0) {
@@ -217,8 +227,9 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
     }
   }
   auto result = std::make_shared<topology::SetupResult>();
-  const bool exchange = mode.kind != CalibrationMode::Kind::kOff || !config_.tuningFile.empty();
-  if (size_ == 1 || !exchange) {
+  // Always one exchange: rank 0's costs (and host layout, and tuning file)
+  // reach every rank, whose own hardware may differ.
+  if (size_ == 1) {
     result->costs = in.costs;
     result->tuningPresent = in.tuning.tuningPresent;
     result->tuningText = in.tuning.tuningText;

@@ -58,7 +58,7 @@ TEST(Logging, InfoTellsBuildTopologyAlgorithmsAndBuckets) {
   // 777 floats = 3108 bytes: the 2K-4K class, chosen once by the cost
   // model, with the runners-up and their predicted times.
   EXPECT_EQ(countOf(err, "info: algorithm: allreduce float32 sum of 2K-4K bytes: "), 1u) << err;
-  EXPECT_NE(err.find("(cost model (calibrated): "), std::string::npos) << err;
+  EXPECT_NE(err.find("(cost model (static): "), std::string::npos) << err;
   EXPECT_NE(err.find("info: topology: 2 rank(s) on 1 host(s) (1x2)"), std::string::npos) << err;
   EXPECT_NE(err.find("info: cost model: same-host "), std::string::npos) << err;
   EXPECT_NE(err.find("info: waiting: "), std::string::npos) << err;

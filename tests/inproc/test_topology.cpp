@@ -3,13 +3,16 @@
 // would deadlock.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -424,14 +427,75 @@ TEST(Calibration, EveryHostRunsTheSharedMemoryPhaseAtOnceAndAHostWithoutSharedMe
   }
 }
 
-TEST(Calibration, OffUsesTheDocumentedDefaults) {
-  Seen seen;
-  Options o;
-  o.set("CALIBRATE", "0");
-  runRanks(4, [&](RankContext& c) { record(c, seen); }, o, hostsOf(2));
-  expectAllAlike(seen);
-  EXPECT_EQ(seen.costs[0].source, "defaults");
-  EXPECT_EQ(seen.costs[0].interHost.alphaSeconds, topology::MachineCosts::defaults().interHost.alphaSeconds);
+TEST(StaticModel, ByDefaultEveryRankHoldsRankZerosHardwareConstantsWithoutMeasuring) {
+  for (int perHost : {1, 2, 4}) {
+    SCOPED_TRACE("ranks per host " + std::to_string(perHost));
+    Seen seen;
+    runRanks(4, [&](RankContext& c) { record(c, seen); }, Options{}, hostsOf(perHost));
+    expectAllAlike(seen);
+    EXPECT_EQ(seen.costs[0].source, "static");
+    const int cpus = std::max(topology::cpusAvailable(), topology::detectHardware().cores);
+    const auto expected = topology::MachineCosts::forHardware(perHost, cpus,
+                                                              topology::detectHardware().nicBitsPerSecond);
+    EXPECT_EQ(seen.costs[0].sameHost.alphaSeconds, expected.sameHost.alphaSeconds);
+    EXPECT_EQ(seen.costs[0].sameHost.betaSecondsPerByte, expected.sameHost.betaSecondsPerByte);
+    EXPECT_EQ(seen.costs[0].interHost.betaSecondsPerByte, expected.interHost.betaSecondsPerByte);
+    EXPECT_EQ(seen.costs[0].shmSyncSeconds, expected.shmSyncSeconds);
+  }
+}
+
+TEST(StaticModel, TheSameJobTwiceChoosesAlikeAtEverySize) {
+  // Two jobs one after the other in one process: with the static model the
+  // choices are a function of the layout and rank 0's hardware alone.
+  for (int perHost : {1, 2, 4}) {
+    SCOPED_TRACE("ranks per host " + std::to_string(perHost));
+    Seen first, second;
+    runRanks(4, [&](RankContext& c) { record(c, first); }, Options{}, hostsOf(perHost));
+    runRanks(4, [&](RankContext& c) { record(c, second); }, Options{}, hostsOf(perHost));
+    expectAllAlike(first);
+    expectAllAlike(second);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(first.choices[static_cast<size_t>(r)], second.choices[static_cast<size_t>(r)]) << "rank " << r;
+    }
+  }
+}
+
+TEST(StaticModel, RepeatedRunsOfAFixedAlgorithmGiveBitwiseIdenticalResults) {
+  // Floats whose sum depends on the order of additions: the same algorithm
+  // must add them in the same order every run.
+  constexpr size_t kCount = 100003;
+  auto input = [](int rank, size_t i) {
+    return static_cast<float>((static_cast<double>((i * 2654435761u + static_cast<size_t>(rank) * 40503u) % 1000003) -
+                               500000.0) *
+                              1e-3 / static_cast<double>(rank + 1));
+  };
+  for (const char* algo : {"ring", "rd", "hd", "tree", "shm"}) {
+    SCOPED_TRACE(algo);
+    std::vector<std::vector<float>> runs[2];
+    for (auto& run : runs) {
+      run.assign(4, {});
+      std::mutex mu;
+      Options o;
+      o.set("ALGO", algo);
+      runRanks(
+          4,
+          [&](RankContext& c) {
+            std::vector<float> v(kCount);
+            for (size_t i = 0; i < kCount; ++i) v[i] = input(c.rank, i);
+            c.comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+            std::lock_guard<std::mutex> lock(mu);
+            run[static_cast<size_t>(c.rank)] = std::move(v);
+          },
+          o, hostsOf(4));
+    }
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(runs[0][static_cast<size_t>(r)].size(), kCount);
+      EXPECT_EQ(std::memcmp(runs[0][static_cast<size_t>(r)].data(), runs[1][static_cast<size_t>(r)].data(),
+                            kCount * sizeof(float)),
+                0)
+          << "rank " << r;
+    }
+  }
 }
 
 TEST(Calibration, FileIsWrittenByTheFirstJobAndLoadedByTheNext) {

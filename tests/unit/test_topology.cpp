@@ -807,6 +807,53 @@ TEST(CalibrationMode, LocalCostsArePositive) {
   EXPECT_GT(c.reduceSecondsPerByte, 0);
 }
 
+TEST(StaticModel, ConstantsFollowTheHardwareAndNothingElse) {
+  // A pure function: the same facts give the same numbers, bit for bit.
+  const MachineCosts a = MachineCosts::forHardware(4, 2, 1e9), b = MachineCosts::forHardware(4, 2, 1e9);
+  EXPECT_EQ(a.describe(), b.describe());
+  EXPECT_EQ(a.source, "static");
+  // The NIC's speed sets the inter-host bandwidth (payload about 0.95 of it);
+  // unknown: 10 Gbit/s.
+  EXPECT_NEAR(1 / MachineCosts::forHardware(1, 2, 1e9).interHost.betaSecondsPerByte, 0.95 * 1e9 / 8, 1);
+  EXPECT_NEAR(1 / MachineCosts::forHardware(1, 2, 0).interHost.betaSecondsPerByte, 0.95 * 10e9 / 8, 1);
+  // Ranks that share cores pay for every byte on the host in proportion,
+  // and a round waits for a core; with a core each, neither.
+  const MachineCosts own = MachineCosts::forHardware(2, 2, 0), shared = MachineCosts::forHardware(4, 2, 0);
+  EXPECT_DOUBLE_EQ(shared.copySecondsPerByte, 2 * own.copySecondsPerByte);
+  EXPECT_DOUBLE_EQ(shared.reduceSecondsPerByte, 2 * own.reduceSecondsPerByte);
+  EXPECT_DOUBLE_EQ(shared.sameHost.betaSecondsPerByte, 2 * own.sameHost.betaSecondsPerByte);
+  EXPECT_EQ(own.sameHost.roundFloorSeconds, 0.0);
+  EXPECT_GT(shared.sameHost.roundFloorSeconds, shared.sameHost.alphaSeconds);
+  EXPECT_GT(shared.shmSyncSeconds, own.shmSyncSeconds);
+}
+
+TEST(StaticModel, TheChoiceIsAFunctionOfTheAgreedInputs) {
+  // Two selectors built apart from the same layout and hardware facts choose
+  // the same algorithm for every collective and size.
+  for (auto [hosts, perHost] : {std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 2}, std::pair{4, 1}}) {
+    auto world = transport::InProcWorld::create(hosts * perHost, [&] {
+      transport::InProcWorld::Settings s;
+      s.ranksPerHost = perHost;
+      return s;
+    }());
+    auto t = world->transport(0);
+    auto build = [&] {
+      auto sel = std::make_shared<algorithms::Selector>("auto", algorithms::DefaultRule{});
+      sel->useModel(std::make_shared<CostModel>(detect(world->hostLayout(0)),
+                                                MachineCosts::forHardware(perHost, 2, 1e9)));
+      return sel;
+    };
+    const auto first = build(), second = build();
+    const TopologyView view = detect(world->hostLayout(0));
+    for (size_t bytes = 8; bytes <= (64u << 20); bytes *= 2) {
+      const auto one = first->select(allreduce(bytes), {*t, view}, "");
+      const auto two = second->select(allreduce(bytes), {*t, view}, "");
+      EXPECT_STREQ(one.algorithm->name(), two.algorithm->name()) << hosts << "x" << perHost << " " << bytes << " B";
+      EXPECT_EQ(one.why, two.why);
+    }
+  }
+}
+
 TEST(Selector, ModelChoosesByLayoutAndExplainsWhy) {
   transport::InProcWorld::Settings fourHosts;
   fourHosts.ranksPerHost = 1;
