@@ -525,12 +525,13 @@ TEST(Mpi, AStoreOverMpiFormsAUcxCommunicatorThatMatchesTheReference) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-// The cost model decides from rank 0's calibration, sent to every rank: a
+namespace {
+
+// The cost model decides from rank 0's constants, sent to every rank: a
 // rank that chose differently would deadlock its collective. Every rank's
-// choices for allreduces of 8 B to 64 MiB are allgathered and compared.
-TEST(Mpi, EveryRankChoosesTheSameAlgorithmsAfterCalibration) {
-  Options o = testOptions();
-  o.set("CALIBRATE", "1");
+// choices for allreduces of 8 B to 64 MiB are allgathered and compared, and
+// the cost model must say where its numbers came from (`source`).
+void expectEveryRankChoosesAlike(const Options& o, const std::string& source) {
   Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, o);
   std::string mine;
   for (size_t bytes = 8; bytes <= (64u << 20); bytes *= 4) {
@@ -551,41 +552,24 @@ TEST(Mpi, EveryRankChoosesTheSameAlgorithmsAfterCalibration) {
   auto comparable = [](const std::string& s) {
     return s.substr(0, s.find("topology: ")) + s.substr(s.find("\ncost model: "));
   };
-  EXPECT_TRUE(contains(rank0, "(calibrated)") || worldSize() == 1) << rank0;
+  EXPECT_TRUE(contains(rank0, "(" + source + ")") || (source == "calibrated" && worldSize() == 1)) << rank0;
   EXPECT_EQ(comparable(mine), comparable(rank0)) << "rank " << worldRank();
   std::vector<float> v(1000, 1.0f);
   comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).wait();
   EXPECT_EQ(v[0], static_cast<float>(worldSize()));
 }
 
-// The default (GRADCOMM_CALIBRATE=0): rank 0's static constants, sent to every rank.
-TEST(Mpi, EveryRankChoosesTheSameAlgorithmsWithTheStaticModel) {
+}  // namespace
+
+TEST(Mpi, EveryRankChoosesTheSameAlgorithmsAfterCalibration) {
   Options o = testOptions();
-  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, o);
-  std::string mine;
-  for (size_t bytes = 8; bytes <= (64u << 20); bytes *= 4) {
-    mine += comm.explainSelection(Collective::kAllreduce, bytes / 4, DataType::kFloat32).algorithm + ",";
-  }
-  mine += comm.describeTopology();
-  // The cost model's numbers are part of the description: they must agree too.
-  const int len = static_cast<int>(mine.size());
-  int maxLen = 0;
-  MPI_Allreduce(&len, &maxLen, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  std::vector<char> all(static_cast<size_t>(maxLen) * static_cast<size_t>(worldSize()), 0);
-  std::vector<char> padded(static_cast<size_t>(maxLen), 0);
-  std::copy(mine.begin(), mine.end(), padded.begin());
-  MPI_Allgather(padded.data(), maxLen, MPI_CHAR, all.data(), maxLen, MPI_CHAR, MPI_COMM_WORLD);
-  const std::string rank0(all.data(), strnlen(all.data(), static_cast<size_t>(maxLen)));
-  // The host label and hardware line differ between hosts; the choices and
-  // the cost model line must not.
-  auto comparable = [](const std::string& s) {
-    return s.substr(0, s.find("topology: ")) + s.substr(s.find("\ncost model: "));
-  };
-  EXPECT_TRUE(contains(rank0, "(static)")) << rank0;  // the default: nothing measured
-  EXPECT_EQ(comparable(mine), comparable(rank0)) << "rank " << worldRank();
-  std::vector<float> v(1000, 1.0f);
-  comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).wait();
-  EXPECT_EQ(v[0], static_cast<float>(worldSize()));
+  o.set("CALIBRATE", "1");
+  expectEveryRankChoosesAlike(o, "calibrated");
+}
+
+// The default (GRADCOMM_CALIBRATE=0): rank 0's static constants, nothing measured.
+TEST(Mpi, EveryRankChoosesTheSameAlgorithmsWithTheStaticModel) {
+  expectEveryRankChoosesAlike(testOptions(), "static");
 }
 
 namespace {
