@@ -772,16 +772,6 @@ MachineCosts measureLocalCosts() {
   return measured;
 }
 
-MachineCosts shareCores(MachineCosts c, int ranksOnHost, int cpus) {
-  if (cpus > 0 && ranksOnHost > cpus) {
-    const double share = static_cast<double>(ranksOnHost) / cpus;
-    c.copySecondsPerByte *= share;
-    c.reduceSecondsPerByte *= share;
-    c.sameHost.betaSecondsPerByte *= share;
-  }
-  return c;
-}
-
 std::string formatCalibration(const MachineCosts& c, const std::string& layout) {
   std::ostringstream out;
   out.precision(17);

@@ -15,13 +15,6 @@ namespace gradcomm::topology {
 /// sum kernel over 8 MiB (beyond the caches), best of three passes, a few
 /// milliseconds once per process. Other fields are the defaults.
 MachineCosts measureLocalCosts();
-/// `c` for a host whose `ranksOnHost` ranks share `cpus` CPUs: where the
-/// ranks outnumber the CPUs, each gets cpus / ranks of one, so a byte
-/// copied, reduced or sent to a rank of the same host (a copy too) costs
-/// ranks / cpus times what it costs on an idle core (the condition under
-/// which waiting ranks yield; see decideWait). 1x4 on 2 CPUs, 64 MiB shm:
-/// 13 ms predicted from idle cores, 28..38 ms measured.
-MachineCosts shareCores(MachineCosts c, int ranksOnHost, int cpus);
 
 /// Fits a link class's latency and bandwidth to the least small-message
 /// round trip and a bulk round trip of `bulkBytes`. Bounded so that noise

@@ -143,6 +143,16 @@ MachineCosts MachineCosts::defaults() {
   return c;
 }
 
+MachineCosts shareCores(MachineCosts c, int ranksOnHost, int cpus) {
+  if (cpus > 0 && ranksOnHost > cpus) {
+    const double share = static_cast<double>(ranksOnHost) / cpus;
+    c.copySecondsPerByte *= share;
+    c.reduceSecondsPerByte *= share;
+    c.sameHost.betaSecondsPerByte *= share;
+  }
+  return c;
+}
+
 MachineCosts MachineCosts::forHardware(int ranksOnHost, int cpus, double nicBitsPerSecond) {
   MachineCosts c = defaults();
   // Across hosts: TCP (or UCX over it) through the kernel's stack costs
@@ -162,10 +172,8 @@ MachineCosts MachineCosts::forHardware(int ranksOnHost, int cpus, double nicBits
     // (~5 us) per rank queued on each core beyond the first. The shared
     // memory hand-off pays the same wait (calibration measured 4.6..6.4 us
     // for 4 ranks on 2 cores, against 0.15..0.6 for 2).
+    c = shareCores(c, ranksOnHost, cpus);
     const double share = static_cast<double>(ranksOnHost) / cpus;
-    c.copySecondsPerByte *= share;
-    c.reduceSecondsPerByte *= share;
-    c.sameHost.betaSecondsPerByte *= share;
     const double wait = 5e-6 * (share - 1);
     c.sameHost.roundFloorSeconds = c.sameHost.alphaSeconds + wait;
     c.shmSyncSeconds += wait;
