@@ -82,6 +82,8 @@ int cpusAvailable() {
   return online > 0 ? static_cast<int>(online) : 1;
 }
 
+int hostCpus(const HostHardware& hw) { return std::max(cpusAvailable(), hw.cores); }
+
 WaitPolicy decideWait(const std::string& mode, int ranksOnHost, int cpus) {
   const std::string counts = std::to_string(ranksOnHost) + " rank(s) on this host, " + std::to_string(cpus) +
                              " CPU(s) available to each";

@@ -82,6 +82,12 @@ HostHardware detectHardware();
 /// the mask cannot be read).
 int cpusAvailable();
 
+/// The CPUs a host's ranks share, as the static model counts them: the
+/// host's cores (`hw`, from hwloc) or this process's affinity mask,
+/// whichever is larger. A launcher that binds each rank to a core of its
+/// own leaves a mask of one CPU while the ranks share nothing.
+int hostCpus(const HostHardware& hw);
+
 /// How waiting ranks behave (GRADCOMM_WAIT): `yield` is true when they
 /// hand the core over between polls; `why` says what decided it.
 struct WaitPolicy {

@@ -185,7 +185,7 @@ class ProcessGroupGradcomm : public c10d::Backend {
   std::chrono::milliseconds timeout_;
   Communicator comm_;
   std::mutex scratchMu_;
-  std::vector<at::Tensor> scratch_;  // at most kScratchBuffers, 1-D, one per dtype in use
+  std::vector<at::Tensor> scratch_;  // 1-D buffers, at most kScratchBuffers (scratch())
   std::mutex issueMu_;  // one call issues at a time: every rank issues in the same order
   // Point-to-point state, guarded by issueMu_: the channel that still takes
   // transfers (null after a collective), the operation running it, and the

@@ -1,6 +1,5 @@
 #include "core/communicator_impl.hpp"
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -177,11 +176,8 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
   // they share, its NIC's speed), which the setup exchange hands to every
   // rank, so the choice for a call is a function of the layout and these
   // numbers alone, and the same job chooses alike on every run.
-  // The host's CPUs are its cores (hwloc) or, without hwloc, this rank's
-  // affinity mask: a launcher that binds each rank to a core of its own
-  // leaves a mask of one CPU while the ranks share nothing.
-  const int hostCpus = std::max(topology::cpusAvailable(), view_.hardware().cores);
-  in.costs = topology::MachineCosts::forHardware(static_cast<int>(view_.hostLocalRanks(0).size()), hostCpus,
+  in.costs = topology::MachineCosts::forHardware(static_cast<int>(view_.hostLocalRanks(0).size()),
+                                                 topology::hostCpus(view_.hardware()),
                                                  view_.hardware().nicBitsPerSecond);
   in.budget = config_.calibrateBudget;
   bool measure = false;

@@ -3,7 +3,6 @@
 // would deadlock.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -434,9 +433,8 @@ TEST(StaticModel, ByDefaultEveryRankHoldsRankZerosHardwareConstantsWithoutMeasur
     runRanks(4, [&](RankContext& c) { record(c, seen); }, Options{}, hostsOf(perHost));
     expectAllAlike(seen);
     EXPECT_EQ(seen.costs[0].source, "static");
-    const int cpus = std::max(topology::cpusAvailable(), topology::detectHardware().cores);
-    const auto expected = topology::MachineCosts::forHardware(perHost, cpus,
-                                                              topology::detectHardware().nicBitsPerSecond);
+    const topology::HostHardware hw = topology::detectHardware();
+    const auto expected = topology::MachineCosts::forHardware(perHost, topology::hostCpus(hw), hw.nicBitsPerSecond);
     EXPECT_EQ(seen.costs[0].sameHost.alphaSeconds, expected.sameHost.alphaSeconds);
     EXPECT_EQ(seen.costs[0].sameHost.betaSecondsPerByte, expected.sameHost.betaSecondsPerByte);
     EXPECT_EQ(seen.costs[0].interHost.betaSecondsPerByte, expected.interHost.betaSecondsPerByte);
