@@ -165,6 +165,31 @@ class GRADCOMM_API Communicator {
   /// Completes once every rank has called it.
   Work barrier(const CollectiveOptions& options = {});
 
+  /// A communicator of the ranks that pass the same `color`, numbered by
+  /// `key` (ties by rank here), as MPI_Comm_split. Collective: every rank
+  /// calls it; a rank that passes a negative color joins no group and gets
+  /// an empty handle (valid() false). The new communicator is light: it
+  /// shares this one's context (its transport connections, progress
+  /// thread and cost model); its messages carry its own group id. On the
+  /// MPI transport it gets an MPI communicator of its own (and shared
+  /// memory where its ranks share a host); elsewhere it has no shared
+  /// memory of its own and its same-host messages go through the transport.
+  /// Operations of all communicators of a context run one at a time in the
+  /// order this process issues them, as on one CUDA stream: ranks must
+  /// issue the calls of communicators they share in the same order.
+  /// Destroying a communicator does not end the others; the progress
+  /// thread stops with the last of them.
+  Communicator split(int color, int key) const;
+  /// split(0, rank()): the same ranks, a communicator of their own.
+  Communicator dup() const;
+  /// The ranks `ranks` (this communicator's numbers; rank i of the new
+  /// communicator is ranks[i]) as a communicator of their own, formed by
+  /// them alone (as MPI_Comm_create_group): every listed rank calls it with
+  /// the same list, the others do not. InvalidArgument when the list is
+  /// empty, repeats a rank, names one outside this communicator or does not
+  /// hold the calling rank.
+  Communicator subgroup(const std::vector<int>& ranks) const;
+
   /// Which algorithm the communicator would choose for such a call.
   std::string algorithmFor(Collective collective, size_t count, DataType type) const;
 

@@ -83,7 +83,18 @@ detail::CommunicatorImpl& Communicator::checked() const {
 
 int Communicator::rank() const { return checked().rank(); }
 int Communicator::size() const { return checked().size(); }
-std::string Communicator::transportName() const { return checked().engine().transport().name(); }
+Communicator Communicator::split(int color, int key) const {
+  auto impl = checked().split(color, key);
+  return impl ? Communicator(std::move(impl)) : Communicator(std::shared_ptr<detail::CommunicatorImpl>());
+}
+
+Communicator Communicator::dup() const { return split(0, rank()); }
+
+Communicator Communicator::subgroup(const std::vector<int>& ranks) const {
+  return Communicator(checked().subgroup(ranks));
+}
+
+std::string Communicator::transportName() const { return checked().transport().name(); }
 bool Communicator::valid() const { return impl_ && !impl_->destroyed(); }
 
 void Communicator::destroy() {
@@ -180,7 +191,7 @@ Communicator::Selection Communicator::explainSelection(Collective collective, si
   c.count = count;
   c.type = type;
   auto& impl = checked();
-  const algorithms::Team t{impl.engine().transport(), impl.topology()};
+  const algorithms::Team t{impl.transport(), impl.topology()};
   const auto choice = impl.selector().select(c, t, {});
   Selection out{choice.algorithm->name(), choice.why, {}};
   for (const auto& p : impl.selector().predictions(c, t)) out.predictedSeconds.emplace_back(p.algorithm->name(), p.seconds);

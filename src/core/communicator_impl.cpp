@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "kernels/reduce.hpp"
 #include "topology/calibration.hpp"
 #include "topology/tuning_file.hpp"
+#include "transport/group_transport.hpp"
 #include "transport/shm_group.hpp"
 #include "transport/ucx_factory.hpp"
 
@@ -87,7 +89,15 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
                                topology::cpusAvailable());
   settings.yieldWhenIdle = wait_.yield;
   setUpSelection(*transport);
+  transport_ = transport.get();
+  contextRanks_.resize(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) contextRanks_[static_cast<size_t>(r)] = r;
   engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), settings);
+  context_ = std::make_shared<Context>();
+  context_->engine = engine_;
+  context_->idInUse[0] = 1;
+  context_->idInUse[Context::kFormingGroup] = 1;
+  context_->alive = 1;
   engine_->start();
   logStartup();
 }
@@ -260,28 +270,36 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
   if (result->tuningPresent) {
     tuning = std::make_shared<topology::TuningTable>(
         topology::TuningTable::parse(result->tuningText, "GRADCOMM_TUNING_FILE " + config_.tuningFile));
-    if (!tuning->layout.empty() && tuning->layout != layout) {
-      if (rank_ == 0) {
-        core::log(core::LogLevel::kWarn, rank_,
-                  "GRADCOMM_TUNING_FILE " + config_.tuningFile + " was measured on layout " + tuning->layout +
-                      ", this job is " + layout + ": ignoring it (the cost model decides)");
-      }
-      tuning.reset();
+  }
+  useModel(result->costs, std::move(tuning), "GRADCOMM_TUNING_FILE " + config_.tuningFile);
+}
+
+void CommunicatorImpl::useModel(const topology::MachineCosts& costs, std::shared_ptr<topology::TuningTable> tuning,
+                                const std::string& tuningName) {
+  tuning_ = tuning;
+  tuningName_ = tuningName;
+  const std::string layout = layoutOf(view_);
+  if (tuning && !tuning->layout.empty() && tuning->layout != layout) {
+    if (rank_ == 0) {
+      core::log(core::LogLevel::kWarn, rank_,
+                tuningName + " was measured on layout " + tuning->layout + ", this communicator is " + layout +
+                    ": ignoring it (the cost model decides)");
     }
+    tuning.reset();
   }
   topology::ModelSettings settings;
   settings.segmentBytes = config_.segmentBytes;
   settings.shmChunkBytes = config_.shmChunkBytes;
   settings.hierRdSliceBytes = config_.hierRdSliceBytes;
   settings.hierSliceMinBytes = config_.hierSliceMinBytes;
-  selector_.useModel(std::make_shared<topology::CostModel>(view_, result->costs, settings), tuning);
+  selector_.useModel(std::make_shared<topology::CostModel>(view_, costs, settings), tuning);
   // The view is final here (rank 0's layout): hd's order follows from it once.
   hdSameHostDistances_ = topology::hdSameHostDistances(view_);
 }
 
 void CommunicatorImpl::logStartup() const {
   if (!core::logEnabled(core::LogLevel::kInfo)) return;
-  auto& t = engine_->transport();
+  auto& t = *transport_;
   if (rank_ == 0) {
     std::string build;
     for (const auto& [key, value] : buildInfo()) build += (build.empty() ? "" : "; ") + key + " " + value;
@@ -342,7 +360,193 @@ CommunicatorImpl::~CommunicatorImpl() { destroy(); }
 
 void CommunicatorImpl::destroy() {
   if (destroyed_.exchange(true)) return;
-  engine_->shutdown("the communicator was destroyed");
+  if (own_) {
+    // A group's transport must outlive its queued operations.
+    std::shared_ptr<OperationState> last;
+    {
+      std::lock_guard<std::mutex> lock(submitMu_);
+      last = std::move(lastOp_);
+    }
+    if (last && !last->finished()) engine_->retain(own_);
+    own_.reset();
+  }
+  bool lastOne = false;
+  {
+    std::lock_guard<std::mutex> lock(context_->mu);
+    lastOne = --context_->alive == 0;
+  }
+  // The engine is the context's: it stops with the last communicator.
+  if (lastOne) engine_->shutdown("the communicator was destroyed");
+}
+
+void CommunicatorImpl::noteQueued(const std::shared_ptr<OperationState>& op) {
+  if (!own_ || !op) return;
+  std::lock_guard<std::mutex> lock(submitMu_);
+  lastOp_ = op;
+}
+
+// ---- groups ------------------------------------------------------------------------
+
+CommunicatorImpl::CommunicatorImpl(Member, CommunicatorImpl& parent, std::shared_ptr<transport::Transport> transport,
+                                   std::vector<int> contextRanks, topology::TopologyView view)
+    : context_(parent.context_),
+      transport_(transport.get()),
+      own_(std::move(transport)),
+      contextRanks_(std::move(contextRanks)),
+      config_(parent.config_),
+      rank_(transport_->rank()),
+      size_(transport_->size()),
+      simd_(parent.simd_),
+      view_(std::move(view)),
+      wait_(parent.wait_),
+      selector_(config_.algo, algorithms::DefaultRule{config_.smallMessageBytes, config_.treeMaxBytes}),
+      engine_(parent.engine_),
+      defaultCompression_(parent.defaultCompression_) {
+  if (const auto* model = parent.selector_.model()) useModel(model->costs(), parent.tuning_, parent.tuningName_);
+  std::lock_guard<std::mutex> lock(context_->mu);
+  ++context_->alive;
+}
+
+namespace {
+
+constexpr size_t kIdBytes = Context::kMaxGroups / 8;
+constexpr size_t kRecordBytes = kIdBytes + 8;  ///< the ids a member uses, and a hash of its list
+
+}  // namespace
+
+uint32_t CommunicatorImpl::agreeOnGroupId(const std::vector<int>& members) {
+  std::vector<uint8_t> mine(kIdBytes, 0);
+  {
+    std::lock_guard<std::mutex> lock(context_->mu);
+    for (uint32_t id = 0; id < Context::kMaxGroups; ++id) {
+      if (context_->idInUse[id]) mine[id / 8] |= static_cast<uint8_t>(1u << (id % 8));
+    }
+  }
+  // The list itself rides along: members that listed the group differently
+  // fail (their messages' fingerprints differ, and the lists are compared).
+  uint64_t listHash = 1469598103934665603ull;
+  for (int m : members) listHash = (listHash ^ static_cast<uint64_t>(m)) * 1099511628211ull;
+  mine.resize(kRecordBytes);
+  std::memcpy(mine.data() + kIdBytes, &listHash, sizeof listHash);
+  const size_t n = members.size();
+  std::vector<uint8_t> all(kRecordBytes * n, 0);
+  if (n > 1) {
+    // An allgather among the members alone, over the context's transport in
+    // the group-forming id. Every exchange of it has the same tags, so
+    // exchanges between two ranks pair up in the order both issue them.
+    auto forming = std::make_shared<transport::GroupTransport>(engine_->transport(), members, Context::kFormingGroup);
+    CollectiveCall call;
+    call.collective = Collective::kAllgather;
+    call.type = DataType::kUInt8;
+    call.count = kRecordBytes;
+    call.input = mine.data();
+    call.output = all.data();
+    const algorithms::Algorithm* ring = algorithms::findAlgorithm(Collective::kAllgather, "ring");
+    const transport::CallSignature signature = callSignature(call, ring->name(), {});
+    transport::Tag tag;
+    tag.fingerprint = signature.fingerprint() ^ static_cast<uint32_t>(listHash ^ (listHash >> 32));
+    algorithms::RunContext ctx = runContext(call, tag);
+    ctx.transport = forming.get();
+    auto op = OperationState::forCall(ring, call, ctx, signature, kRecordBytes * n);
+    engine_->submit(op);
+    Work(op).wait();
+    for (size_t m = 0; m < n; ++m) {
+      if (std::memcmp(all.data() + m * kRecordBytes + kIdBytes, &listHash, sizeof listHash) != 0) {
+        throw InvalidArgument("the members passed different lists of ranks (group rank " + std::to_string(m) +
+                              "'s differs from this rank's)");
+      }
+    }
+  } else {
+    all = mine;
+  }
+  for (uint32_t id = 1; id < Context::kFormingGroup; ++id) {
+    bool used = false;
+    for (size_t m = 0; m < n && !used; ++m) used = (all[m * kRecordBytes + id / 8] >> (id % 8)) & 1u;
+    if (!used) {
+      std::lock_guard<std::mutex> lock(context_->mu);
+      if (context_->idInUse[id]) {
+        throw InvalidUsage("communicator groups were formed from two threads at once over one context; form them "
+                           "one at a time");
+      }
+      context_->idInUse[id] = 1;
+      return id;
+    }
+  }
+  throw UnsupportedError("a group cannot be formed: some member already has " +
+                         std::to_string(Context::kMaxGroups - 2) +
+                         " communicators split from its first one (destroy some first)");
+}
+
+std::shared_ptr<CommunicatorImpl> CommunicatorImpl::subgroup(const std::vector<int>& ranks) {
+  if (destroyed_.load()) throw InvalidUsage("subgroup called on a destroyed communicator; create a new Communicator");
+  engine_->throwIfFailed();
+  try {
+    if (ranks.empty()) throw InvalidArgument("the list of ranks is empty");
+    std::vector<uint8_t> seen(static_cast<size_t>(size_), 0);
+    for (int r : ranks) {
+      if (r < 0 || r >= size_) {
+        throw InvalidArgument("rank " + std::to_string(r) + " is not a rank of this communicator (size " +
+                              std::to_string(size_) + ")");
+      }
+      if (seen[static_cast<size_t>(r)]++) throw InvalidArgument("rank " + std::to_string(r) + " is listed twice");
+    }
+    if (!seen[static_cast<size_t>(rank_)]) {
+      throw InvalidArgument("this rank (" + std::to_string(rank_) +
+                            ") is not in the list; only the members of the new group call it");
+    }
+    std::vector<int> members(ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i) members[i] = contextRanks_[static_cast<size_t>(ranks[i])];
+    // The group's view of the hosts is this one's, renumbered.
+    std::vector<int> leaders(ranks.size());
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      size_t j = 0;
+      while (view_.hostOf(ranks[j]) != view_.hostOf(ranks[i])) ++j;
+      leaders[i] = static_cast<int>(j);
+    }
+    topology::TopologyView view(leaders);
+    view.setHardware(view_.hardware());
+    view.setHostLabel(view_.hostLabel());
+
+    std::shared_ptr<transport::Transport> transport = engine_->transport().subgroup(members);
+    if (!transport) {
+      const uint32_t id = agreeOnGroupId(members);
+      std::weak_ptr<Context> context = context_;
+      transport = std::make_shared<transport::GroupTransport>(engine_->transport(), members, id, [context, id] {
+        if (auto c = context.lock()) {
+          std::lock_guard<std::mutex> lock(c->mu);
+          c->idInUse[id] = 0;
+        }
+      });
+    }
+    return std::shared_ptr<CommunicatorImpl>(
+        new CommunicatorImpl(Member{}, *this, std::move(transport), std::move(members), std::move(view)));
+  } catch (const Error& e) {
+    // As for a bad collective call: the other members would wait for this
+    // rank, so the context fails on every rank with the reason.
+    engine_->abort(e.code(), "rank " + std::to_string(rank_) + " could not form a subgroup: " + e.what(), true);
+    rethrowAs(e.code(), "subgroup: " + std::string(e.what()));
+  }
+}
+
+std::shared_ptr<CommunicatorImpl> CommunicatorImpl::split(int color, int key) {
+  int32_t mine[2] = {color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(size_));
+  CollectiveCall call;
+  call.collective = Collective::kAllgather;
+  call.type = DataType::kInt32;
+  call.count = 2;
+  call.input = mine;
+  call.output = all.data();
+  submit(call, {}).wait();
+  if (color < 0) return nullptr;
+  std::vector<int> ranks;
+  for (int r = 0; r < size_; ++r) {
+    if (all[2 * static_cast<size_t>(r)] == color) ranks.push_back(r);
+  }
+  std::stable_sort(ranks.begin(), ranks.end(), [&](int a, int b) {
+    return all[2 * static_cast<size_t>(a) + 1] < all[2 * static_cast<size_t>(b) + 1];
+  });
+  return subgroup(ranks);
 }
 
 void CommunicatorImpl::validate(const CollectiveCall& c) const {
@@ -397,7 +601,7 @@ void CommunicatorImpl::abortAndThrow(const Error& e, const std::string& what) {
 
 algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, const transport::Tag& tag) const {
   algorithms::RunContext ctx;
-  ctx.transport = &engine_->transport();
+  ctx.transport = transport_;
   ctx.topology = &view_;
   ctx.tag = tag;
   ctx.simd = simd_;
@@ -492,7 +696,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       validate(call);
       const compression::Spec spec = compressionFor(call, options);
       if (spec.kind != compression::Kind::kNone) return submitCompressed(call, spec, options);
-      choice = selector_.select(call, {engine_->transport(), view_}, options.algorithm);
+      choice = selector_.select(call, {*transport_, view_}, options.algorithm);
     } catch (const Error& err) {
       reject(err, call);
     }
@@ -529,9 +733,13 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
     // one is made only if it goes on past this call (peers late) or fails.
     auto out = engine_->submitInline(*e.algorithm, call, e.ctx, e.signature, e.bytes);
     if (out.finished) return Work(Work::Done{e.algorithm->name(), seq, e.bytes, out.start, out.end});
-    if (out.taken) return Work(std::move(out.op));
+    if (out.taken) {
+      noteQueued(out.op);
+      return Work(std::move(out.op));
+    }
   }
   auto op = OperationState::forCall(e.algorithm, call, e.ctx, e.signature, e.bytes);
+  noteQueued(op);
   engine_->submit(op, op->bytes <= kEagerMaxBytes);
   return Work(op);
 }
@@ -546,7 +754,7 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
                       toString(inner.collective) + " algorithm); using the default");
     forced.clear();
   }
-  auto choice = selector_.select(inner, {engine_->transport(), view_}, forced);
+  auto choice = selector_.select(inner, {*transport_, view_}, forced);
   if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
   const algorithms::Algorithm* algo = choice.algorithm;
   // Error feedback lives only in the caller's ErrorFeedback: the
@@ -584,6 +792,7 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
     return algorithms::compressedAllreduce(call, ctx, spec, residual, *algo);
   };
   op->customWhat = "allreduce[" + spec.toString() + "]";
+  noteQueued(op);
   engine_->submit(op);
   return Work(op);
 }
@@ -609,12 +818,13 @@ Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
   op->ctx = runContext(none, tag);
   op->custom = [make = std::move(make)](const algorithms::RunContext& ctx) { return make(ctx); };
   op->customWhat = what;
+  noteQueued(op);
   engine_->submit(op);
   return Work(op);
 }
 
 std::string CommunicatorImpl::algorithmFor(const CollectiveCall& call) const {
-  return selector_.select(call, {engine_->transport(), view_}, {}).algorithm->name();
+  return selector_.select(call, {*transport_, view_}, {}).algorithm->name();
 }
 
 }  // namespace gradcomm::detail

@@ -20,6 +20,22 @@ inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
 /// Fingerprint of the creation-time calibration exchange (see setUpSelection).
 inline constexpr uint32_t kCalibrationFingerprint = 0x3c1b6d27u;
 
+/// What the communicators split from one another share (a process may hold
+/// several): the progress engine, which owns the transport the first of
+/// them was formed over, and the group ids in use on that transport.
+struct Context {
+  /// Group ids (Tag::comm) one transport can tell apart.
+  static constexpr uint32_t kMaxGroups = 1024;
+  /// Id 0 is the first communicator's; this one carries the exchanges that
+  /// form groups (their members agree on an id through it).
+  static constexpr uint32_t kFormingGroup = kMaxGroups - 1;
+
+  std::shared_ptr<core::ProgressEngine> engine;
+  std::mutex mu;
+  std::vector<uint8_t> idInUse = std::vector<uint8_t>(kMaxGroups, 0);  // guarded by mu
+  int alive = 0;  ///< communicators not yet destroyed; guarded by mu
+};
+
 /// The state behind every Communicator handle.
 class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
  public:
@@ -40,6 +56,16 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// The selector, with its cost model once creation finished.
   const algorithms::Selector& selector() const { return selector_; }
   std::shared_ptr<core::ProgressEngine> enginePtr() { return engine_; }
+  /// This communicator's transport (a group's, for a split communicator;
+  /// the engine's transport is the context's).
+  transport::Transport& transport() const { return *transport_; }
+
+  /// A communicator of the ranks `ranks` (this communicator's numbering;
+  /// the new one numbers them in this order) that shares this one's
+  /// context. Only the members call it, all with the same list.
+  std::shared_ptr<CommunicatorImpl> subgroup(const std::vector<int>& ranks);
+  /// MPI_Comm_split: collective over this communicator; null for color < 0.
+  std::shared_ptr<CommunicatorImpl> split(int color, int key);
 
   /// Validates, selects an algorithm, and queues the call. Invalid
   /// arguments throw here and abort the communicator on every rank.
@@ -84,7 +110,30 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   void logChoice(const algorithms::CollectiveCall& call, uint64_t seq, const std::string& algorithm,
                  const std::string& why) const;
 
-  std::unique_ptr<transport::Transport> pendingTransport_;
+  struct Member {};
+  /// A subgroup of `parent` over `transport`; `contextRanks` are its ranks
+  /// in the context transport's numbering.
+  CommunicatorImpl(Member, CommunicatorImpl& parent, std::shared_ptr<transport::Transport> transport,
+                   std::vector<int> contextRanks, topology::TopologyView view);
+  /// The selector's cost model over view_, with `tuning` unless it was
+  /// measured on another layout.
+  void useModel(const topology::MachineCosts& costs, std::shared_ptr<topology::TuningTable> tuning,
+                const std::string& tuningName);
+  /// The group ids no member of `members` (context ranks) uses, agreed by
+  /// an allgather among them; the lowest is the new group's.
+  uint32_t agreeOnGroupId(const std::vector<int>& members);
+
+  std::shared_ptr<Context> context_;
+  /// The transport of this communicator: the engine's, or a group's (owned).
+  transport::Transport* transport_ = nullptr;
+  std::shared_ptr<transport::Transport> own_;
+  std::vector<int> contextRanks_;  ///< rank r of this communicator is contextRanks_[r] of the context
+  std::shared_ptr<topology::TuningTable> tuning_;
+  std::string tuningName_;
+  /// Records a group's queued operation (see lastOp_).
+  void noteQueued(const std::shared_ptr<OperationState>& op);
+  /// A group's last queued operation: its transport must outlive it.
+  std::shared_ptr<OperationState> lastOp_;  // guarded by submitMu_
   core::Config config_;
   int rank_;
   int size_;

@@ -177,7 +177,7 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
     return op;
   };
   try {
-    transport_->announce(signature);
+    ctx.transport->announce(signature);
     algorithms::SchedulePtr rest;
     const bool finished = algo.runInline(call, ctx, {kInlinePatience, settings_.yieldWhenIdle}, &rest);
     if (pollAbort) {
@@ -399,13 +399,16 @@ bool ProgressEngine::drive() {
         if (const int peer = g->failedPeer(); peer >= 0) throwPeerFailed(peer);
       }
       if (!active_->pointToPoint) {
-        transport_->announce(active_->signature);
+        // The operation's own transport: a group's, when the communicator
+        // was split from another (the engine's transport is the context's).
+        transport::Transport& t = *active_->ctx.transport;
+        t.announce(active_->signature);
         // Algorithms that compare every rank's call themselves, or whose
         // messages carry the signature, skip the check.
         const auto* algo = active_->algo;
         active_->ctx.signedMessages = algo && algo->signsMessages(active_->signature, active_->ctx);
         if (!algo || (!algo->checksCalls() && !active_->ctx.signedMessages)) {
-          check_.start(*transport_, active_->signature);
+          check_.start(t, active_->signature);
         }
       }
       active_->schedule = active_->makeSchedule();
@@ -471,7 +474,8 @@ void ProgressEngine::throwPeerFailed(int peer) {
 
 MismatchError ProgressEngine::signedMismatch(const detail::OperationState& op,
                                             const algorithms::SignedCallMismatch& m) const {
-  return MismatchError(transport::mismatchMessage(transport_->rank(), op.describe(), op.signature, m.peer, &m.theirs));
+  return MismatchError(
+      transport::mismatchMessage(op.ctx.transport->rank(), op.describe(), op.signature, m.peer, &m.theirs));
 }
 
 void ProgressEngine::nameMismatch() {
@@ -508,18 +512,19 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
     expected.fingerprint = active_->fingerprint;
     // Every peer, not only those we wait for: two ranks that both believe
     // they are the root only send, and each finds the other's message.
-    for (int peer = 0; peer < transport_->size(); ++peer) {
-      if (peer == transport_->rank()) continue;
-      if (transport_->probeMismatch(peer, expected)) {
-        const auto theirs = transport_->announcedSignature(peer, active_->seq);
-        throw MismatchError(transport::mismatchMessage(transport_->rank(), active_->describe(), active_->signature,
+    transport::Transport& t = *active_->ctx.transport;
+    for (int peer = 0; peer < t.size(); ++peer) {
+      if (peer == t.rank()) continue;
+      if (t.probeMismatch(peer, expected)) {
+        const auto theirs = t.announcedSignature(peer, active_->seq);
+        throw MismatchError(transport::mismatchMessage(t.rank(), active_->describe(), active_->signature,
                                                        peer, theirs ? &*theirs : nullptr));
       }
     }
   }
   // A timeout of 0 means none: wait as long as it takes.
   if (settings_.timeout.count() > 0 && stalled >= settings_.timeout) {
-    throw TimeoutError("rank " + std::to_string(transport_->rank()) + ": " + active_->describe() +
+    throw TimeoutError("rank " + std::to_string(active_->ctx.transport->rank()) + ": " + active_->describe() +
  " made no progress for " + secondsText(stalled) + " (GRADCOMM_TIMEOUT=" +
                        formatDuration(settings_.timeout) + "); waiting for " + waitingFor() +
                        ". A peer may have died or stopped calling collectives, or the ranks issued different "

@@ -119,6 +119,13 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   algorithms::Workspace& workspace() { return workspace_; }
   const transport::Transport& transport() const { return *transport_; }
 
+  /// Keeps `what` until the engine ends (a group's transport, destroyed
+  /// while its operations were still queued).
+  void retain(std::shared_ptr<void> what) {
+    std::lock_guard<std::mutex> lock(queueMu_);
+    retained_.push_back(std::move(what));
+  }
+
   /// Registers a task the engine advances on every drive pass.
   void addBackground(std::shared_ptr<BackgroundTask> task);
   /// Unregisters `task`; when this returns, no thread is inside its advance().
@@ -223,6 +230,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::atomic<bool> hasBackground_{false};
 
   std::thread thread_;
+  std::vector<std::shared_ptr<void>> retained_;  // guarded by queueMu_
 };
 
 }  // namespace gradcomm::core

@@ -30,7 +30,7 @@ struct InProcWorld::Transfer {
 namespace {
 
 bool sameTag(const Tag& a, const Tag& b) {
-  return a.seq == b.seq && a.fingerprint == b.fingerprint && a.message == b.message;
+  return a.comm == b.comm && a.seq == b.seq && a.fingerprint == b.fingerprint && a.message == b.message;
 }
 
 std::string describe(const Tag& t) {
@@ -81,7 +81,7 @@ class InProcTransport : public Transport {
     if (announcedMismatch(peer, expected)) return true;
     std::lock_guard<std::mutex> lock(world_->mu_);
     for (const auto& t : world_->unmatchedSends_[rank_]) {
-      if (t->src == peer && t->tag.seq == expected.seq && t->tag.message != Tag::kCallCheck && t->tag.message != Tag::kGossip &&
+      if (t->src == peer && t->tag.comm == expected.comm && t->tag.seq == expected.seq && t->tag.message != Tag::kCallCheck && t->tag.message != Tag::kGossip &&
           t->tag.fingerprint != expected.fingerprint) {
         return true;
       }

@@ -624,6 +624,7 @@ void MpiTransport::postControlReceive() {
 }
 
 RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
+  checkGroup(tag);
   auto req = std::make_unique<MpiRequest>(false, peer, rank_, *graveyard_, progress_);
   const bool check = tag.message == Tag::kCallCheck || tag.message == Tag::kGossip;
   const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
@@ -652,6 +653,7 @@ RequestPtr MpiTransport::irecvExpecting(int peer, void* data, size_t capacity, s
 }
 
 RequestPtr MpiTransport::postRecv(int peer, void* data, size_t bytes, size_t pace, const Tag& tag) {
+  checkGroup(tag);
   auto req =
       std::make_unique<MpiRequest>(true, peer, rank_, *graveyard_, progress_, tag.message == Tag::kCallCheck);
   const bool check = tag.message == Tag::kCallCheck || tag.message == Tag::kGossip;
@@ -670,6 +672,28 @@ RequestPtr MpiTransport::postRecv(int peer, void* data, size_t bytes, size_t pac
     offset += part;
   } while (offset < bytes);
   return req;
+}
+
+std::unique_ptr<Transport> MpiTransport::subgroup(const std::vector<int>& members) {
+  MPI_Group all = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
+  MPI_Comm_group(data_, &all);
+  checkMpi(MPI_Group_incl(all, static_cast<int>(members.size()), members.data(), &some), "MPI_Group_incl");
+  MPI_Comm comm = MPI_COMM_NULL;
+  // Only the members call it; the tag keeps it apart from other groups
+  // formed at the same time over this communicator.
+  const int rc = MPI_Comm_create_group(data_, some, kControlTag, &comm);
+  MPI_Group_free(&some);
+  MPI_Group_free(&all);
+  checkMpi(rc, "MPI_Comm_create_group");
+  auto t = std::make_unique<MpiTransport>(comm, env_, shmChunkBytes_);
+  MPI_Comm_free(&comm);
+  return t;
+}
+
+void MpiTransport::checkGroup(const Tag& tag) const {
+  if (tag.comm != 0) {
+    throw InternalError("the MPI transport carries no group in its tags; groups get an MPI communicator of their own");
+  }
 }
 
 bool MpiTransport::probeMismatch(int peer, const Tag& expected) {

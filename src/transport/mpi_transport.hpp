@@ -53,6 +53,7 @@ class MpiTransport : public Transport {
   bool yieldedWhileIdle() override;
   void notePeerFailure(const std::string& reason) override { env_->markBroken(reason); }
   bool abandonedTransfersPending() override;
+  std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   size_t sharedMemoryChunkBytes() const override { return shmChunkBytes_; }
@@ -67,6 +68,7 @@ class MpiTransport : public Transport {
   /// `pace`: the bytes expected to arrive, which decide whether an idle
   /// progress pass yielded (MpiProgress::run).
   RequestPtr postRecv(int peer, void* data, size_t bytes, size_t pace, const Tag& tag);
+  void checkGroup(const Tag& tag) const;
   void setUpSharedMemory(MPI_Comm local, size_t chunkBytes);
 
   std::shared_ptr<MpiEnvironment> env_;

@@ -366,6 +366,9 @@ std::optional<CallSignature> Transport::announcedSignature(int peer, uint64_t se
 }
 
 bool Transport::announcedMismatch(int peer, const Tag& expected) {
+  // Announcements number the transport's own operations; a group's
+  // (Tag::comm) are numbered apart and never announced.
+  if (expected.comm != 0) return false;
   auto sig = announcedSignature(peer, expected.seq);
   return sig && sig->fingerprint() != expected.fingerprint;
 }

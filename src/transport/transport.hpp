@@ -19,6 +19,11 @@ struct Tag {
   uint64_t seq = 0;          ///< operation sequence number on the communicator
   uint32_t fingerprint = 0;  ///< hash of the call signature: equal on all ranks iff the calls match
   uint32_t message = 0;      ///< message index within the operation
+  /// The group (communicator split from another) the message belongs to,
+  /// 0 for the communicator the transport was formed for. Communicators
+  /// split from one another share one transport; a receive matches only a
+  /// send of the same group, whatever the other fields.
+  uint32_t comm = 0;
   /// The message index of the call check: each rank sends its operation's
   /// CallSignature to the next rank (fingerprint 0, so mismatched calls
   /// still match). Algorithms never use it; transports must keep it apart
@@ -122,6 +127,17 @@ class Transport {
   /// True while transfers abandoned by failed operations may still write
   /// into their buffers: the memory they target must outlive the transport.
   virtual bool abandonedTransfersPending() { return false; }
+
+  /// A transport of its own for the group `members` (ranks of this
+  /// transport, listed in the group's rank order), formed by the members
+  /// together (non-members do not call it); null when this transport has
+  /// none to offer, and the group's messages then travel over this one,
+  /// kept apart by Tag::comm (see GroupTransport). The MPI transport makes
+  /// an MPI communicator (its tags have no room for a group).
+  virtual std::unique_ptr<Transport> subgroup(const std::vector<int>& members) {
+    (void)members;
+    return nullptr;
+  }
 
   /// MPI passthrough collectives, or null when this transport has none.
   virtual NativeCollectives* native() { return nullptr; }

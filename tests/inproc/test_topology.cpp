@@ -78,7 +78,7 @@ void record(RankContext& c, Seen& seen) {
   for (size_t bytes = 8; bytes <= (64u << 20); bytes *= 4) {
     algorithms::CollectiveCall call;
     call.count = bytes / 4;
-    names.push_back(impl->selector().select(call, {impl->engine().transport(), impl->topology()}, "").algorithm->name());
+    names.push_back(impl->selector().select(call, {impl->transport(), impl->topology()}, "").algorithm->name());
   }
   std::vector<float> v(1000, static_cast<float>(c.rank + 1));
   c.comm.allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum).wait();
@@ -722,7 +722,7 @@ TEST(TuningFile, AFileNamingAnyLayoutAppliesToThatLayoutOnly) {
                 algorithms::CollectiveCall call;
                 call.count = bytes / 4;
                 choices.push_back(
-                    impl->selector().select(call, {impl->engine().transport(), impl->topology()}, "").algorithm->name());
+                    impl->selector().select(call, {impl->transport(), impl->topology()}, "").algorithm->name());
               }
             },
             o, job.settings);

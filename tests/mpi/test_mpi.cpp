@@ -69,6 +69,41 @@ TEST(Mpi, EveryAlgorithmOfEveryCollectiveMatchesTheReference) {
   EXPECT_GT(cases, 100);
 }
 
+TEST(Mpi, SplitGroupsRunEveryAlgorithmCorrectlyBesideTheirParent) {
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions());
+  const int p = comm.size(), r = comm.rank();
+  // Halves, the upper half numbered in reverse; a single rank is a group too.
+  Communicator half = comm.split(r < (p + 1) / 2 ? 0 : 1, r < (p + 1) / 2 ? r : -r);
+  ASSERT_TRUE(half.valid());
+  EXPECT_EQ(half.size(), r < (p + 1) / 2 ? (p + 1) / 2 : p / 2);
+  EXPECT_EQ(half.transportName(), comm.transportName());
+  int cases = 0;
+  EXPECT_EQ(checkEveryAlgorithm(half, &cases), "") << "rank " << r;
+  // The parent still works, and the groups' sums are their own.
+  double x = r, y = r;
+  comm.allreduce(&x, &x, 1, DataType::kFloat64, ReduceOp::kSum).wait();
+  half.allreduce(&y, &y, 1, DataType::kFloat64, ReduceOp::kSum).wait();
+  EXPECT_EQ(x, p * (p - 1) / 2.0);
+  double want = 0;
+  for (int q = 0; q < p; ++q) want += (q < (p + 1) / 2) == (r < (p + 1) / 2) ? q : 0;
+  EXPECT_EQ(y, want);
+  // A subgroup formed by its members alone: the even ranks, reversed.
+  if (r % 2 == 0) {
+    std::vector<int> evens;
+    for (int q = p - 1; q >= 0; --q) {
+      if (q % 2 == 0) evens.push_back(q);
+    }
+    Communicator even = comm.subgroup(evens);
+    int32_t v = r, sum = 0;
+    even.allreduce(&v, &sum, 1, DataType::kInt32, ReduceOp::kSum).wait();
+    int32_t want2 = 0;
+    for (int q : evens) want2 += q;
+    EXPECT_EQ(sum, want2);
+    EXPECT_EQ(even.rank(), static_cast<int>(std::find(evens.begin(), evens.end(), r) - evens.begin()));
+  }
+  comm.barrier().wait();
+}
+
 TEST(Mpi, LargeMessagesUseManySegmentsAndStayExact) {
   Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions());
   for (const char* algo : {"ring", "hd", "tree", "rd", "native"}) {

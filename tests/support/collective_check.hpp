@@ -184,7 +184,7 @@ inline std::string checkEveryAlgorithm(Communicator& comm, int* cases) {
     // fall back by design; they are checked where they can run.
     algorithms::CollectiveCall probe;
     probe.collective = coll;
-    if (!algo->canRun(probe, {comm.impl()->engine().transport(), comm.impl()->topology()})) continue;
+    if (!algo->canRun(probe, {comm.impl()->transport(), comm.impl()->topology()})) continue;
     const bool reduces =
         coll == Collective::kAllreduce || coll == Collective::kReduce || coll == Collective::kReduceScatter;
     for (DataType t : types) {

@@ -24,9 +24,11 @@ namespace gradcomm::transport {
 
 namespace {
 constexpr int kSeqShift = UcxTagLayout::kMessageBits + UcxTagLayout::kFingerprintBits;
-constexpr int kRankShift = kSeqShift + UcxTagLayout::kSeqBits;
+constexpr int kCommShift = kSeqShift + UcxTagLayout::kSeqBits;
+constexpr int kRankShift = kCommShift + UcxTagLayout::kCommBits;
 constexpr int kFingerprintShift = UcxTagLayout::kMessageBits;
 constexpr uint64_t mask(int bits) { return (uint64_t{1} << bits) - 1; }
+uint64_t commBits(const Tag& tag) { return (static_cast<uint64_t>(tag.comm) & mask(UcxTagLayout::kCommBits)) << kCommShift; }
 static_assert(kRankShift + UcxTagLayout::kRankBits == 63, "the tag layout must fill 63 bits below the control bit");
 }  // namespace
 
@@ -34,13 +36,13 @@ uint64_t UcxTagLayout::data(int source, const Tag& tag) {
   if (tag.message == Tag::kCallCheck) {
     // The engine's call check: apart from every data message, matched on
     // source and sequence alone (its fingerprint takes no part).
-    return control(source, kCallCheck) | (tag.seq & mask(kSeqBits)) << kSeqShift;
+    return control(source, kCallCheck) | commBits(tag) | (tag.seq & mask(kSeqBits)) << kSeqShift;
   }
   if (tag.message == Tag::kGossip) {
     // Gossip pushes: control space too, matched on source and step alone.
-    return control(source, kGossip) | (tag.seq & mask(kSeqBits)) << kSeqShift;
+    return control(source, kGossip) | commBits(tag) | (tag.seq & mask(kSeqBits)) << kSeqShift;
   }
-  return (static_cast<uint64_t>(source) & mask(kRankBits)) << kRankShift |
+  return (static_cast<uint64_t>(source) & mask(kRankBits)) << kRankShift | commBits(tag) |
          (tag.seq & mask(kSeqBits)) << kSeqShift |
          (static_cast<uint64_t>(tag.fingerprint) & mask(kFingerprintBits)) << kFingerprintShift |
          (static_cast<uint64_t>(tag.message) & mask(kMessageBits));
@@ -53,7 +55,7 @@ uint64_t UcxTagLayout::control(int source, uint32_t kind) {
 uint64_t UcxTagLayout::controlKindMask() { return kControlBit | mask(kMessageBits); }
 
 uint64_t UcxTagLayout::sourceAndSeqMask() {
-  return kControlBit | mask(kRankBits) << kRankShift | mask(kSeqBits) << kSeqShift;
+  return kControlBit | mask(kRankBits) << kRankShift | mask(kCommBits) << kCommShift | mask(kSeqBits) << kSeqShift;
 }
 
 uint32_t UcxTagLayout::fingerprintOf(uint64_t tag) {
@@ -527,6 +529,7 @@ bool UcxTransport::probeMismatch(int peer, const Tag& expected) {
   ucp_worker_progress(state_->worker);
   Tag probe;
   probe.seq = expected.seq;
+  probe.comm = expected.comm;
   ucp_tag_recv_info_t info{};
   ucp_tag_message_h msg =
       ucp_tag_probe_nb(state_->worker, UcxTagLayout::data(peer, probe), UcxTagLayout::sourceAndSeqMask(), 0, &info);

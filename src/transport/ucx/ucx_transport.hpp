@@ -16,9 +16,12 @@ namespace gradcomm::transport {
 /// matching is per worker, not per endpoint).
 struct UcxTagLayout {
   static constexpr int kMessageBits = 14;
-  static constexpr int kFingerprintBits = 15;
-  static constexpr int kSeqBits = 16;
-  static constexpr int kRankBits = 18;  // + 1 control bit = 64
+  static constexpr int kFingerprintBits = 9;
+  static constexpr int kSeqBits = 14;
+  /// Tag::comm: the group a message belongs to (communicators split from
+  /// one another share the worker).
+  static constexpr int kCommBits = 10;
+  static constexpr int kRankBits = 16;  // + 1 control bit = 64
   static constexpr uint64_t kControlBit = uint64_t{1} << 63;
   static constexpr int kMaxRanks = 1 << kRankBits;
 
@@ -33,7 +36,7 @@ struct UcxTagLayout {
   static uint64_t controlKindMask();
   /// Mask that matches a data tag exactly.
   static constexpr uint64_t kFullMask = ~uint64_t{0};
-  /// Mask of the control bit, the source and the sequence number: a probe
+  /// Mask of the control bit, the source, the group and the sequence number: a probe
   /// with it finds a peer's message for an operation whatever its fingerprint.
   static uint64_t sourceAndSeqMask();
   static uint32_t fingerprintOf(uint64_t tag);

@@ -1,0 +1,46 @@
+#include "transport/group_transport.hpp"
+
+#include <algorithm>
+
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::transport {
+
+GroupTransport::GroupTransport(Transport& base, std::vector<int> members, uint32_t comm,
+                               std::function<void()> release)
+    : base_(base), members_(std::move(members)), comm_(comm), release_(std::move(release)) {
+  const auto it = std::find(members_.begin(), members_.end(), base_.rank());
+  if (it == members_.end()) {
+    throw InternalError("a group transport formed on rank " + std::to_string(base_.rank()) + ", which is not a member");
+  }
+  rank_ = static_cast<int>(it - members_.begin());
+}
+
+GroupTransport::~GroupTransport() {
+  if (release_) release_();
+}
+
+int GroupTransport::checkedPeer(int peer) const {
+  if (peer < 0 || peer >= size()) {
+    throw InternalError("group rank " + std::to_string(peer) + " is outside a group of " + std::to_string(size()));
+  }
+  return members_[static_cast<size_t>(peer)];
+}
+
+RequestPtr GroupTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
+  return base_.isend(checkedPeer(peer), data, bytes, mapped(tag));
+}
+
+RequestPtr GroupTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
+  return base_.irecv(checkedPeer(peer), data, bytes, mapped(tag));
+}
+
+RequestPtr GroupTransport::irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) {
+  return base_.irecvExpecting(checkedPeer(peer), data, capacity, expected, mapped(tag));
+}
+
+bool GroupTransport::probeMismatch(int peer, const Tag& expected) {
+  return base_.probeMismatch(checkedPeer(peer), mapped(expected));
+}
+
+}  // namespace gradcomm::transport

@@ -1,0 +1,62 @@
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace gradcomm::transport {
+
+/// A group of some of another transport's ranks, over that transport's
+/// connections: ranks are renumbered (member i is the base's rank
+/// members[i]) and every message carries the group's Tag::comm, so the
+/// group's messages never meet another group's. It owns nothing but the
+/// rank map: the base transport (and the engine that drives it) stay the
+/// context's. Failure is the context's too: abort notices go to every rank
+/// of the base transport.
+class GroupTransport : public Transport {
+ public:
+  /// `release` runs when the group is destroyed (it frees the group's id).
+  GroupTransport(Transport& base, std::vector<int> members, uint32_t comm, std::function<void()> release = {});
+  ~GroupTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  std::string name() const override { return base_.name(); }
+  bool yieldedWhileIdle() override { return base_.yieldedWhileIdle(); }
+
+  RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) override;
+  RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
+  RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) override;
+  bool probeMismatch(int peer, const Tag& expected) override;
+  /// The group has no shared-memory block of its own: nothing to announce.
+  void announce(const CallSignature&) override {}
+  std::optional<CallSignature> announcedSignature(int, uint64_t) override { return std::nullopt; }
+
+  void broadcastAbort(const std::string& reason) override { base_.broadcastAbort(reason); }
+  std::optional<std::string> pollAbort() override { return base_.pollAbort(); }
+  void notePeerFailure(const std::string& reason) override { base_.notePeerFailure(reason); }
+  bool abandonedTransfersPending() override { return base_.abandonedTransfersPending(); }
+
+  uint32_t comm() const { return comm_; }
+  /// The base transport's rank of group rank `r`.
+  int baseRank(int r) const { return members_[static_cast<size_t>(r)]; }
+  const std::vector<int>& members() const { return members_; }
+
+ private:
+  Tag mapped(const Tag& tag) const {
+    Tag t = tag;
+    t.comm = comm_;
+    return t;
+  }
+  int checkedPeer(int peer) const;
+
+  Transport& base_;
+  std::vector<int> members_;
+  uint32_t comm_;
+  int rank_ = -1;
+  std::function<void()> release_;
+};
+
+}  // namespace gradcomm::transport
