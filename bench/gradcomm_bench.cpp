@@ -64,6 +64,7 @@ struct Args {
   /// --interleave: every configuration at one size before the next size,
   /// so the times compared at a size are taken close together.
   bool interleave = false;
+  bool digest = false;  ///< --digest: a hash of one call's result on random floats
 };
 
 struct Row {
@@ -85,6 +86,8 @@ struct Row {
   /// calibration this communicator made (gradcomm's uncompressed rows; < 0:
   /// none, as for baselines, compression, or GRADCOMM_SELECT=rule).
   double predictedUs = -1;
+  /// --digest: the ranks' summed FNV-1a hashes of one call's output; 0: none.
+  uint64_t digest = 0;
 };
 
 int gRank = 0, gSize = 1;
@@ -207,6 +210,9 @@ void usage() {
       "  -q, --quiet             no progress on stderr\n"
       "  --median                time each call and report the median (the slowest rank's), not the\n"
       "                          mean of the whole run: robust to a rare long stall on a busy host\n"
+      "  --digest                after timing each size, run one call on random values of mixed\n"
+      "                          magnitudes and report a hash of every rank's result (the JSON's\n"
+      "                          \"digest\"): equal hashes across runs = bitwise-identical results\n"
       "  --interleave            measure every configuration (algorithms, baselines) at a size before\n"
       "                          the next size, instead of one configuration's whole sweep after the\n"
       "                          other: on a machine whose speed drifts, the ratios at a size compare\n"
@@ -300,6 +306,8 @@ Args parseArgs(int argc, char** argv) {
       a.median = true;
     } else if (k == "--interleave") {
       a.interleave = true;
+    } else if (k == "--digest") {
+      a.digest = true;
     } else {
       usage();
       die("unknown option '" + k + "'");
@@ -819,6 +827,26 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       // Restore plausible data for the next timed runs.
       for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
     }
+    uint64_t digest = 0;
+    if (ctx.args.digest && !isBaseline) {
+      // Values of mixed magnitudes, so that sums in another order round
+      // differently: equal digests mean the same order of operations.
+      auto [in, out] = callBuffers(ctx, b, 0, inPlace, g, elem);
+      void* src = inPlace && coll != Collective::kAllgather ? b.out[0].get() : in;
+      uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(gRank + 1);
+      for (size_t i = 0; i < g.inElems; ++i) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const double v = (static_cast<double>(x >> 11) * 0x1.0p-53 * 2 - 1) * std::ldexp(1.0, static_cast<int>(x & 15) - 8);
+        store(t, src, i, op == ReduceOp::kProd ? 1 + v / 512 : v);
+      }
+      call(0, in, out);
+      const unsigned char* bytes = static_cast<const unsigned char*>(out);
+      const size_t outBytes = (coll == Collective::kReduceScatter ? g.count : g.outElems) * elem;
+      uint64_t h = 1469598103934665603ull;
+      for (size_t i = 0; i < outBytes; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+      digest = static_cast<uint64_t>(ctx.control.sum(static_cast<long long>(h >> 1)));
+      for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
+    }
     double predictedUs = -1;
     if (!isBaseline && compression == "none") {
       for (const auto& [name, seconds] : ctx.comm->explainSelection(coll, g.count, t).predictedSeconds) {
@@ -829,7 +857,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
     // MPI's collective moves what ours moves; memcpy and p2p are raw rates.
     const double factor = (!isBaseline || base == "mpi") ? busFactor(coll, gSize) : 1.0;
     rows.push_back(Row{algo, ran, isBaseline ? "none" : compression, isBaseline ? "none" : ctx.transport, t, op, realBytes, realBytes / elem, coll == Collective::kBroadcast ? ctx.args.root : -1,
-                       inPlace, us, algbw, algbw * factor, wrong, predictedUs});
+                       inPlace, us, algbw, algbw * factor, wrong, predictedUs, digest});
   }
   return rows;
 }
@@ -1115,7 +1143,8 @@ int main(int argc, char** argv) {
           << ", \"count\": " << r.count << ", \"root\": " << r.root << ", \"in_place\": " << (r.inPlace ? "true" : "false")
           << ", \"time_us\": " << r.timeUs << ", \"algbw_GBps\": " << r.algbw << ", \"busbw_GBps\": " << r.busbw
           << ", \"wrong\": " << (r.wrong < 0 ? std::string("null") : std::to_string(r.wrong))
-          << ", \"predicted_us\": " << (r.predictedUs < 0 ? std::string("null") : std::to_string(r.predictedUs)) << "}"
+          << ", \"predicted_us\": " << (r.predictedUs < 0 ? std::string("null") : std::to_string(r.predictedUs))
+          << ", \"digest\": " << (r.digest ? "\"" + std::to_string(r.digest) + "\"" : std::string("null")) << "}"
           << (i + 1 < all.size() ? "," : "") << "\n";
       }
       f << "]}\n";
