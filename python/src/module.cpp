@@ -39,6 +39,10 @@ PYBIND11_MODULE(_C, m) {
              return c10::make_intrusive<ProcessGroupGradcomm>(store, rank, size, timeout);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"))
+      .def("subgroup", &ProcessGroupGradcomm::subgroup, py::arg("ranks"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>(),
+           "The group of `ranks` (this group's ranks, in the new group's order) over this group's context, "
+           "formed by those ranks alone: no new connections or threads.")
       .def("allreduce_compressed", &ProcessGroupGradcomm::allreduceCompressed, py::arg("tensor"),
            py::arg("compression"), py::arg("error_feedback") = nullptr,
            py::call_guard<py::gil_scoped_release>(),

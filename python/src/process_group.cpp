@@ -153,7 +153,71 @@ ProcessGroupGradcomm::ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>
     telemetry_->timeline = std::make_unique<core::Timeline>(perRankPath(config.timelinePath, rank), rank);
   }
   lastFlush_ = Clock::now();
-  completer_ = std::thread([this] { completionLoop(); });
+  completer_ = std::make_shared<Completer>();
+}
+
+ProcessGroupGradcomm::ProcessGroupGradcomm(Communicator comm, std::chrono::milliseconds timeout,
+                                           std::shared_ptr<Completer> completer)
+    : c10d::Backend(comm.rank(), comm.size()),
+      timeout_(timeout),
+      comm_(std::move(comm)),
+      completer_(std::move(completer)),
+      telemetry_(std::make_shared<Telemetry>()) {
+  init();
+  // GRADCOMM_STATS as for the first group; the timeline (one file per rank)
+  // stays the first group's.
+  const auto& config = comm_.impl()->config();
+  printStats_ = config.statsEvery > 0 && (config.statsAllRanks || rank_ == 0);
+  lastFlush_ = Clock::now();
+}
+
+c10::intrusive_ptr<ProcessGroupGradcomm> ProcessGroupGradcomm::subgroup(const std::vector<int64_t>& ranks,
+                                                                        std::chrono::milliseconds timeout) {
+  std::vector<int> r;
+  for (int64_t x : ranks) {
+    if (x < 0 || x >= size_) {
+      throw std::invalid_argument("gradcomm backend: subgroup: rank " + std::to_string(x) +
+                                  " is not a rank of this group (size " + std::to_string(size_) + ")");
+    }
+    r.push_back(static_cast<int>(x));
+  }
+  if (shutDown_.load()) throw std::runtime_error("gradcomm backend: subgroup of a group that was shut down");
+  return c10::make_intrusive<ProcessGroupGradcomm>(comm_.subgroup(r), timeout, completer_);
+}
+
+// ---- Completer ---------------------------------------------------------------
+
+Completer::Completer() : thread_([this] { loop(); }) {}
+
+Completer::~Completer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Completer::push(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void Completer::loop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping, and every call finished
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
 }
 
 ProcessGroupGradcomm::~ProcessGroupGradcomm() { shutdown(); }
@@ -161,11 +225,6 @@ ProcessGroupGradcomm::~ProcessGroupGradcomm() { shutdown(); }
 void ProcessGroupGradcomm::shutdown() {
   // torch's destroy_process_group calls this; the destructor does too.
   if (shutDown_.exchange(true)) return;
-  {
-    std::lock_guard<std::mutex> lock(queueMu_);
-    stopping_ = true;
-  }
-  queueCv_.notify_all();
   if (p2pSignal_) {
     {
       std::lock_guard<std::mutex> lock(p2pSignal_->mu);
@@ -173,13 +232,17 @@ void ProcessGroupGradcomm::shutdown() {
     }
     p2pSignal_->cv.notify_all();
   }
-  if (completer_.joinable() || p2pCompleter_.joinable()) {
+  {
     // The completion threads run future callbacks, which may be Python
-    // (DDP comm hooks) and take the GIL: never hold it while joining.
+    // (DDP comm hooks) and take the GIL: never hold it while waiting.
     PyThreadState* saved = nullptr;
     if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
-    if (completer_.joinable()) completer_.join();
+    {
+      std::unique_lock<std::mutex> lock(outstandingMu_);
+      outstandingCv_.wait(lock, [this] { return outstanding_ == 0; });
+    }
     if (p2pCompleter_.joinable()) p2pCompleter_.join();
+    completer_.reset();  // the last group of the context joins its thread
     if (saved) PyEval_RestoreThread(saved);
   }
   {
@@ -296,47 +359,44 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::enqueue(Pending p) {
                                   "\"bytes\": " + std::to_string(p.bytes));
   }
   {
-    std::lock_guard<std::mutex> lock(queueMu_);
-    queue_.push_back(std::move(p));
+    std::lock_guard<std::mutex> lock(outstandingMu_);
+    ++outstanding_;
   }
-  queueCv_.notify_one();
+  completer_->push([this, pending = std::make_shared<Pending>(std::move(p))] {
+    complete(*pending);
+    {
+      std::lock_guard<std::mutex> lock(outstandingMu_);
+      --outstanding_;
+    }
+    outstandingCv_.notify_all();
+  });
   return work;
 }
 
-void ProcessGroupGradcomm::completionLoop() {
-  for (;;) {
-    Pending p;
-    {
-      std::unique_lock<std::mutex> lock(queueMu_);
-      queueCv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and every call finished
-      p = std::move(queue_.front());
-      queue_.pop_front();
+void ProcessGroupGradcomm::complete(Pending& p) {
+  std::exception_ptr error;
+  try {
+    for (auto& op : p.ops) op.wait();
+    if (p.finish) p.finish();
+  } catch (const std::exception& e) {
+    error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  double commMs = 0;
+  for (auto& op : p.ops) {
+    if (op.endTime() == Clock::time_point{} || op.startTime() == Clock::time_point{}) continue;
+    commMs += std::chrono::duration<double, std::milli>(op.endTime() - op.startTime()).count();
+    if (telemetry_->timeline) {
+      telemetry_->timeline->span(p.what, "collective", op.startTime(), op.endTime(), core::Timeline::kComm,
+                                 "\"algorithm\": \"" + op.algorithm() + "\", \"bytes\": " +
+                                     std::to_string(op.bytes()));
     }
-    std::exception_ptr error;
-    try {
-      for (auto& op : p.ops) op.wait();
-      if (p.finish) p.finish();
-    } catch (const std::exception& e) {
-      error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
-    } catch (...) {
-      error = std::current_exception();
-    }
-    double commMs = 0;
-    for (auto& op : p.ops) {
-      if (op.endTime() == Clock::time_point{} || op.startTime() == Clock::time_point{}) continue;
-      commMs += std::chrono::duration<double, std::milli>(op.endTime() - op.startTime()).count();
-      if (telemetry_->timeline) {
-        telemetry_->timeline->span(p.what, "collective", op.startTime(), op.endTime(), core::Timeline::kComm,
-                                   "\"algorithm\": \"" + op.algorithm() + "\", \"bytes\": " +
-                                       std::to_string(op.bytes()));
-      }
-    }
-    finishCall(p, error, commMs);
-    if (telemetry_->timeline && Clock::now() - lastFlush_ > std::chrono::seconds(1)) {
-      telemetry_->timeline->flush();
-      lastFlush_ = Clock::now();
-    }
+  }
+  finishCall(p, error, commMs);
+  if (telemetry_->timeline && Clock::now() - lastFlush_ > std::chrono::seconds(1)) {
+    telemetry_->timeline->flush();
+    lastFlush_ = Clock::now();
   }
 }
 

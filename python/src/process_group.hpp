@@ -67,15 +67,44 @@ struct CollectiveStats {
 ///
 /// Every call validates its tensors, issues gradcomm operations (in issue
 /// order, under one lock, so every rank issues the same sequence) and
-/// returns at once. One completion thread per group waits for them in that
-/// order, copies results out of temporaries, and completes the Work and its
-/// future. A call whose tensors it cannot take fails on that rank before
+/// returns at once. One completion thread (a Completer, shared by the
+/// groups of one context) waits for them in that order, copies results out
+/// of temporaries, and completes the Work and its future. A call whose tensors it cannot take fails on that rank before
 /// anything is issued, and the group stays usable.
+/// Completes queued calls one at a time, in queue order, on one thread:
+/// the groups of one context share it (their operations run in one order
+/// too), so the threads of a process do not grow with its groups.
+class Completer {
+ public:
+  Completer();
+  /// Finishes what is queued and joins the thread. Not with the GIL held:
+  /// jobs may run Python future callbacks.
+  ~Completer();
+  void push(std::function<void()> job);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 class ProcessGroupGradcomm : public c10d::Backend {
  public:
   ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout);
+  /// A group over `comm` (a subgroup of another group's communicator) that
+  /// shares that group's completion thread.
+  ProcessGroupGradcomm(Communicator comm, std::chrono::milliseconds timeout, std::shared_ptr<Completer> completer);
   ~ProcessGroupGradcomm() override;
+
+  /// The group of the ranks `ranks` (this group's numbers, in the new
+  /// group's order), formed by them alone over this group's context: no
+  /// new connections, threads or shared memory (Communicator::subgroup).
+  c10::intrusive_ptr<ProcessGroupGradcomm> subgroup(const std::vector<int64_t>& ranks,
+                                                    std::chrono::milliseconds timeout);
 
   const std::string getBackendName() const override { return "gradcomm"; }
   /// Finishes the calls already issued, stops the completion threads, prints
@@ -175,7 +204,8 @@ class ProcessGroupGradcomm : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool isSend, std::vector<at::Tensor>& tensors, int peer, int tag);
   /// Queues a finished issue for the completion thread; returns its Work.
   c10::intrusive_ptr<c10d::Work> enqueue(Pending p);
-  void completionLoop();
+  /// Waits for one call's operations and completes it (on the completer).
+  void complete(Pending& p);
   /// Completes point-to-point Works as their own transfers complete (in any
   /// order: a send must not wait for a receive issued before it).
   void p2pCompletionLoop();
@@ -200,11 +230,10 @@ class ProcessGroupGradcomm : public c10d::Backend {
   std::thread p2pCompleter_;  // started by the first point-to-point call
 
   std::atomic<bool> shutDown_{false};
-  std::mutex queueMu_;
-  std::condition_variable queueCv_;
-  std::deque<Pending> queue_;
-  bool stopping_ = false;
-  std::thread completer_;
+  std::shared_ptr<Completer> completer_;
+  std::mutex outstandingMu_;
+  std::condition_variable outstandingCv_;
+  size_t outstanding_ = 0;  ///< calls queued on completer_ and not yet completed
 
   mutable std::mutex statsMu_;
   std::map<std::string, CollectiveStats> stats_;

@@ -22,6 +22,17 @@ def test_coalesced_allgather_and_reduce_scatter_match_gloo_and_shutdown_ends_the
         assert "shut down" in r.result["after_shutdown"], r.result
 
 
+@pytest.mark.parametrize("mode", ["shared", "separate"])
+def test_new_groups_are_subgroups_with_their_own_ranks_and_no_new_threads(tmp_path, mode):
+    results = assert_all_ok(run_job("groups", 3, tmp_path, timeout=120, env={"GRADCOMM_TORCH_GROUPS": mode}))
+    for r in results:
+        grew = r.result["threads_after"] - r.result["threads_before"]
+        if mode == "shared":
+            assert grew == 0, r.result
+        else:  # a communicator (and its progress and completion threads) per group
+            assert grew >= 50, r.result
+
+
 @pytest.mark.parametrize("init", ["file", "tcp"])
 def test_init_process_group_through_init_method_takes_its_timeout(tmp_path, init):
     results = assert_all_ok(run_job("init", 2, tmp_path, init=init))

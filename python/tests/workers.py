@@ -559,6 +559,51 @@ def scenario_telemetry(rank, world, init_method, outdir):
     dist.destroy_process_group()  # flushes the trace, prints the statistics
 
 
+def _threads():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return -1
+
+
+def scenario_groups(rank, world, init_method, outdir):
+    """dist.new_group over gradcomm: subgroups of the default group, with
+    their own ranks and sums, and (GRADCOMM_TORCH_GROUPS=shared) no new
+    threads however many there are."""
+    init(rank, world, init_method, timeout_s=30)
+    # Warm the default group (its completion thread starts with it).
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    before = _threads()
+    groups = {}
+    for members in ([0, world - 1], list(range(1, world)), list(range(world))):
+        g = dist.new_group(members, backend="gradcomm")
+        if rank in members:
+            groups[tuple(members)] = g
+    many = [dist.new_group(backend="gradcomm") for _ in range(50)]
+    after = _threads()
+    for round_ in range(3):
+        for members, g in groups.items():
+            x = torch.full((5,), float(rank + round_))
+            dist.all_reduce(x, group=g)
+            want = float(sum(members) + round_ * len(members))
+            assert torch.equal(x, torch.full((5,), want)), (members, x, want)
+            assert dist.get_rank(g) == members.index(rank)
+        y = torch.full((3,), float(rank))
+        dist.all_reduce(y, group=many[round_ * 7])
+        assert torch.equal(y, torch.full((3,), float(sum(range(world))))), y
+    # An allgather on a group numbers its ranks as the group does.
+    g = groups[tuple(range(1, world))] if rank >= 1 else None
+    if g is not None:
+        outs = [torch.zeros(1) for _ in range(world - 1)]
+        dist.all_gather(outs, torch.tensor([float(rank)]), group=g)
+        assert [o.item() for o in outs] == [float(r) for r in range(1, world)], outs
+    dist.barrier()
+    print("RESULT " + json.dumps({"threads_before": before, "threads_after": after}))
+    dist.destroy_process_group()
+
+
 def scenario_coalesced(rank, world, init_method, outdir):
     """all_gather_into_tensor and reduce_scatter_tensor coalesced (as FSDP
     issues them) give Gloo's results; shutdown() through

@@ -7,8 +7,18 @@ Importing this module registers the backend ``"gradcomm"``::
     dist.init_process_group("gradcomm")   # env:// (torchrun), tcp://... or file://...
 
 The communicator is formed through the store ``init_process_group`` made;
-its timeout is the process group's.
+its timeout is the process group's. Groups made later with
+``dist.new_group(ranks, backend="gradcomm")`` are subgroups of it
+(``Communicator::subgroup``): they share its connections and its threads,
+so a group costs about 1 ms and a few KiB; their calls and the default
+group's run in the order each process issues them, so ranks must issue the
+calls of groups they share in one consistent order (as with NCCL).
+``GRADCOMM_TORCH_GROUPS=separate`` gives every group a communicator of its
+own instead (its own connections and threads; calls of different groups
+then progress independently).
 """
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -17,16 +27,38 @@ from ._C import ErrorFeedback, ProcessGroupGradcomm, __version__  # noqa: F401
 BACKEND_NAME = "gradcomm"
 
 
-def _create_process_group(store, rank, world_size, timeout):
-    """The creator torch.distributed calls for backend "gradcomm"."""
-    return ProcessGroupGradcomm(store, rank, world_size, timeout)
+_GROUP_MODES = ("shared", "separate")
+# The default group's backend: later groups are its subgroups.
+_default_group = None
+
+
+def _groups_mode():
+    mode = os.environ.get("GRADCOMM_TORCH_GROUPS", "shared").strip().lower() or "shared"
+    if mode not in _GROUP_MODES:
+        raise ValueError(f"GRADCOMM_TORCH_GROUPS='{mode}' is not valid: expected one of {', '.join(_GROUP_MODES)}")
+    return mode
+
+
+def _create_process_group(opts, backend_options=None):
+    """The creator torch.distributed calls for backend "gradcomm" (torch's
+    extended API: ``opts`` names the group's global ranks)."""
+    global _default_group
+    mode = _groups_mode()
+    ranks = list(opts.global_ranks_in_group)
+    if ranks and mode == "shared" and _default_group is not None:
+        # A new_group: only its members call this, which subgroup allows.
+        return _default_group.subgroup(ranks, opts.timeout)
+    pg = ProcessGroupGradcomm(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    if not ranks:  # the default group (torch passes no ranks for it)
+        _default_group = pg
+    return pg
 
 
 def _register():
     # Importing twice (or reloading) must not register twice.
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_process_group, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=["cpu"])
 
 
 _register()
