@@ -184,7 +184,8 @@ GossipAveragerImpl::GossipAveragerImpl(Communicator comm, std::vector<GossipBuff
   }
   transfers_ = std::make_shared<gossip::GossipTransfers>();
   impl_.engine().addBackground(transfers_);
-  impl_.engine().withTransport([&](transport::Transport& t) {
+  impl_.engine().withTransport([&](transport::Transport&) {
+    transport::Transport& t = impl_.transport();  // this communicator's (a group's, for a split one)
     postReceives(t);
     noteBuffers();
   });
@@ -200,7 +201,8 @@ GossipAveragerImpl::~GossipAveragerImpl() {
   auto& engine = impl_.engine();
   engine.removeBackground(transfers_.get());
   bool keep = false;
-  engine.withTransport([&](transport::Transport& t) {
+  engine.withTransport([&](transport::Transport&) {
+    transport::Transport& t = impl_.transport();  // this communicator's (a group's, for a split one)
     transfers_->abandonAll();
     keep = t.abandonedTransfersPending();
   });
@@ -375,7 +377,8 @@ void GossipAveragerImpl::step() {
     std::memcpy(p + headerBytes(), z_.data(), count_ * sizeof(float));
   }
   std::vector<Transfer> arrived;
-  impl_.engine().withTransport([&](transport::Transport& t) {
+  impl_.engine().withTransport([&](transport::Transport&) {
+    transport::Transport& t = impl_.transport();  // this communicator's (a group's, for a split one)
     transfers_->advanceAll();
     for (int peer : out) transfers_->post(t, true, pushesTo_[static_cast<size_t>(peer)]++, peer, push);
     stats_.sent += out.size();
@@ -409,7 +412,8 @@ void GossipAveragerImpl::step() {
     core::logOnce(core::LogLevel::kInfo, rank_,
                   "gossip: push-sum weight rescaled (pushes keep being dropped as stale: a persistent straggler)");
   }
-  impl_.engine().withTransport([&](transport::Transport& t) {
+  impl_.engine().withTransport([&](transport::Transport&) {
+    transport::Transport& t = impl_.transport();  // this communicator's (a group's, for a split one)
     // A dead peer: an in-neighbour more than S steps behind this rank's
     // clock and silent for the timeout. A live straggler keeps pushing, and
     // on the group's clock (it adopts the newest step it hears).
@@ -502,7 +506,8 @@ void GossipAveragerImpl::synchronize() {
   discardBelow_ = step_;
   stats_.clock = step_;
   std::vector<Transfer> arrived;
-  impl_.engine().withTransport([&](transport::Transport& t) {
+  impl_.engine().withTransport([&](transport::Transport&) {
+    transport::Transport& t = impl_.transport();  // this communicator's (a group's, for a split one)
     transfers_->advanceAll();
     arrived = transfers_->takeFinishedReceives();
     postReceives(t);

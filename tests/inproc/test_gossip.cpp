@@ -62,6 +62,23 @@ TEST(Gossip, RanksReachTheAverageOfTheirStartingValues) {
   }
 }
 
+TEST(Gossip, AveragersOnGroupsSplitFromOneCommunicatorAverageWithinTheirGroup) {
+  // Two groups over one context: each reaches its own members' average,
+  // and the pushes of one never reach the other (they carry its group id).
+  runRanks(4, [&](RankContext& ctx) {
+    Communicator half = ctx.comm.split(ctx.rank % 2, ctx.rank);
+    auto a = startValues(ctx.rank, 64);
+    GossipAverager g(half, {{a.data(), a.size()}});
+    for (int s = 0; s < 40; ++s) {
+      g.step();
+      ctx.barrier->wait();
+    }
+    g.synchronize();
+    const auto x = startValues(ctx.rank % 2, 64), y = startValues(ctx.rank % 2 + 2, 64);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], (x[i] + y[i]) / 2, 1e-4) << "rank " << ctx.rank;
+  });
+}
+
 TEST(Gossip, SynchronizeLeavesTheExactAverageOnEveryRank) {
   runRanks(4, [&](RankContext& ctx) {
     auto a = startValues(ctx.rank, 50);
