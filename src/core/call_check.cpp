@@ -16,7 +16,7 @@ void CallCheck::start(transport::Transport& t, const transport::CallSignature& m
   mine_ = &mine;
   next_ = (r + 1) % p;
   previous_ = (r + p - 1) % p;
-  shm_ = t.sharedMemory();
+  shm_ = t.checksCallsThroughSharedMemory() ? t.sharedMemory() : nullptr;
   nextLocal_ = shm_ ? shm_->localIndexOf(next_) : -1;
   previousLocal_ = shm_ ? shm_->localIndexOf(previous_) : -1;
   sendPending_ = recvPending_ = true;

@@ -95,6 +95,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
   engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), settings);
   context_ = std::make_shared<Context>();
   context_->engine = engine_;
+  context_->view = std::make_shared<topology::TopologyView>(view_);
   context_->idInUse[0] = 1;
   context_->idInUse[Context::kFormingGroup] = 1;
   context_->alive = 1;
@@ -511,12 +512,14 @@ std::shared_ptr<CommunicatorImpl> CommunicatorImpl::subgroup(const std::vector<i
     if (!transport) {
       const uint32_t id = agreeOnGroupId(members);
       std::weak_ptr<Context> context = context_;
-      transport = std::make_shared<transport::GroupTransport>(engine_->transport(), members, id, [context, id] {
+      auto group = std::make_shared<transport::GroupTransport>(engine_->transport(), members, id, [context, id] {
         if (auto c = context.lock()) {
           std::lock_guard<std::mutex> lock(c->mu);
           c->idInUse[id] = 0;
         }
       });
+      shareMemoryIfWholeHosts(*group, members);
+      transport = std::move(group);
     }
     return std::shared_ptr<CommunicatorImpl>(
         new CommunicatorImpl(Member{}, *this, std::move(transport), std::move(members), std::move(view)));
@@ -526,6 +529,36 @@ std::shared_ptr<CommunicatorImpl> CommunicatorImpl::subgroup(const std::vector<i
     engine_->abort(e.code(), "rank " + std::to_string(rank_) + " could not form a subgroup: " + e.what(), true);
     rethrowAs(e.code(), "subgroup: " + std::string(e.what()));
   }
+}
+
+void CommunicatorImpl::shareMemoryIfWholeHosts(transport::GroupTransport& group, const std::vector<int>& members) {
+  transport::Transport& base = engine_->transport();
+  const size_t chunk = base.sharedMemoryChunkBytes();  // equal on every rank
+  if (chunk == 0) return;
+  // Every member decides alike, from the members and the context's hosts:
+  // on each host holding a member, the members are all of the context's
+  // ranks there, listed in the context's order.
+  const topology::TopologyView& hosts = *context_->view;
+  std::vector<int> seen(static_cast<size_t>(hosts.numHosts()), 0), last(static_cast<size_t>(hosts.numHosts()), -1);
+  for (int m : members) {
+    const auto h = static_cast<size_t>(hosts.hostOf(m));
+    if (m < last[h]) return;
+    last[h] = m;
+    ++seen[h];
+  }
+  for (int m : members) {
+    const auto h = static_cast<size_t>(hosts.hostOf(m));
+    if (static_cast<size_t>(seen[h]) != hosts.ranksOnHost(static_cast<int>(h)).size()) return;
+  }
+  std::unique_ptr<transport::ShmGroup> view;
+  if (const transport::ShmGroup* shm = base.sharedMemory()) {
+    std::vector<int> ranks;
+    for (int r : shm->ranks()) {
+      ranks.push_back(static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin()));
+    }
+    view = shm->renumbered(std::move(ranks));
+  }
+  group.shareMemory(std::move(view), chunk);
 }
 
 std::shared_ptr<CommunicatorImpl> CommunicatorImpl::split(int color, int key) {

@@ -13,6 +13,10 @@
 #include "gradcomm/communicator.hpp"
 #include "topology/topology_view.hpp"
 
+namespace gradcomm::transport {
+class GroupTransport;
+}
+
 namespace gradcomm::detail {
 
 /// Fingerprint of point-to-point messages (no collective hashes to it in practice).
@@ -31,6 +35,8 @@ struct Context {
   static constexpr uint32_t kFormingGroup = kMaxGroups - 1;
 
   std::shared_ptr<core::ProgressEngine> engine;
+  /// The hosts of the engine's transport's ranks (the first communicator's view).
+  std::shared_ptr<const topology::TopologyView> view;
   std::mutex mu;
   std::vector<uint8_t> idInUse = std::vector<uint8_t>(kMaxGroups, 0);  // guarded by mu
   int alive = 0;  ///< communicators not yet destroyed; guarded by mu
@@ -122,6 +128,10 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// The group ids no member of `members` (context ranks) uses, agreed by
   /// an allgather among them; the lowest is the new group's.
   uint32_t agreeOnGroupId(const std::vector<int>& members);
+  /// Gives `group` the context's shared memory when every host's ranks that
+  /// hold a member are all members, in the context's order (the same
+  /// decision on every member); otherwise it has none.
+  void shareMemoryIfWholeHosts(transport::GroupTransport& group, const std::vector<int>& members);
 
   std::shared_ptr<Context> context_;
   /// The transport of this communicator: the engine's, or a group's (owned).

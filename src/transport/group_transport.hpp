@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/shm_group.hpp"
 #include "transport/transport.hpp"
 
 namespace gradcomm::transport {
@@ -30,7 +31,9 @@ class GroupTransport : public Transport {
   RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
   RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) override;
   bool probeMismatch(int peer, const Tag& expected) override;
-  /// The group has no shared-memory block of its own: nothing to announce.
+  /// Announcements live in the base's shared memory, numbered by its
+  /// operations: a group announces nothing (a peer's probe would read a
+  /// group's number as the base's).
   void announce(const CallSignature&) override {}
   std::optional<CallSignature> announcedSignature(int, uint64_t) override { return std::nullopt; }
 
@@ -38,6 +41,18 @@ class GroupTransport : public Transport {
   std::optional<std::string> pollAbort() override { return base_.pollAbort(); }
   void notePeerFailure(const std::string& reason) override { base_.notePeerFailure(reason); }
   bool abandonedTransfersPending() override { return base_.abandonedTransfersPending(); }
+
+  /// The base's shared memory, renumbered for the group (see
+  /// ShmGroup::renumbered), when every host's ranks of the base that hold
+  /// a member are all members; `chunkBytes` as the base's. Without it the
+  /// group has none, and its same-host messages use the base transport.
+  void shareMemory(std::unique_ptr<ShmGroup> shm, size_t chunkBytes) {
+    shm_ = std::move(shm);
+    chunkBytes_ = chunkBytes;
+  }
+  ShmGroup* sharedMemory() override { return shm_.get(); }
+  size_t sharedMemoryChunkBytes() const override { return chunkBytes_; }
+  bool checksCallsThroughSharedMemory() const override { return false; }
 
   uint32_t comm() const { return comm_; }
   /// The base transport's rank of group rank `r`.
@@ -57,6 +72,8 @@ class GroupTransport : public Transport {
   uint32_t comm_;
   int rank_ = -1;
   std::function<void()> release_;
+  std::unique_ptr<ShmGroup> shm_;
+  size_t chunkBytes_ = 0;
 };
 
 }  // namespace gradcomm::transport

@@ -113,6 +113,12 @@ ShmGroup::ShmGroup(std::vector<int> ranks, int localRank, size_t bufferBytes, ch
   static_assert(sizeof(ShmRankBlock) <= kBlockBytes, "control block too large");
 }
 
+std::unique_ptr<ShmGroup> ShmGroup::renumbered(std::vector<int> ranks) const {
+  auto g = std::make_unique<ShmGroup>(*this);
+  g->ranks_ = std::move(ranks);
+  return g;
+}
+
 ShmRankBlock& ShmGroup::block(int local) const {
   return *reinterpret_cast<ShmRankBlock*>(base_ + static_cast<size_t>(local) * stride_);
 }

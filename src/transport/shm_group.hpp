@@ -131,7 +131,13 @@ class ShmGroup {
   /// first peer that has not, or -1 (always -1 for the first two rounds).
   int peerStillReading(uint64_t rid) const;
   /// Next round number (private to this rank; every rank counts alike).
-  uint64_t takeRound() { return ++round_; }
+  uint64_t takeRound() { return ++*round_; }
+  /// The same memory and the same round counter with the ranks renumbered:
+  /// for a group whose ranks on this host are all of this group's, in the
+  /// same order (`ranks`: the group's rank of each local rank). Operations
+  /// of either then advance one sequence of rounds, which works because
+  /// every rank of the host runs them in one order.
+  std::unique_ptr<ShmGroup> renumbered(std::vector<int> ranks) const;
 
  private:
   std::vector<int> ranks_;
@@ -141,7 +147,7 @@ class ShmGroup {
   char* base_;
   std::shared_ptr<void> owner_;  // keeps the mapping alive
   std::shared_ptr<ShmSegment> segment_;  // its locks tell which peers live (registerSelf)
-  uint64_t round_ = 0;
+  std::shared_ptr<uint64_t> round_ = std::make_shared<uint64_t>(0);  ///< shared with renumbered() views
 };
 
 /// A mapped POSIX shared-memory segment (RAII). It keeps its descriptor

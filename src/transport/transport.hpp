@@ -139,6 +139,12 @@ class Transport {
     return nullptr;
   }
 
+  /// Whether the call check between host-local neighbours may use the
+  /// shared-memory check slots (they hold one sequence of operation
+  /// numbers: a group sharing another communicator's memory numbers its
+  /// operations apart, so it checks by message).
+  virtual bool checksCallsThroughSharedMemory() const { return true; }
+
   /// MPI passthrough collectives, or null when this transport has none.
   virtual NativeCollectives* native() { return nullptr; }
   /// Shared memory with the other ranks of this host, or null (one rank per

@@ -193,3 +193,37 @@ TEST(Split, AGroupsMessagesMatchOnlyReceivesOfTheSameGroup) {
   EXPECT_EQ(gotB, 222);
   EXPECT_EQ(gotA, 111);
 }
+
+TEST(Split, GroupsOfWholeHostsShareTheHostsMemoryAndStayInStepWithTheirParent) {
+  transport::InProcWorld::Settings two;
+  two.hostSizes = {2, 2};
+  runRanks(4, [](RankContext& ctx) {
+    Communicator copy = ctx.comm.dup();
+    Communicator host = ctx.comm.split(ctx.rank / 2, ctx.rank);                 // a whole host each
+    Communicator across = ctx.comm.split(ctx.rank % 2, ctx.rank);               // one rank per host
+    Communicator reversed = ctx.comm.split(ctx.rank / 2, -ctx.rank);            // a whole host, other order
+    EXPECT_NE(copy.impl()->transport().sharedMemory(), nullptr);
+    EXPECT_NE(host.impl()->transport().sharedMemory(), nullptr);
+    EXPECT_EQ(across.impl()->transport().sharedMemory(), nullptr);
+    EXPECT_EQ(reversed.impl()->transport().sharedMemory(), nullptr);
+    EXPECT_EQ(host.impl()->transport().sharedMemory()->ranks(), std::vector<int>({0, 1}));
+    // Shared-memory calls of the parent and of two groups, interleaved and of
+    // several sizes: one sequence of rounds on each host.
+    CollectiveOptions shm;
+    shm.algorithm = "shm";
+    for (int round = 0; round < 30; ++round) {
+      const size_t n = round % 3 == 0 ? 3000 : 7;
+      std::vector<float> a(n, 1.0f + ctx.rank), b(n, 2.0f * ctx.rank), c(n, 1.0f);
+      Work wa = host.allreduce(a.data(), a.data(), n, DataType::kFloat32, ReduceOp::kSum, shm);
+      Work wb = ctx.comm.allreduce(b.data(), b.data(), n, DataType::kFloat32, ReduceOp::kSum);
+      Work wc = copy.allreduce(c.data(), c.data(), n, DataType::kFloat32, ReduceOp::kSum);
+      wa.wait();
+      wb.wait();
+      wc.wait();
+      EXPECT_EQ(wa.algorithm(), "shm");
+      EXPECT_EQ(a[n - 1], ctx.rank < 2 ? 3.0f : 7.0f);
+      EXPECT_EQ(b[0], 12.0f);
+      EXPECT_EQ(c[n / 2], 4.0f);
+    }
+  }, quick(), two);
+}

@@ -79,6 +79,10 @@ TEST(Mpi, SplitGroupsRunEveryAlgorithmCorrectlyBesideTheirParent) {
   EXPECT_EQ(half.transportName(), comm.transportName());
   int cases = 0;
   EXPECT_EQ(checkEveryAlgorithm(half, &cases), "") << "rank " << r;
+  // A duplicate holds every rank of each host: it shares the hosts' memory.
+  Communicator copy = comm.dup();
+  EXPECT_EQ(copy.impl()->transport().sharedMemory() != nullptr, comm.impl()->transport().sharedMemory() != nullptr);
+  EXPECT_EQ(checkEveryAlgorithm(copy, &cases), "") << "rank " << r;
   // The parent still works, and the groups' sums are their own.
   double x = r, y = r;
   comm.allreduce(&x, &x, 1, DataType::kFloat64, ReduceOp::kSum).wait();
