@@ -226,7 +226,7 @@ double CostModel::roundSeconds(const Pairs& messages, double bytes) const {
   // message after its costliest adds its fixed cost. Measured on 1 + 3
   // emulated hosts at 1 Gbit/s (medians of 3 runs): hier, whose lone rank
   // exchanges three slices, took 48.3 us at 16 B against 23.6 us at 4 B,
-  // where only one slice is not empty (PERFORMANCE.md, stop 25). A whole
+  // where only one slice is not empty. A whole
   // fixed cost per message over-prices that (about half of it here).
   const size_t ranks = static_cast<size_t>(view_.size());
   std::vector<double> sendFixed(ranks, 0), sendMost(ranks, 0), recvFixed(ranks, 0), recvMost(ranks, 0);

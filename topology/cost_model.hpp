@@ -108,7 +108,7 @@ struct ModelSettings {
 /// once, against half of it twice) in one round instead of two, unless
 /// `rdSliceBytes` is 0 (GRADCOMM_HIER_RD_SIZE=0: always rings). On 2x2 at
 /// 1 Gbit/s it took 8.79 ms at 1 MiB against the ring's 9.48..9.68, and
-/// 566 against 584..591 ms at 64 MiB (docs/PERFORMANCE.md, stop 32). From
+/// 566 against 584..591 ms at 64 MiB. From
 /// 4 hosts recursive doubling sends log2(hosts) slices against the ring's
 /// 2 (hosts - 1) / hosts.
 bool hierExchangesByRd(size_t sliceBytes, size_t hosts, size_t rdSliceBytes);
@@ -166,8 +166,8 @@ uint32_t hdSameHostDistances(const TopologyView& view);
 /// largest exchanges stay inside hosts where they can: on 2x2 at 1 Gbit/s,
 /// distance halving (2, then 1) sent half of a 1 MiB vector across hosts
 /// in its first round, and took 17.6 ms where Open MPI's nonblocking
-/// allreduce (same-host partner first) took 9.2 (docs/PERFORMANCE.md,
-/// stop 31). Without such distances: p2/2, p2/4, ..., 1.
+/// allreduce (same-host partner first) took 9.2. Without such distances:
+/// p2/2, p2/4, ..., 1.
 std::vector<int> hdHalvingOrder(int p2, uint32_t sameHostDistances);
 
 /// Predicts the time of each algorithm for a call from the topology and the

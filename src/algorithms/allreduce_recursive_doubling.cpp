@@ -221,7 +221,7 @@ class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
       // look's pass yields if it finds nothing. Yielding there too handed
       // the core away once more per call than MPI_Allreduce's own wait
       // (4x1 at 1 Gbit/s, 256 B: 3.3 involuntary context switches per call
-      // and rank against MPI's 2.4; docs/PERFORMANCE.md, stop 30).
+      // and rank against MPI's 2.4).
       const bool yielded = ctx.transport->yieldedWhileIdle();
       if (moved || yielded) continue;
       if (patience.yield) {

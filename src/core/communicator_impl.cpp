@@ -148,10 +148,9 @@ void runSetup(transport::Transport& t, std::unique_ptr<topology::SetupExchange> 
     // cores): a second yield hands the core to a peer twice per look, as
     // ProgressEngine::driveOrBackOff avoids for collectives. Read every
     // look, so a mark from a look that moved something does not skip a
-    // later yield. On 4 emulated hosts x 1 rank (8 creations each) the
-    // ping-pong's inter-host alpha came out 14..28 us (median 18.4) against
-    // 17..32 (24.2) with both yields; the loaded round did not move beyond
-    // its noise (docs/PERFORMANCE.md, stop 33).
+    // later yield. With both yields the calibration's inter-host alpha
+    // came out higher (4 emulated hosts x 1 rank: median 24.2 us against
+    // 18.4 with one).
     const bool yielded = t.yieldedWhileIdle();
     if (moved) {
       lastProgress = Clock::now();

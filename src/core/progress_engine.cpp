@@ -393,7 +393,8 @@ bool ProgressEngine::drive() {
       // the operation can complete (at most every 50 us: back-to-back small
       // calls need not pay for it). Not before the first step: with Open
       // MPI yielding when idle, that look gave the core away before this
-      // rank had sent anything (2 ranks on one core, 8-byte rd: 84 -> 63 us).
+      // rank had sent anything (2 ranks on one core, 8-byte rd: 84 us a
+      // call with the look before the first step, 63 us after it).
       pollAbortNow = now - lastAbortPoll_ >= std::chrono::microseconds(50);
       if (transport::ShmGroup* g = transport_->sharedMemory()) {
         if (const int peer = g->failedPeer(); peer >= 0) throwPeerFailed(peer);

@@ -185,7 +185,7 @@ void unpoisonBlock(void*, size_t) {}
 /// Freed MpiRequest blocks kept for the thread's next requests. A small
 /// call opens four transfers, and each was a heap allocation and a free:
 /// about 120 instructions a pair with glibc, 500 of a 4-rank 256-byte
-/// call's 13,800 (callgrind; docs/PERFORMANCE.md, stop 34). A block freed
+/// call's 13,800 (callgrind). A block freed
 /// on another thread than the one that took it joins that thread's pool.
 /// Trivially destructible, so it can still be asked after the thread's
 /// destructors ran (then it hands blocks straight to the heap); the
@@ -394,8 +394,8 @@ void MpiProgress::run() {
     // receive has room for 16 KiB, and judging by that made every waiting
     // loop of a small signed call yield twice per look, handing the core to
     // a peer twice (4 ranks on 2 cores, 8-byte rd, together with the notices
-    // riding along below: 7.7..10 context switches per call and rank before,
-    // 2.3..2.8 after; docs/PERFORMANCE.md, stop 28).
+    // riding along below: 7.7..10 context switches per call and rank when
+    // judged by the buffer, 2.3..2.8 when judged by the bytes expected).
     idleYield_ = yieldsWhenIdle_ &&
                  std::all_of(owners_.begin(), owners_.end(), [](const Part* p) { return p->pace <= kOneFragmentBytes; });
     return;

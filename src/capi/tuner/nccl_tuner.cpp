@@ -5,7 +5,7 @@
 // line in the file GRADCOMM_NCCL_TUNER_FILE (after the variable's). A match
 // makes its algorithm (and protocol, or every protocol NCCL allows) the
 // cheapest; without a match NCCL's own costs stand. gradcomm's cost model
-// (issue 10) does not exist yet, so nothing else is changed.
+// does not price NCCL's algorithms, so nothing else is changed.
 //
 // Self-contained (no gradcomm objects): NCCL dlopens it, and gradcomm's
 // thread-locals use the initial-exec TLS model, which a dlopened library
