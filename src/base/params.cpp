@@ -221,6 +221,9 @@ const std::vector<ParamDef>& registry() {
     d.push_back(choiceParam("GRADCOMM_TRANSPORT", "auto", &Config::transport, {"auto", "mpi", "ucx"},
                             "What moves the bytes: 'mpi' (needs a communicator made from MPI), 'ucx', or 'auto' "
                             "(MPI when the communicator came from MPI, else UCX)"));
+    d.push_back(choiceParam("GRADCOMM_TORCH_GROUPS", "shared", &Config::torchGroups, {"shared", "separate"},
+                            "PyTorch backend only, read at each dist.new_group: 'shared' makes the group a subgroup "
+                            "of the default group (its connections and threads), 'separate' a communicator of its own"));
     d.push_back(intParam("GRADCOMM_GOSSIP_MAX_STALENESS", "16", &Config::gossipMaxStaleness, 1, 1000,
                          "Gossip: mix a push at most this many steps behind the receiver's clock; later ones are "
                          "dropped (counted), and a rank that received nothing for this many steps is reported"));

@@ -41,6 +41,7 @@ struct Config {
   int statsEvery = 0;                     // GRADCOMM_STATS: print every N steps (0: off)
   bool statsAllRanks = false;             // GRADCOMM_STATS_ALL_RANKS
   std::string transport;                  // GRADCOMM_TRANSPORT: auto, mpi or ucx
+  std::string torchGroups;                // GRADCOMM_TORCH_GROUPS: shared or separate (PyTorch backend)
   int gossipMaxStaleness = 0;             // GRADCOMM_GOSSIP_MAX_STALENESS (steps)
   std::chrono::nanoseconds gossipPeerTimeout{};  // GRADCOMM_GOSSIP_PEER_TIMEOUT
   int gossipPeers = 0;                    // GRADCOMM_GOSSIP_PEERS: out-peers per step
