@@ -202,7 +202,7 @@ class P2pChannelSchedule : public algorithms::Schedule {
                               " (tag " + std::to_string(t.tag) + "): rank " + std::to_string(t.peer) + " sent " +
                               std::to_string(s.header.count) + " elements of " + typeName(s.header.type) +
                               " but this rank's recv takes " + std::to_string(t.count) + " elements of " +
-                              toString(t.type) + ": a send and its recv need the same type and number of elements");
+                              toString(t.type) + ": a send and its recv need the same dtype and number of elements");
       }
       s.requests.push_back(tr.irecv(t.peer, t.data, t.bytes, tagFor(kData, t)));
       s.stage = 1;
