@@ -260,6 +260,11 @@ class GRADCOMM_API Communicator {
   /// failure, or a second time, the first failure's reason stays. Not from
   /// a Work::onComplete callback (it must not call the communicator).
   void abort(const std::string& reason);
+  /// Why the communicator cannot be used any more (a failed operation, a
+  /// peer's abort notice that its progress thread saw, abort(), destroy()),
+  /// as the exception its operations throw; null while it is usable. Never
+  /// blocks (as ncclCommGetAsyncError).
+  std::exception_ptr failure() const;
 
   /// The parameters this communicator resolved at creation (from Options,
   /// the environment and defaults), one per known name, as

@@ -32,6 +32,17 @@ void Communicator::abort(const std::string& reason) {
   impl.engine().shutdown(why);
 }
 
+std::exception_ptr Communicator::failure() const {
+  if (!impl_) return makeErrorPtr(ErrorCode::kInvalidUsage, "this Communicator handle is empty (moved from, or never created)");
+  try {
+    impl_->engine().throwIfFailed();
+  } catch (...) {
+    return std::current_exception();
+  }
+  if (impl_->destroyed()) return makeErrorPtr(ErrorCode::kInvalidUsage, "this communicator was destroyed");
+  return nullptr;
+}
+
 std::vector<ParamDescription> Communicator::parameters() const { return checked().parameters(); }
 
 std::string Communicator::parameter(const std::string& name) const {

@@ -240,7 +240,14 @@ TEST(Abort, FailsEveryRankWithTheReason) {
     if (ctx.rank == 1) {
       // Pending when the abort comes: a recv no one sends.
       Work pending = ctx.comm.recv(buf.data(), buf.size(), DataType::kFloat32, 2);
+      EXPECT_FALSE(ctx.comm.failure());
       ctx.comm.abort("the loss became NaN");
+      ASSERT_TRUE(ctx.comm.failure());
+      try {
+        std::rethrow_exception(ctx.comm.failure());
+      } catch (const InvalidUsage& e) {
+        EXPECT_TRUE(contains(e.what(), "rank 1 aborted the communicator: the loss became NaN")) << e.what();
+      }
       ctx.comm.abort("a second abort does nothing");
       EXPECT_TRUE(ctx.comm.valid());
       try {
@@ -251,7 +258,12 @@ TEST(Abort, FailsEveryRankWithTheReason) {
       }
       ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
     } else {
-      ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+      try {
+        ctx.comm.allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum).wait();
+      } catch (const RemoteError&) {
+        EXPECT_TRUE(ctx.comm.failure());  // the peer's notice, as the operations saw it
+        throw;
+      }
     }
   }, quick("30s"));
   EXPECT_EQ(out.code[1], static_cast<int>(ErrorCode::kInvalidUsage)) << out.what[1];
