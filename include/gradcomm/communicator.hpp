@@ -2,6 +2,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -100,6 +102,17 @@ class GRADCOMM_API Work {
   size_t bytes() const;
   /// Timed phases inside the operation (compression), once it finished.
   std::vector<WorkPhase> phases() const;
+  /// Calls `callback` once when the operation completes: with a null
+  /// exception_ptr when it succeeded, else with its error (the exception
+  /// wait() would throw). It runs on the thread that completes the
+  /// operation (the communicator's progress thread, or a thread driving
+  /// progress inside wait() or test()), or at once on this thread when the
+  /// operation already completed (or failed). It must return quickly and
+  /// must not block, wait for Works or call the communicator (but it may
+  /// hand the result to another thread); an exception it throws is
+  /// swallowed and logged. A default-constructed Work calls it at once.
+  /// Callbacks added to copies of one Work all run, in the order added.
+  void onComplete(std::function<void(std::exception_ptr)> callback);
 
  private:
   friend class detail::CommunicatorImpl;
@@ -217,6 +230,74 @@ class GRADCOMM_API Communicator {
   void destroy();
   /// False after destroy() or for a moved-from handle.
   bool valid() const;
+
+  /// One transfer of pointToPoint(): `count` elements of `type` sent from
+  /// `buffer` to rank `peer`, or received from `peer` into `buffer`.
+  struct Transfer {
+    enum class Kind : uint8_t { kSend, kRecv };
+    Kind kind = Kind::kSend;
+    void* buffer = nullptr;
+    size_t count = 0;
+    DataType type = DataType::kUInt8;
+    int peer = -1;
+    /// Sends match receives per (sender, receiver, tag), in issue order.
+    int tag = 0;
+    static Transfer send(const void* in, size_t count, DataType type, int peer, int tag = 0) {
+      return {Kind::kSend, const_cast<void*>(in), count, type, peer, tag};
+    }
+    static Transfer recv(void* out, size_t count, DataType type, int peer, int tag = 0) {
+      return {Kind::kRecv, out, count, type, peer, tag};
+    }
+  };
+  /// Largest point-to-point tag (tags are 0 to kMaxTag).
+  static constexpr int kMaxTag = 7;
+  /// Sends `count` elements of `type` from `in` to rank `peer`. Only the
+  /// two ranks call it (no sequence number of the communicator's): the k-th
+  /// send from A to B with a tag matches B's k-th recv from A with that
+  /// tag, and both must name the same type and count (else both fail with
+  /// an InvalidArgument that names the two). The Work completes once the
+  /// receiver took the data (`in` may be reused then). Point-to-point calls
+  /// issued one after another run together (a send does not hold back a
+  /// later recv of this rank); a collective issued after them runs after
+  /// them, as with NCCL. Throws InvalidArgument (and aborts the
+  /// communicator) for a peer outside [0, size) or this rank itself, a
+  /// count too large to address (a negative count converted to size_t), a
+  /// null buffer with count > 0, an unknown type or a tag outside
+  /// [0, kMaxTag].
+  Work send(const void* in, size_t count, DataType type, int peer, int tag = 0);
+  /// Receives `count` elements of `type` from rank `peer` into `out`; see send().
+  Work recv(void* out, size_t count, DataType type, int peer, int tag = 0);
+  /// Issues `transfers` at once, as one Work that completes when all did
+  /// (as ncclGroupStart/End around ncclSend/ncclRecv, or torch's
+  /// batch_isend_irecv): no transfer waits for another of the batch. Here
+  /// a transfer may name this rank itself: its k-th send to itself is
+  /// copied into its k-th recv from itself (same tag), which must be in
+  /// the same batch, with the same type and count. Checks as send(); an
+  /// empty batch completes at once.
+  Work pointToPoint(const std::vector<Transfer>& transfers);
+
+  /// Fails the communicator on every rank with `reason`: this rank's
+  /// pending and later operations fail with an InvalidUsage naming it (its
+  /// progress thread stops, as with destroy()), the other ranks' with a
+  /// RemoteError naming this rank and `reason`, as soon as they look (at
+  /// their next progress step). Does not wait for the others; the handle
+  /// stays valid (valid() is true; destroy() still releases it). After a
+  /// failure, or a second time, the first failure's reason stays. Not from
+  /// a Work::onComplete callback (it must not call the communicator).
+  void abort(const std::string& reason);
+  /// Why the communicator cannot be used any more (a failed operation, a
+  /// peer's abort notice that its progress thread saw, abort(), destroy()),
+  /// as the exception its operations throw; null while it is usable. Never
+  /// blocks (as ncclCommGetAsyncError).
+  std::exception_ptr failure() const;
+
+  /// The parameters this communicator resolved at creation (from Options,
+  /// the environment and defaults), one per known name, as
+  /// describeParameters() lists them.
+  std::vector<ParamDescription> parameters() const;
+  /// The resolved value of one parameter ("GRADCOMM_TIMEOUT" or "TIMEOUT"),
+  /// normalised as parameters() shows it; InvalidArgument for an unknown name.
+  std::string parameter(const std::string& name) const;
 
   /// For the library's own frontends and tests: the implementation.
   std::shared_ptr<detail::CommunicatorImpl> impl() const { return impl_; }

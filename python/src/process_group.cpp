@@ -9,13 +9,33 @@
 
 #include <ATen/ATen.h>
 
-#include "core/communicator_impl.hpp"
-#include "base/timeline.hpp"
 #include "gradcomm/error.hpp"
-#include "p2p_channel.hpp"
+#include "gradcomm/timeline.hpp"
 #include "store_adapter.hpp"
 
 namespace gradcomm::torch_backend {
+
+/// Wakes the thread that completes point-to-point Works: each transfer's
+/// Work::onComplete pokes it. Its mutex also guards the list of calls that
+/// thread watches (the process group's).
+struct P2pSignal {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t generation = 0;  ///< guarded by mu; bumped by notify()
+  void notify() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++generation;
+    }
+    cv.notify_all();
+  }
+};
+
+/// Set once one transfer completed or failed (its Work's onComplete).
+struct P2pTicket {
+  std::atomic<bool> done{false};
+};
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -122,7 +142,7 @@ bool WorkGradcomm::wait(std::chrono::milliseconds timeout) {
       const auto end = Clock::now();
       w->telemetry->exposedNs += toNs(end - start);
       if (w->telemetry->timeline) {
-        w->telemetry->timeline->span("wait", "exposed", start, end, core::Timeline::kCompute);
+        w->telemetry->timeline->span("wait", "exposed", start, end, Timeline::kCompute);
       }
     }
   } record{this, start};
@@ -147,10 +167,10 @@ ProcessGroupGradcomm::ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>
       comm_(formCommunicator(store, rank, size, timeout)),
       telemetry_(std::make_shared<Telemetry>()) {
   init();
-  const auto& config = comm_.impl()->config();
-  printStats_ = config.statsEvery > 0 && (config.statsAllRanks || rank == 0);
-  if (!config.timelinePath.empty()) {
-    telemetry_->timeline = std::make_unique<core::Timeline>(perRankPath(config.timelinePath, rank), rank);
+  printStats_ = statsWanted();
+  const std::string timelinePath = comm_.parameter("GRADCOMM_TIMELINE");
+  if (!timelinePath.empty()) {
+    telemetry_->timeline = std::make_unique<Timeline>(perRankPath(timelinePath, rank), rank);
   }
   lastFlush_ = Clock::now();
   completer_ = std::make_shared<Completer>();
@@ -166,9 +186,14 @@ ProcessGroupGradcomm::ProcessGroupGradcomm(Communicator comm, std::chrono::milli
   init();
   // GRADCOMM_STATS as for the first group; the timeline (one file per rank)
   // stays the first group's.
-  const auto& config = comm_.impl()->config();
-  printStats_ = config.statsEvery > 0 && (config.statsAllRanks || rank_ == 0);
+  printStats_ = statsWanted();
   lastFlush_ = Clock::now();
+}
+
+bool ProcessGroupGradcomm::statsWanted() const {
+  const int statsEvery = std::stoi(comm_.parameter("GRADCOMM_STATS"));
+  const bool statsAllRanks = comm_.parameter("GRADCOMM_STATS_ALL_RANKS") == "1";
+  return statsEvery > 0 && (statsAllRanks || rank_ == 0);
 }
 
 c10::intrusive_ptr<ProcessGroupGradcomm> ProcessGroupGradcomm::subgroup(const std::vector<int64_t>& ranks,
@@ -348,14 +373,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::enqueue(Pending p) {
   }
   auto work = p.work;
   work->telemetry = telemetry_;
-  if (p2p_) {
-    // Sends and receives issued after this collective run after it, in a
-    // new channel (their messages carry the next collective's number).
-    p2p_->close();
-    p2p_.reset();
-  }
   if (telemetry_->timeline) {
-    telemetry_->timeline->instant(p.what + " issued", "issue", Clock::now(), core::Timeline::kCompute,
+    telemetry_->timeline->instant(p.what + " issued", "issue", Clock::now(), Timeline::kCompute,
                                   "\"bytes\": " + std::to_string(p.bytes));
   }
   {
@@ -388,7 +407,7 @@ void ProcessGroupGradcomm::complete(Pending& p) {
     if (op.endTime() == Clock::time_point{} || op.startTime() == Clock::time_point{}) continue;
     commMs += std::chrono::duration<double, std::milli>(op.endTime() - op.startTime()).count();
     if (telemetry_->timeline) {
-      telemetry_->timeline->span(p.what, "collective", op.startTime(), op.endTime(), core::Timeline::kComm,
+      telemetry_->timeline->span(p.what, "collective", op.startTime(), op.endTime(), Timeline::kComm,
                                  "\"algorithm\": \"" + op.algorithm() + "\", \"bytes\": " +
                                      std::to_string(op.bytes()));
     }
@@ -424,7 +443,7 @@ void ProcessGroupGradcomm::p2pCompletionLoop() {
         p2pSignal_->cv.wait(lock, [this] { return p2pStopping_ || !p2pIncoming_.empty(); });
         if (p2pIncoming_.empty()) return;  // stopping, and every call finished
       } else {
-        // A failure shows only in the channel's operation: look every 10 ms.
+        // Each transfer's onComplete notifies; the 10 ms are a backstop.
         p2pSignal_->cv.wait_for(lock, std::chrono::milliseconds(10), [&] {
           return !p2pIncoming_.empty() || p2pSignal_->generation != seen;
         });
@@ -432,34 +451,25 @@ void ProcessGroupGradcomm::p2pCompletionLoop() {
       for (auto& p : p2pIncoming_) waiting.push_back(std::move(p));
       p2pIncoming_.clear();
     }
-    // Outside the lock: testing the operation may drive the engine, whose
-    // schedule notifies under that lock.
+    // Outside the lock: the transfers' callbacks notify under it.
     for (size_t i = 0; i < waiting.size();) {
       Pending& p = waiting[i];
-      std::exception_ptr error;
-      bool finished = p.ticket->done.load();
-      try {
-        if (!finished && p.ops[0].test()) {  // test() rethrows the channel's failure
-          if (!p.ticket->done.load()) {
-            throw InternalError("its channel completed without running it");
-          }
-          finished = true;
-        }
-        if (finished && p.finish) p.finish();
-      } catch (const std::exception& e) {
-        error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
-        finished = true;
-      } catch (...) {
-        error = std::current_exception();
-        finished = true;
-      }
-      if (!finished) {
+      if (!p.ticket->done.load()) {
         ++i;
         continue;
       }
+      std::exception_ptr error;
+      try {
+        p.ops[0].wait();  // completed: rethrows its failure, if any
+        if (p.finish) p.finish();
+      } catch (const std::exception& e) {
+        error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
+      } catch (...) {
+        error = std::current_exception();
+      }
       const auto now = Clock::now();
       if (telemetry_->timeline && !error) {
-        telemetry_->timeline->span(p.what, "p2p", p.issued, now, core::Timeline::kComm,
+        telemetry_->timeline->span(p.what, "p2p", p.issued, now, Timeline::kComm,
                                    "\"bytes\": " + std::to_string(p.bytes));
       }
       finishCall(p, error, std::chrono::duration<double, std::milli>(now - p.issued).count());
@@ -1050,44 +1060,34 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, s
   if (peer == rank_) {
     reject(what, role + " rank " + std::to_string(peer) + " is this rank itself; copy the tensor instead");
   }
-  if (tag < 0 || tag > P2pChannel::kMaxTag) {
-    reject(what, "tag " + std::to_string(tag) + " is not in [0, " + std::to_string(P2pChannel::kMaxTag) +
+  if (tag < 0 || tag > Communicator::kMaxTag) {
+    reject(what, "tag " + std::to_string(tag) + " is not in [0, " + std::to_string(Communicator::kMaxTag) +
                      "] (gradcomm matches sends to receives per sender and tag, with room for 3 bits of tag)");
   }
   at::Tensor buf = contiguousBuffer(t);
-  P2pTransfer transfer;
-  transfer.send = isSend;
-  transfer.peer = peer;
-  transfer.data = buf.data_ptr();
-  transfer.bytes = buf.nbytes();
-  transfer.scalarType = static_cast<int64_t>(t.scalar_type());
-  transfer.dtypeName = c10::toString(t.scalar_type());
-  transfer.tag = tag;
-  auto& counters = isSend ? sendCount_ : recvCount_;
-  if (counters.empty()) counters.assign(static_cast<size_t>(size_) * (P2pChannel::kMaxTag + 1), 0);
-  transfer.sequence = counters[static_cast<size_t>(peer) * (P2pChannel::kMaxTag + 1) + static_cast<size_t>(tag)]++;
+  // As its own gradcomm type where it has one (the receiver then checks
+  // the dtype and count), else as bytes (the receiver checks the size).
+  const Movement m = movementOf(t);
   if (!p2pSignal_) {
     p2pSignal_ = std::make_shared<P2pSignal>();
     p2pCompleter_ = std::thread([this] { p2pCompletionLoop(); });
   }
-  transfer.ticket = std::make_shared<P2pTicket>();
-  transfer.signal = p2pSignal_;
-  auto ticket = transfer.ticket;
-  if (!p2p_ || !p2p_->add(transfer)) {
-    auto channel = std::make_shared<P2pChannel>();
-    channel->add(transfer);
-    // Kept only once submitted (a failed communicator throws here), so no
-    // later transfer joins a channel nobody runs.
-    p2pWork_ = comm_.impl()->submitPointToPoint(
-        "send/recv", transfer.bytes, [channel](const algorithms::RunContext& ctx) { return channel->makeSchedule(ctx); });
-    p2p_ = channel;
-  }
+  // Transfers issued one after another run together in the communicator
+  // (a send does not hold back a later recv); a collective issued after
+  // them runs after them.
+  Work op = isSend ? comm_.send(buf.data_ptr(), m.count, m.type, peer, tag)
+                   : comm_.recv(buf.data_ptr(), m.count, m.type, peer, tag);
+  auto ticket = std::make_shared<P2pTicket>();
+  op.onComplete([ticket, signal = p2pSignal_](std::exception_ptr) {
+    ticket->done.store(true);
+    signal->notify();
+  });
   Pending p;
   p.what = what;
   p.work = c10::make_intrusive<WorkGradcomm>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV,
                                              std::vector<at::Tensor>{t});
   p.bytes = t.nbytes();
-  p.ops.push_back(p2pWork_);
+  p.ops.push_back(op);
   if (!isSend && !buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
   p.keep = {t, buf};
   p.ticket = ticket;
@@ -1095,7 +1095,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, s
   auto work = p.work;
   work->telemetry = telemetry_;
   if (telemetry_->timeline) {
-    telemetry_->timeline->instant(what + " issued", "issue", p.issued, core::Timeline::kCompute,
+    telemetry_->timeline->instant(what + " issued", "issue", p.issued, Timeline::kCompute,
                                   "\"bytes\": " + std::to_string(p.bytes));
   }
   {

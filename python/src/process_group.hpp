@@ -18,14 +18,13 @@
 
 #include "gradcomm/communicator.hpp"
 
-namespace gradcomm::core {
+namespace gradcomm {
 class Timeline;
 }
 
 namespace gradcomm::torch_backend {
 
 struct Telemetry;
-class P2pChannel;
 struct P2pSignal;
 struct P2pTicket;
 
@@ -51,7 +50,7 @@ class WorkGradcomm : public c10d::Work {
 /// the Chrome trace (GRADCOMM_TIMELINE). Shared with Works that outlive it.
 struct Telemetry {
   std::atomic<int64_t> exposedNs{0};        ///< callers blocked in Work::wait
-  std::unique_ptr<core::Timeline> timeline;  ///< null when off
+  std::unique_ptr<Timeline> timeline;  ///< null when off
 };
 
 /// Per-collective counters for GRADCOMM_STATS and ProcessGroupGradcomm.stats().
@@ -176,8 +175,8 @@ class ProcessGroupGradcomm : public c10d::Backend {
     std::vector<at::Tensor> keep;     ///< inputs and temporaries in use
     std::shared_ptr<void> keepOther;  ///< error feedback in use
     size_t bytes = 0;
-    /// Point-to-point: set when this call's own transfer completed (ops
-    /// then holds its channel's operation, which reports failures).
+    /// Point-to-point: set when this call's transfer completed or failed
+    /// (ops then holds its Work).
     std::shared_ptr<P2pTicket> ticket;
     std::chrono::steady_clock::time_point issued;
   };
@@ -199,11 +198,12 @@ class ProcessGroupGradcomm : public c10d::Backend {
   /// Rejects (as reject()) a root outside [0, size) or a root tensor other than 0.
   void checkRoot(const std::string& what, int64_t rootRank, int64_t rootTensor = 0);
   DataType reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op, ReduceOp* gcOp);
-  /// send (isSend) or recv of one tensor, through the open point-to-point
-  /// channel or a new one.
+  /// send (isSend) or recv of one tensor (Communicator::send or recv).
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool isSend, std::vector<at::Tensor>& tensors, int peer, int tag);
   /// Queues a finished issue for the completion thread; returns its Work.
   c10::intrusive_ptr<c10d::Work> enqueue(Pending p);
+  /// GRADCOMM_STATS asks this rank to print statistics at shutdown.
+  bool statsWanted() const;
   /// Waits for one call's operations and completes it (on the completer).
   void complete(Pending& p);
   /// Completes point-to-point Works as their own transfers complete (in any
@@ -217,12 +217,6 @@ class ProcessGroupGradcomm : public c10d::Backend {
   std::mutex scratchMu_;
   std::vector<at::Tensor> scratch_;  // 1-D buffers, at most kScratchBuffers (scratch())
   std::mutex issueMu_;  // one call issues at a time: every rank issues in the same order
-  // Point-to-point state, guarded by issueMu_: the channel that still takes
-  // transfers (null after a collective), the operation running it, and the
-  // transfers so far per (peer, tag), sent and received.
-  std::shared_ptr<P2pChannel> p2p_;
-  Work p2pWork_;
-  std::vector<uint32_t> sendCount_, recvCount_;
   // Point-to-point calls for p2pCompleter_, guarded by p2pSignal_->mu.
   std::shared_ptr<P2pSignal> p2pSignal_;
   std::deque<Pending> p2pIncoming_;

@@ -2,7 +2,6 @@
 
 #include <stdexcept>
 
-#include "core/communicator_impl.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::torch_backend {
@@ -89,7 +88,7 @@ void TorchGossip::checkStorage(const char* what, bool collective) const {
                    " no longer has the storage it was registered with (resized or replaced); make a new averager");
     // In a collective the other ranks would wait for this one: abort the
     // communicator so they fail too.
-    if (collective) pg_->communicator().impl()->abortAndThrow(e, "could not synchronize its GossipAverager");
+    if (collective) pg_->communicator().abort(std::string("could not synchronize its GossipAverager: ") + e.what());
     throw e;
   }
 }

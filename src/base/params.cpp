@@ -332,6 +332,14 @@ std::string canonicalParamName(const std::string& name) {
   return {};
 }
 
+std::vector<ParamDescription> describeConfig(const Config& c) {
+  std::vector<ParamDescription> out;
+  for (const auto& def : registry()) {
+    out.push_back(ParamDescription{def.name, def.show(c), def.defaultValue, def.units, def.doc, c.origins.at(def.name)});
+  }
+  return out;
+}
+
 std::string knownParamNames() {
   std::string out;
   for (const auto& def : registry()) out += (out.empty() ? "" : ", ") + std::string(def.name);
@@ -382,13 +390,7 @@ Options& Options::set(const std::string& name, const std::string& value) {
 }
 
 std::vector<ParamDescription> describeParameters(const Options& explicitOptions) {
-  core::Config c = core::Config::resolve(explicitOptions);
-  std::vector<ParamDescription> out;
-  for (const auto& def : core::registry()) {
-    out.push_back(ParamDescription{def.name, def.show(c), def.defaultValue, def.units, def.doc,
-                                   c.origins.at(def.name)});
-  }
-  return out;
+  return core::describeConfig(core::Config::resolve(explicitOptions));
 }
 
 }  // namespace gradcomm

@@ -57,6 +57,9 @@ struct Config {
   static Config resolve(const Options& explicitOptions = {});
 };
 
+/// Every parameter of `config`, as describeParameters() lists them.
+std::vector<ParamDescription> describeConfig(const Config& config);
+
 /// Canonical "GRADCOMM_X" form of "X" or "GRADCOMM_X"; empty when unknown.
 std::string canonicalParamName(const std::string& name);
 /// Comma-separated list of every parameter name, for error messages.

@@ -5,7 +5,7 @@
 
 #include "gradcomm/error.hpp"
 
-namespace gradcomm::core {
+namespace gradcomm {
 namespace {
 constexpr const char* kClose = "\n]}\n";
 }
@@ -99,4 +99,4 @@ void Timeline::writeLocked() {
   buffer_.clear();
 }
 
-}  // namespace gradcomm::core
+}  // namespace gradcomm

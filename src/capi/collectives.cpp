@@ -266,10 +266,9 @@ HostTransfer transfer(ncclComm_t comm, cudaStream_t stream, bool send, int peer,
   HostTransfer h;
   h.comm = comm;
   h.stream = stream;
-  h.transfer.send = send;
-  h.transfer.peer = peer;
-  h.transfer.data = const_cast<void*>(data);
-  h.transfer.bytes = bytes;
+  // NCCL matches sends to receives by bytes: they move as bytes here too.
+  h.transfer = send ? gradcomm::Communicator::Transfer::send(data, bytes, DataType::kUInt8, peer)
+                    : gradcomm::Communicator::Transfer::recv(const_cast<void*>(data), bytes, DataType::kUInt8, peer);
   return h;
 }
 

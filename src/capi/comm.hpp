@@ -30,8 +30,6 @@ struct ncclComm {
   ncclComm_t real = nullptr;               ///< the real NCCL's communicator, or null
   std::string realWhy;                     ///< why there is none
   int cudaDevice = -1;
-  /// Next point-to-point message number per peer, each direction.
-  std::vector<uint32_t> sendNext, recvNext;
   /// Sticky failure: once a host operation failed, every later call and
   /// ncclCommGetAsyncError report it (the gradcomm communicator is unusable).
   std::atomic<int> asyncError{ncclSuccess};

@@ -96,8 +96,6 @@ void formHost(ncclComm& comm, std::shared_ptr<Store> base, const std::string& pr
   comm.host = communicatorFromStore(scoped, comm.rank, comm.nranks, shimOptions());
   comm.store = std::move(base);
   comm.prefix = prefix;
-  comm.sendNext.assign(comm.nranks, 0);
-  comm.recvNext.assign(comm.nranks, 0);
 }
 
 /// Every rank's `state` for one step of the real NCCL's creation (1 done,
@@ -357,8 +355,6 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
       auto c = std::make_unique<ncclComm>();
       c->rank = r;
       c->nranks = ndev;
-      c->sendNext.assign(ndev, 0);
-      c->recvNext.assign(ndev, 0);
       made.push_back(std::move(c));
     }
     // Forming a communicator is collective (the ranks agree on the
@@ -555,7 +551,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
       // A failure the progress engine saw (a peer's abort notice) but no
       // call has reported yet.
       try {
-        comm->host.impl()->engine().throwIfFailed();
+        if (auto failure = comm->host.failure()) std::rethrow_exception(failure);
       } catch (const Error& e) {
         comm->setFailed(resultOf(e.code()), e.what());
       }

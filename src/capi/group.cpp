@@ -9,7 +9,6 @@
 #include "capi/cuda_probe.hpp"
 #include "capi/errors.hpp"
 #include "capi/real_nccl.hpp"
-#include "core/communicator_impl.hpp"
 
 namespace gradcomm::capi {
 namespace {
@@ -165,23 +164,18 @@ ncclResult_t runGroup(GroupState& g, const char* function) {
   }
   for (ncclComm_t comm : comms) {
     if (comm->asyncError.load() != ncclSuccess) continue;
-    std::vector<P2pTransfer> mine;
-    size_t bytes = 0;
+    std::vector<Communicator::Transfer> mine;
     std::vector<size_t> selfSends, selfRecvs;
     for (const auto& t : g.transfers) {
       if (t.comm != comm) continue;
-      P2pTransfer p = t.transfer;
-      if (p.peer == comm->rank) {
-        (p.send ? selfSends : selfRecvs).push_back(mine.size());
-      } else {
-        p.message = p.send ? comm->sendNext[p.peer]++ : comm->recvNext[p.peer]++;
-      }
-      bytes += p.bytes;
+      const Communicator::Transfer& p = t.transfer;
+      const bool send = p.kind == Communicator::Transfer::Kind::kSend;
+      if (p.peer == comm->rank) (send ? selfSends : selfRecvs).push_back(mine.size());
       mine.push_back(p);
     }
     bool selfOk = selfSends.size() == selfRecvs.size();
     for (size_t k = 0; selfOk && k < selfSends.size(); ++k) {
-      selfOk = mine[selfSends[k]].bytes == mine[selfRecvs[k]].bytes;
+      selfOk = mine[selfSends[k]].count == mine[selfRecvs[k]].count;
     }
     if (!selfOk) {
       out.add(ncclInvalidUsage, std::string(function) +
@@ -190,10 +184,8 @@ ncclResult_t runGroup(GroupState& g, const char* function) {
       continue;
     }
     runGuarded(comm, function, out, [&] {
-      Work w = comm->host.impl()->submitPointToPoint(
-          "send/recv", bytes, [mine = std::move(mine)](const algorithms::RunContext& ctx) {
-            return makeP2pSchedule(mine, ctx);
-          });
+      // One Work for all of them: no transfer of the group waits for another.
+      Work w = comm->host.pointToPoint(mine);
       running.push_back({comm, w, {}});
       return ncclSuccess;
     });
@@ -252,7 +244,7 @@ ncclResult_t groupSimulateEnd(float* estimatedUs) {
   // numbers were used.
   double us = 0;
   for (const auto& c : g.calls) us += 5 + static_cast<double>(c.bytes) / 5000;
-  for (const auto& t : g.transfers) us += 5 + static_cast<double>(t.transfer.bytes) / 5000;
+  for (const auto& t : g.transfers) us += 5 + static_cast<double>(t.transfer.count) / 5000;
   if (g.realGroupOpen) {
     ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
     auto simEnd = RealNccl::instance().get<ncclResult_t (*)(ncclSimInfo_t*)>("ncclGroupSimulateEnd");

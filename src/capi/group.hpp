@@ -15,7 +15,6 @@
 #include "capi/comm.hpp"
 #include "capi/cuda_probe.hpp"
 #include "capi/errors.hpp"
-#include "capi/p2p_schedule.hpp"
 
 namespace gradcomm::capi {
 
@@ -29,11 +28,11 @@ struct HostCall {
   size_t bytes = 0;
 };
 
-/// A send or receive; its message number is assigned when the group runs.
+/// A send or receive (of bytes), run when the group runs.
 struct HostTransfer {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
-  P2pTransfer transfer;
+  Communicator::Transfer transfer;
 };
 
 /// Forms a communicator recorded by ncclCommInitRank* inside a group.

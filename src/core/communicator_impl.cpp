@@ -688,6 +688,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
                        " called on a destroyed communicator; create a new Communicator");
   }
   engine_->throwIfFailed();
+  closePointToPoint();  // transfers issued later run after this call
   // A signature seen before (same collective, type, op, count, root, layout
   // and options) was validated, has no compression and has its algorithm,
   // fingerprint and kernels chosen: only the buffers need checking.

@@ -19,6 +19,9 @@ class GroupTransport;
 
 namespace gradcomm::detail {
 
+struct P2pTransfer;
+class P2pChannel;
+
 /// Fingerprint of point-to-point messages (no collective hashes to it in practice).
 inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
 /// Fingerprint of the creation-time calibration exchange (see setUpSelection).
@@ -82,6 +85,14 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// kPointToPointFingerprint, and the schedule numbers them per peer.
   Work submitPointToPoint(const std::string& what, size_t bytes,
                           std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make);
+  /// Communicator::send, recv and pointToPoint (core/point_to_point.cpp):
+  /// numbers the checked transfers per peer and tag and adds them to the
+  /// open channel, or queues a new one; the Work completes with them.
+  Work submitTransfers(std::vector<P2pTransfer> transfers, size_t bytes);
+  /// A collective was issued: later transfers go to a new channel, after it.
+  void closePointToPoint();
+  /// The configuration's parameters, as describeParameters() lists them.
+  const std::vector<ParamDescription>& parameters() const;
   std::string algorithmFor(const algorithms::CollectiveCall& call) const;
   algorithms::RunContext runContext(const algorithms::CollectiveCall& call, const transport::Tag& tag) const;
 
@@ -190,6 +201,13 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   uint64_t nextSeq_ = 0;  // guarded by submitMu_
   std::atomic<bool> destroyed_{false};
   std::vector<std::shared_ptr<void>> keepAlive_;
+  /// Point-to-point: the channel later transfers join, and the next
+  /// sequence number per (peer, tag) of sends and of receives.
+  std::mutex p2pMu_;
+  std::shared_ptr<P2pChannel> p2pChannel_;  // guarded by p2pMu_
+  std::vector<uint32_t> sendSeq_, recvSeq_;  // guarded by p2pMu_
+  mutable std::once_flag parametersOnce_;
+  mutable std::vector<ParamDescription> parameters_;
 };
 
 /// What ranks agree on for `call` run by `algorithm` (seq left 0).

@@ -1,5 +1,7 @@
 #include "core/operation.hpp"
 
+#include "base/log.hpp"
+
 #include <cstdlib>
 #include <new>
 #include <vector>
@@ -87,6 +89,40 @@ void OperationState::finish(std::exception_ptr e) {
     }
   }
   status.store(e ? kFailed : kDone, std::memory_order_release);
+  std::vector<std::function<void(std::exception_ptr)>> run;
+  {
+    std::lock_guard<std::mutex> lock(callbackMu_);
+    callbacksRan_ = true;
+    run.swap(callbacks_);
+  }
+  for (const auto& cb : run) runCallback(cb);
+}
+
+void OperationState::addCallback(std::function<void(std::exception_ptr)> callback) {
+  if (!callback) return;
+  {
+    std::lock_guard<std::mutex> lock(callbackMu_);
+    if (!callbacksRan_) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+  }
+  runCallback(callback);
+}
+
+std::exception_ptr OperationState::error() const {
+  if (status.load(std::memory_order_acquire) != kFailed) return nullptr;
+  return makeErrorPtr(errorCode, errorMessage);
+}
+
+void OperationState::runCallback(const std::function<void(std::exception_ptr)>& cb) const {
+  try {
+    cb(error());
+  } catch (const std::exception& e) {
+    core::log(core::LogLevel::kWarn, -1, "a Work::onComplete callback threw (ignored): " + std::string(e.what()));
+  } catch (...) {
+    core::log(core::LogLevel::kWarn, -1, "a Work::onComplete callback threw (ignored)");
+  }
 }
 
 std::string OperationState::describe() const {

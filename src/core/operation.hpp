@@ -4,6 +4,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,6 +82,18 @@ struct OperationState {
   /// Throws the operation's error (a fresh exception of the class of its
   /// code) if it failed.
   void rethrowIfFailed() const;
+  /// Work::onComplete: runs `callback` when the operation finishes, or at
+  /// once (on this thread) when it already did.
+  void addCallback(std::function<void(std::exception_ptr)> callback);
+  /// The operation's error as a fresh exception_ptr; null unless it failed.
+  std::exception_ptr error() const;
+
+ private:
+  /// Runs `cb` with the outcome, swallowing (and logging) what it throws.
+  void runCallback(const std::function<void(std::exception_ptr)>& cb) const;
+  std::mutex callbackMu_;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks_;  // guarded by callbackMu_
+  bool callbacksRan_ = false;                                        // guarded by callbackMu_
 };
 
 }  // namespace gradcomm::detail

@@ -1,0 +1,423 @@
+#include "core/point_to_point.hpp"
+
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "core/communicator_impl.hpp"
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::detail {
+namespace {
+
+/// What a send tells its receiver before the data: the receiver compares it
+/// with its own buffer before it takes the data, so a mismatch is named
+/// (and fails both ranks) instead of truncating or misreading bytes.
+struct Header {
+  uint64_t count = 0;
+  int64_t type = -1;
+};
+
+/// The three messages of one transfer. A send's completion waits for the
+/// receiver's acknowledgement, so it fails with the receiver when the
+/// receiver rejects the header.
+enum Kind : uint32_t { kHeader = 0, kData = 1, kAck = 2 };
+
+/// 14 bits (the narrowest message field of any transport's tag): the kind,
+/// the tag and the low 9 bits of the per-(peer, tag) sequence number.
+/// Transfers with equal message numbers in flight at once still match in
+/// order: every transport matches equal tags first in, first out.
+uint32_t messageOf(Kind kind, const P2pTransfer& t) {
+  return (static_cast<uint32_t>(kind) << 12) | (static_cast<uint32_t>(t.tag) << 9) | (t.sequence & 0x1ffu);
+}
+
+std::string typeName(int64_t type) {
+  if (type < 0 || type >= kNumDataTypes) return "type #" + std::to_string(type);
+  return toString(static_cast<DataType>(type));
+}
+
+}  // namespace
+
+void P2pCompletion::finish(std::exception_ptr e) {
+  if (finished.exchange(true)) return;
+  state->finish(std::move(e));
+}
+
+void P2pCompletion::transferDone() {
+  if (remaining.fetch_sub(1) == 1) finish(nullptr);
+}
+
+class P2pChannelSchedule : public algorithms::Schedule {
+ public:
+  P2pChannelSchedule(std::shared_ptr<P2pChannel> channel, const algorithms::RunContext& ctx)
+      : channel_(std::move(channel)), ctx_(ctx) {}
+
+  bool advance() override {
+    bool moved = takeNew();
+    for (auto& s : states_) {
+      if (s.done) continue;
+      moved = step(s) || moved;
+    }
+    return moved;
+  }
+
+  bool done() const override {
+    if (remaining_ > 0) return false;
+    // Closing under the lock: a transfer added after this check goes to a
+    // new channel instead of one nobody runs any more.
+    std::lock_guard<std::mutex> lock(channel_->mu_);
+    if (channel_->transfers_.size() != taken_) return false;
+    channel_->closed_ = true;
+    return true;
+  }
+
+  std::string waitingFor() const override {
+    for (const auto& s : states_) {
+      if (s.done) continue;
+      const P2pTransfer& t = s.transfer;
+      std::string what = t.send ? "send to rank " : "recv from rank ";
+      what += std::to_string(t.peer) + " (" + std::to_string(t.count) + " elements of " + toString(t.type) +
+              ", tag " + std::to_string(t.tag) + ", ";
+      if (t.send) {
+        what += "waiting for the receiver to take it: is rank " + std::to_string(t.peer) +
+                " calling recv from this rank before its next collective?)";
+      } else {
+        what += "waiting for rank " + std::to_string(t.peer) + " to send it)";
+      }
+      return what;
+    }
+    return "nothing";
+  }
+
+  std::vector<int> awaitedPeers() const override {
+    std::vector<int> peers;
+    for (const auto& s : states_) {
+      if (!s.done) peers.push_back(s.transfer.peer);
+    }
+    return peers;
+  }
+
+ private:
+  struct State {
+    P2pTransfer transfer;
+    Header header;  ///< this rank's (send) or the sender's (recv)
+    uint8_t ack = 0;
+    std::vector<transport::RequestPtr> requests;  ///< of the current stage
+    int stage = 0;                                ///< recv: 0 header, 1 data, 2 ack
+    bool done = false;
+  };
+
+  transport::Tag tagFor(Kind kind, const P2pTransfer& t) const {
+    transport::Tag tag = ctx_.tag;
+    tag.message = messageOf(kind, t);
+    return tag;
+  }
+
+  /// Starts the transfers added since the last call.
+  bool takeNew() {
+    std::vector<P2pTransfer> fresh;
+    {
+      std::lock_guard<std::mutex> lock(channel_->mu_);
+      for (size_t i = taken_; i < channel_->transfers_.size(); ++i) fresh.push_back(channel_->transfers_[i]);
+      taken_ = channel_->transfers_.size();
+    }
+    const int self = ctx_.transport->rank();
+    for (auto& t : fresh) {
+      if (t.peer == self) {
+        takeSelf(std::move(t));
+        continue;
+      }
+      states_.emplace_back();
+      State& s = states_.back();
+      s.transfer = std::move(t);
+      ++remaining_;
+      start(s);
+    }
+    return !fresh.empty();
+  }
+
+  /// A transfer to or from this rank itself: the k-th send (per tag) is
+  /// copied into the k-th recv (Communicator::pointToPoint checked that
+  /// they pair up in their batch, with equal sizes).
+  void takeSelf(P2pTransfer t) {
+    auto& mine = t.send ? selfSends_[t.tag] : selfRecvs_[t.tag];
+    auto& other = t.send ? selfRecvs_[t.tag] : selfSends_[t.tag];
+    if (other.empty()) {
+      mine.push_back(std::move(t));
+      ++remaining_;
+      return;
+    }
+    P2pTransfer o = std::move(other.front());
+    other.pop_front();
+    --remaining_;
+    const P2pTransfer& send = t.send ? t : o;
+    const P2pTransfer& recv = t.send ? o : t;
+    if (send.bytes && send.data != recv.data) std::memmove(recv.data, send.data, send.bytes);
+    send.completion->transferDone();
+    recv.completion->transferDone();
+  }
+
+  void start(State& s) {
+    transport::Transport& tr = *ctx_.transport;
+    const P2pTransfer& t = s.transfer;
+    if (t.send) {
+      // Header, data and the wait for the acknowledgement go out at once.
+      s.header.count = t.count;
+      s.header.type = static_cast<int64_t>(t.type);
+      s.requests.push_back(tr.isend(t.peer, &s.header, sizeof(Header), tagFor(kHeader, t)));
+      s.requests.push_back(tr.isend(t.peer, t.data, t.bytes, tagFor(kData, t)));
+      s.requests.push_back(tr.irecv(t.peer, &s.ack, 1, tagFor(kAck, t)));
+    } else {
+      s.requests.push_back(tr.irecv(t.peer, &s.header, sizeof(Header), tagFor(kHeader, t)));
+    }
+  }
+
+  /// True when a request of `s` completed.
+  bool step(State& s) {
+    bool moved = false;
+    for (size_t i = 0; i < s.requests.size();) {
+      if (s.requests[i]->test()) {
+        s.requests[i] = std::move(s.requests.back());
+        s.requests.pop_back();
+        moved = true;
+      } else {
+        ++i;
+      }
+    }
+    if (!s.requests.empty()) return moved;
+    const P2pTransfer& t = s.transfer;
+    if (t.send || s.stage == 2) {
+      s.done = true;
+      --remaining_;
+      t.completion->transferDone();
+      return true;
+    }
+    transport::Transport& tr = *ctx_.transport;
+    if (s.stage == 0) {
+      if (s.header.count != t.count || s.header.type != static_cast<int64_t>(t.type)) {
+        throw InvalidArgument("rank " + std::to_string(tr.rank()) + ": recv from rank " + std::to_string(t.peer) +
+                              " (tag " + std::to_string(t.tag) + "): rank " + std::to_string(t.peer) + " sent " +
+                              std::to_string(s.header.count) + " elements of " + typeName(s.header.type) +
+                              " but this rank's recv takes " + std::to_string(t.count) + " elements of " +
+                              toString(t.type) + ": a send and its recv need the same dtype and number of elements");
+      }
+      s.requests.push_back(tr.irecv(t.peer, t.data, t.bytes, tagFor(kData, t)));
+      s.stage = 1;
+    } else {
+      s.ack = 1;
+      s.requests.push_back(tr.isend(t.peer, &s.ack, 1, tagFor(kAck, t)));
+      s.stage = 2;
+    }
+    return true;
+  }
+
+  std::shared_ptr<P2pChannel> channel_;
+  algorithms::RunContext ctx_;
+  std::deque<State> states_;  // a deque: posted buffers (header, ack) must not move
+  std::map<int, std::deque<P2pTransfer>> selfSends_, selfRecvs_;  ///< unpaired, per tag
+  size_t taken_ = 0;  ///< transfers of the channel taken so far
+  size_t remaining_ = 0;
+};
+
+bool P2pChannel::add(const std::vector<P2pTransfer>& transfers) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return false;
+  transfers_.insert(transfers_.end(), transfers.begin(), transfers.end());
+  return true;
+}
+
+void P2pChannel::close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+}
+
+void P2pChannel::fail(std::exception_ptr e) {
+  std::vector<P2pTransfer> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    all = transfers_;
+  }
+  for (auto& t : all) t.completion->finish(e);
+}
+
+algorithms::SchedulePtr P2pChannel::makeSchedule(const algorithms::RunContext& ctx) {
+  return algorithms::makeSchedule<P2pChannelSchedule>(ctx.workspace, shared_from_this(), ctx);
+}
+
+// ---- CommunicatorImpl's part ----------------------------------------------------------
+
+void CommunicatorImpl::closePointToPoint() {
+  std::lock_guard<std::mutex> lock(p2pMu_);
+  if (p2pChannel_) {
+    p2pChannel_->close();
+    p2pChannel_.reset();
+  }
+}
+
+Work CommunicatorImpl::submitTransfers(std::vector<P2pTransfer> transfers, size_t bytes) {
+  if (destroyed_.load()) throw InvalidUsage("send/recv called on a destroyed communicator; create a new Communicator");
+  engine_->throwIfFailed();
+  auto completion = std::make_shared<P2pCompletion>();
+  auto op = OperationState::create();
+  op->algorithm = "p2p";
+  op->customWhat = "send/recv";
+  op->fingerprint = kPointToPointFingerprint;
+  op->bytes = bytes;
+  op->pointToPoint = true;
+  op->engine = engine_;
+  op->queuedAt = Clock::now();
+  op->startedAt = op->queuedAt;
+  op->status.store(OperationState::kRunning);
+  completion->state = op;
+  completion->remaining.store(transfers.size());
+  if (transfers.empty()) {
+    completion->finish(nullptr);
+    return Work(op);
+  }
+  std::lock_guard<std::mutex> lock(p2pMu_);
+  const size_t slots = static_cast<size_t>(size_) * (Communicator::kMaxTag + 1);
+  if (sendSeq_.empty()) {
+    sendSeq_.assign(slots, 0);
+    recvSeq_.assign(slots, 0);
+  }
+  for (auto& t : transfers) {
+    t.completion = completion;
+    auto& counters = t.send ? sendSeq_ : recvSeq_;
+    t.sequence = counters[static_cast<size_t>(t.peer) * (Communicator::kMaxTag + 1) + static_cast<size_t>(t.tag)]++;
+  }
+  if (p2pChannel_ && p2pChannel_->add(transfers)) return Work(op);
+  auto channel = std::make_shared<P2pChannel>();
+  channel->add(transfers);
+  Work w = submitPointToPoint("send/recv", bytes, [channel](const algorithms::RunContext& ctx) {
+    return channel->makeSchedule(ctx);
+  });
+  // A failed channel fails the Works of its transfers (the engine fails the
+  // channel's operation on a timeout, a peer's abort or a mismatch).
+  w.state_->addCallback([channel](std::exception_ptr e) {
+    if (e) channel->fail(e);
+  });
+  p2pChannel_ = channel;
+  return Work(op);
+}
+
+}  // namespace gradcomm::detail
+
+// ---- the public calls -------------------------------------------------------------------
+
+namespace gradcomm {
+
+using detail::P2pTransfer;
+
+namespace {
+
+std::string describe(const Communicator::Transfer& t) {
+  return std::string(t.kind == Communicator::Transfer::Kind::kSend ? "send to" : "recv from") + " rank " +
+         std::to_string(t.peer);
+}
+
+/// Why `t` cannot run on a communicator of `size` ranks at `rank`; empty
+/// when it can.
+std::string checkTransfer(const Communicator::Transfer& t, int rank, int size, bool selfAllowed) {
+  const std::string what = describe(t) + ": ";
+  if (t.kind != Communicator::Transfer::Kind::kSend && t.kind != Communicator::Transfer::Kind::kRecv) {
+    return "transfer kind #" + std::to_string(static_cast<int>(t.kind)) + " is neither send nor recv";
+  }
+  if (t.peer < 0 || t.peer >= size) {
+    return what + "peer " + std::to_string(t.peer) + " is not a rank of this communicator (ranks 0 to " +
+           std::to_string(size - 1) + ")";
+  }
+  if (t.peer == rank && !selfAllowed) {
+    return what + "peer " + std::to_string(t.peer) +
+           " is this rank itself; copy the data instead (or pair a send and a recv to this rank in one "
+           "pointToPoint batch)";
+  }
+  if (static_cast<int>(t.type) >= kNumDataTypes) {
+    return what + "data type #" + std::to_string(static_cast<int>(t.type)) + " is not a DataType";
+  }
+  const size_t elem = dataTypeSize(t.type);
+  const size_t maxCount = static_cast<size_t>(std::numeric_limits<std::ptrdiff_t>::max()) / elem;
+  if (t.count > maxCount) {
+    return what + "count " + std::to_string(t.count) + " is too large (at most " + std::to_string(maxCount) +
+           " elements of " + toString(t.type) + "; a negative count converted to size_t?)";
+  }
+  if (t.buffer == nullptr && t.count > 0) {
+    return what + "the buffer is null but count is " + std::to_string(t.count);
+  }
+  if (t.tag < 0 || t.tag > Communicator::kMaxTag) {
+    return what + "tag " + std::to_string(t.tag) + " is not in [0, " + std::to_string(Communicator::kMaxTag) + "]";
+  }
+  return {};
+}
+
+}  // namespace
+
+Work Communicator::send(const void* in, size_t count, DataType type, int peer, int tag) {
+  auto& impl = checked();
+  const Transfer t = Transfer::send(in, count, type, peer, tag);
+  const std::string why = checkTransfer(t, impl.rank(), impl.size(), false);
+  if (!why.empty()) impl.abortAndThrow(InvalidArgument("send: " + why), "rejected its send call");
+  return pointToPoint({t});
+}
+
+Work Communicator::recv(void* out, size_t count, DataType type, int peer, int tag) {
+  auto& impl = checked();
+  const Transfer t = Transfer::recv(out, count, type, peer, tag);
+  const std::string why = checkTransfer(t, impl.rank(), impl.size(), false);
+  if (!why.empty()) impl.abortAndThrow(InvalidArgument("recv: " + why), "rejected its recv call");
+  return pointToPoint({t});
+}
+
+Work Communicator::pointToPoint(const std::vector<Transfer>& transfers) {
+  auto& impl = checked();
+  const int rank = impl.rank();
+  std::vector<P2pTransfer> out;
+  out.reserve(transfers.size());
+  size_t bytes = 0;
+  // Sends to self minus receives from self, per tag, and their sizes in order.
+  std::map<int, std::deque<std::pair<size_t, DataType>>> selfSends, selfRecvs;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const Transfer& t = transfers[i];
+    const std::string why = checkTransfer(t, rank, impl.size(), true);
+    if (!why.empty()) {
+      impl.abortAndThrow(InvalidArgument("pointToPoint: transfer " + std::to_string(i) + ", " + why),
+                         "rejected its pointToPoint call");
+    }
+    P2pTransfer p;
+    p.send = t.kind == Transfer::Kind::kSend;
+    p.peer = t.peer;
+    p.data = t.buffer;
+    p.count = t.count;
+    p.type = t.type;
+    p.bytes = t.count * dataTypeSize(t.type);
+    p.tag = t.tag;
+    bytes += p.bytes;
+    if (t.peer == rank) (p.send ? selfSends : selfRecvs)[t.tag].emplace_back(t.count, t.type);
+    out.push_back(p);
+  }
+  for (auto& [tag, sends] : selfSends) {
+    auto& recvs = selfRecvs[tag];
+    bool ok = sends.size() == recvs.size();
+    for (size_t k = 0; ok && k < sends.size(); ++k) ok = sends[k] == recvs[k];
+    if (!ok) {
+      impl.abortAndThrow(InvalidArgument("pointToPoint: the sends to this rank itself (tag " + std::to_string(tag) +
+                                         ") need receives from itself of the same type and count, one for one, "
+                                         "in the same batch"),
+                         "rejected its pointToPoint call");
+    }
+    recvs.clear();
+  }
+  for (auto& [tag, recvs] : selfRecvs) {
+    if (!recvs.empty()) {
+      impl.abortAndThrow(InvalidArgument("pointToPoint: a recv from this rank itself (tag " + std::to_string(tag) +
+                                         ") needs a send to itself of the same type and count in the same batch"),
+                         "rejected its pointToPoint call");
+    }
+  }
+  return impl.submitTransfers(std::move(out), bytes);
+}
+
+}  // namespace gradcomm
