@@ -284,6 +284,8 @@ class GRADCOMM_API Communicator {
   /// stays valid (valid() is true; destroy() still releases it). After a
   /// failure, or a second time, the first failure's reason stays. Not from
   /// a Work::onComplete callback (it must not call the communicator).
+  /// Failure belongs to the context: communicators split from one another
+  /// (split, dup, subgroup) all fail with it, on every rank of the context.
   void abort(const std::string& reason);
   /// Why the communicator cannot be used any more (a failed operation, a
   /// peer's abort notice that its progress thread saw, abort(), destroy()),

@@ -441,6 +441,7 @@ uint32_t CommunicatorImpl::agreeOnGroupId(const std::vector<int>& members) {
     call.count = kRecordBytes;
     call.input = mine.data();
     call.output = all.data();
+    closePointToPoint();  // a collective of the members: later transfers run after it
     const algorithms::Algorithm* ring = algorithms::findAlgorithm(Collective::kAllgather, "ring");
     const transport::CallSignature signature = callSignature(call, ring->name(), {});
     transport::Tag tag;

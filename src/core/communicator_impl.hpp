@@ -43,6 +43,13 @@ struct Context {
   std::mutex mu;
   std::vector<uint8_t> idInUse = std::vector<uint8_t>(kMaxGroups, 0);  // guarded by mu
   int alive = 0;  ///< communicators not yet destroyed; guarded by mu
+  /// Point-to-point channels still taking transfers, of every communicator
+  /// of the context: a collective on any of them closes them all, since one
+  /// engine runs the operations of all of them in one order (a transfer
+  /// issued after the collective must not join a channel ahead of it).
+  std::mutex channelsMu;
+  std::vector<std::weak_ptr<P2pChannel>> openChannels;  // guarded by channelsMu
+  std::atomic<bool> channelsOpen{false};                 ///< openChannels is not empty
 };
 
 /// The state behind every Communicator handle.

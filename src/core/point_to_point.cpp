@@ -251,10 +251,16 @@ algorithms::SchedulePtr P2pChannel::makeSchedule(const algorithms::RunContext& c
 // ---- CommunicatorImpl's part ----------------------------------------------------------
 
 void CommunicatorImpl::closePointToPoint() {
-  std::lock_guard<std::mutex> lock(p2pMu_);
-  if (p2pChannel_) {
-    p2pChannel_->close();
-    p2pChannel_.reset();
+  if (!context_->channelsOpen.load(std::memory_order_acquire)) return;
+  std::vector<std::weak_ptr<P2pChannel>> open;
+  {
+    std::lock_guard<std::mutex> lock(context_->channelsMu);
+    open.swap(context_->openChannels);
+    context_->channelsOpen.store(false, std::memory_order_release);
+  }
+  // A closed channel refuses transfers: its communicator starts a new one.
+  for (auto& w : open) {
+    if (auto channel = w.lock()) channel->close();
   }
 }
 
@@ -301,6 +307,11 @@ Work CommunicatorImpl::submitTransfers(std::vector<P2pTransfer> transfers, size_
     if (e) channel->fail(e);
   });
   p2pChannel_ = channel;
+  {
+    std::lock_guard<std::mutex> contextLock(context_->channelsMu);
+    context_->openChannels.push_back(channel);
+    context_->channelsOpen.store(true, std::memory_order_release);
+  }
   return Work(op);
 }
 

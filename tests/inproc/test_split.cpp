@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <numeric>
+#include <thread>
 
 #include "support/collective_check.hpp"
 #include "support/inproc.hpp"
@@ -226,4 +227,34 @@ TEST(Split, GroupsOfWholeHostsShareTheHostsMemoryAndStayInStepWithTheirParent) {
       EXPECT_EQ(c[n / 2], 4.0f);
     }
   }, quick(), two);
+}
+
+TEST(Split, ACollectiveOnAnyCommunicatorOfTheContextOrdersLaterTransfersOfTheOthers) {
+  // Rank 0 sends on a group, reduces on the parent, sends again; rank 1
+  // receives late. The parent's allreduce must close the group's open
+  // transfers, or the second send would join them ahead of the allreduce,
+  // which rank 1 reaches only before its second receive: a deadlock.
+  Options o;
+  o.set("TIMEOUT", "5s");
+  runRanks(2, [](RankContext& ctx) {
+    Communicator g = ctx.comm.dup();
+    int32_t a = 11, b = 22, x = ctx.rank;
+    if (ctx.rank == 0) {
+      Work s1 = g.send(&a, 1, DataType::kInt32, 1);
+      Work r = ctx.comm.allreduce(&x, &x, 1, DataType::kInt32, ReduceOp::kSum);
+      Work s2 = g.send(&b, 1, DataType::kInt32, 1);
+      s1.wait();
+      r.wait();
+      s2.wait();
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      int32_t ga = 0, gb = 0;
+      g.recv(&ga, 1, DataType::kInt32, 0).wait();
+      ctx.comm.allreduce(&x, &x, 1, DataType::kInt32, ReduceOp::kSum).wait();
+      g.recv(&gb, 1, DataType::kInt32, 0).wait();
+      EXPECT_EQ(ga, 11);
+      EXPECT_EQ(gb, 22);
+    }
+    EXPECT_EQ(x, 1);
+  }, o);
 }
