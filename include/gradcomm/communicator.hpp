@@ -223,10 +223,12 @@ class GRADCOMM_API Communicator {
   /// The topology and the cost model's inputs, one line each.
   std::string describeTopology() const;
 
-  /// Ends the communicator for every handle: stops its progress thread and
-  /// fails pending operations. Later calls throw InvalidUsage. Local: it
-  /// does not synchronise with other ranks. Called by the last handle's
-  /// destructor.
+  /// Ends the communicator for every handle: later calls throw
+  /// InvalidUsage. The last communicator of a context (this one and those
+  /// split from it) also stops the progress thread and fails pending
+  /// operations; while others live, this one's queued operations still run.
+  /// Local: it does not synchronise with other ranks. Called by the last
+  /// handle's destructor.
   void destroy();
   /// False after destroy() or for a moved-from handle.
   bool valid() const;
