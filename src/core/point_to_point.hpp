@@ -7,7 +7,6 @@
 // calls issued while it is open join it and are posted at once. It closes
 // when every transfer in it completed, or when a collective is issued
 // (collectives and point-to-point keep their issue order, as with NCCL).
-// (Moved here from the PyTorch backend, which now uses the public calls.)
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
