@@ -15,6 +15,7 @@
 #include "support/collective_check.hpp"
 #include "support/forwarding_transport.hpp"
 #include "support/inproc.hpp"
+#include "support/per_rank.hpp"
 
 using namespace gradcomm;
 using namespace gradcomm::testing;
@@ -22,42 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-Options quick(const char* timeout = "20s") {
-  Options o;
-  o.set("TIMEOUT", timeout);
-  return o;
-}
-
-/// Runs fn on every rank and records the exception type and text per rank.
-struct Outcome {
-  std::vector<std::string> what;
-  std::vector<int> code;  // -1: no error
-  std::vector<double> seconds;
-};
-
-Outcome perRank(int p, const std::function<void(RankContext&)>& fn, const Options& o = quick(),
-                transport::InProcWorld::Settings settings = {}) {
-  Outcome out;
-  out.what.assign(static_cast<size_t>(p), "");
-  out.code.assign(static_cast<size_t>(p), -1);
-  out.seconds.assign(static_cast<size_t>(p), 0);
-  runRanks(
-      p,
-      [&](RankContext& ctx) {
-        auto t0 = Clock::now();
-        try {
-          fn(ctx);
-        } catch (const Error& e) {
-          out.what[static_cast<size_t>(ctx.rank)] = e.what();
-          out.code[static_cast<size_t>(ctx.rank)] = static_cast<int>(e.code());
-        }
-        out.seconds[static_cast<size_t>(ctx.rank)] = std::chrono::duration<double>(Clock::now() - t0).count();
-      },
-      o, settings);
-  return out;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 /// Every rank failed within 5 s, with a MismatchError or with the
 /// RemoteError that carries a peer's.

@@ -16,43 +16,12 @@
 #include <vector>
 
 #include "support/inproc.hpp"
+#include "support/per_rank.hpp"
 
 using namespace gradcomm;
 using namespace gradcomm::testing;
 
 namespace {
-
-Options quick(const char* timeout = "20s") {
-  Options o;
-  o.set("TIMEOUT", timeout);
-  return o;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-/// Every rank's error (empty: none) and its code (-1: none).
-struct Outcome {
-  std::vector<std::string> what;
-  std::vector<int> code;
-};
-
-Outcome perRank(int p, const std::function<void(RankContext&)>& fn, const Options& o = quick()) {
-  Outcome out;
-  out.what.assign(static_cast<size_t>(p), "");
-  out.code.assign(static_cast<size_t>(p), -1);
-  runRanks(
-      p,
-      [&](RankContext& ctx) {
-        try {
-          fn(ctx);
-        } catch (const Error& e) {
-          out.what[static_cast<size_t>(ctx.rank)] = e.what();
-          out.code[static_cast<size_t>(ctx.rank)] = static_cast<int>(e.code());
-        }
-      },
-      o);
-  return out;
-}
 
 std::vector<float> pattern(int rank, size_t n, int salt = 0) {
   std::vector<float> v(n);

@@ -9,18 +9,13 @@
 
 #include "support/collective_check.hpp"
 #include "support/inproc.hpp"
+#include "support/per_rank.hpp"
 #include "transport/group_transport.hpp"
 
 using namespace gradcomm;
 using namespace gradcomm::testing;
 
 namespace {
-
-Options quick() {
-  Options o;
-  o.set("TIMEOUT", "20s");
-  return o;
-}
 
 std::vector<int> allgatherRanks(Communicator& c, int value) {
   std::vector<int32_t> out(static_cast<size_t>(c.size()));
@@ -29,7 +24,6 @@ std::vector<int> allgatherRanks(Communicator& c, int value) {
   return std::vector<int>(out.begin(), out.end());
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

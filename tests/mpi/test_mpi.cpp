@@ -23,6 +23,7 @@
 #include "gradcomm/reducer.hpp"
 #include "gradcomm/store.hpp"
 #include "support/collective_check.hpp"
+#include "support/text.hpp"
 
 using namespace gradcomm;
 using namespace gradcomm::testing;
@@ -55,7 +56,6 @@ std::string expectedTransport() {
   return t && std::string(t) == "ucx" ? "ucx" : "mpi";
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -10,8 +10,10 @@
 
 #include "gradcomm/communicator.hpp"
 #include "gradcomm/mpi.hpp"
+#include "support/text.hpp"
 
 using namespace gradcomm;
+using namespace gradcomm::testing;
 
 namespace {
 
@@ -21,7 +23,6 @@ Options options(const char* timeout) {
   return o;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::vector<float> pattern(int rank, size_t n) {
   std::vector<float> v(n);
