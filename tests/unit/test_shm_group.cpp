@@ -208,11 +208,20 @@ TEST(ShmSegment, ALockGoesWithItsProcessThoughAForkedChildLivesOn) {
   const pid_t rank = fork();
   if (rank == 0) {
     auto seg = ShmSegment::create(1 << 16);
+    // The child's fork handler (which drops its share of the lock) runs
+    // before fork() returns in the child, but not necessarily before it
+    // returns here: the worker says when it runs, so that on a loaded
+    // machine the rank does not die while the worker still holds the lock.
+    int ready[2];
+    if (pipe(ready) != 0) _exit(3);
     const pid_t worker = fork();
     if (worker == 0) {
+      if (write(ready[1], "r", 1) != 1) _exit(4);
       sleep(30);  // outlives the rank; killed by the test
       _exit(0);
     }
+    char r = 0;
+    if (read(ready[0], &r, 1) != 1) _exit(5);
     const std::string msg = seg->name() + " " + std::to_string(worker);
     if (write(pipefd[1], msg.data(), msg.size()) < 0) _exit(2);
     _exit(0);  // the rank dies, its worker lives
