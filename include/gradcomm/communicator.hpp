@@ -193,7 +193,8 @@ class GRADCOMM_API Communicator {
   /// Destroying a communicator does not end the others; the progress
   /// thread stops with the last of them.
   Communicator split(int color, int key) const;
-  /// split(0, rank()): the same ranks, a communicator of their own.
+  /// The same ranks in the same order, a communicator of their own (as
+  /// split(0, rank()), collective over this communicator).
   Communicator dup() const;
   /// The ranks `ranks` (this communicator's numbers; rank i of the new
   /// communicator is ranks[i]) as a communicator of their own, formed by

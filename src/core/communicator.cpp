@@ -88,7 +88,13 @@ Communicator Communicator::split(int color, int key) const {
   return impl ? Communicator(std::move(impl)) : Communicator(std::shared_ptr<detail::CommunicatorImpl>());
 }
 
-Communicator Communicator::dup() const { return split(0, rank()); }
+Communicator Communicator::dup() const {
+  // Every rank is a member and the list is known: one exchange (the
+  // group's id) instead of split's colors and keys first.
+  std::vector<int> all(static_cast<size_t>(size()));
+  for (int r = 0; r < size(); ++r) all[static_cast<size_t>(r)] = r;
+  return subgroup(all);
+}
 
 Communicator Communicator::subgroup(const std::vector<int>& ranks) const {
   return Communicator(checked().subgroup(ranks));
