@@ -67,6 +67,12 @@ struct CollectiveOptions {
   /// into later ones (with a warning once), since a buffer address does not
   /// name a tensor (an allocator reuses it for the next one).
   ErrorFeedback* errorFeedback = nullptr;
+  /// For device (CUDA) buffers: the cudaStream_t the call is ordered after
+  /// (it reads the input once the work already queued on this stream is
+  /// done), as NCCL's stream argument; null is the legacy default stream.
+  /// The stream must belong to the buffers' device. Ignored for host
+  /// buffers (a host call does not wait for any stream).
+  void* stream = nullptr;
 };
 
 /// A timed part of an operation (for example "compress", "decompress").
@@ -112,7 +118,20 @@ class GRADCOMM_API Work {
   /// hand the result to another thread); an exception it throws is
   /// swallowed and logged. A default-constructed Work calls it at once.
   /// Callbacks added to copies of one Work all run, in the order added.
+  /// For device buffers it runs when the communication finished and the
+  /// copy of the result into the device buffer is queued, not done: use
+  /// synchronize() or wait() before the device data is read.
   void onComplete(std::function<void(std::exception_ptr)> callback);
+  /// For a call on device buffers: makes the device stream `stream` (a
+  /// cudaStream_t; null is the legacy default stream) wait for the result,
+  /// so work queued on it later reads the reduced data. Blocks the host
+  /// until the communication finished (as wait() without the last copy) and
+  /// then orders `stream` after the copy of the result into the device
+  /// buffer, without waiting for that copy. Rethrows the operation's error.
+  /// For host buffers it is wait().
+  void synchronize(void* stream);
+  /// True when the call ran on device buffers.
+  bool onDevice() const;
 
  private:
   friend class detail::CommunicatorImpl;
@@ -138,7 +157,11 @@ class GRADCOMM_API Work {
 /// at a time, in issue order, on the communicator's progress thread (or on
 /// the thread waiting for them). Copies of a Communicator share one state.
 ///
-/// Buffers are host memory. Counts are elements. A call with bad arguments
+/// Buffers are host memory, or CUDA device memory on a build with CUDA
+/// (every buffer of a call on the one device the communicator's first device
+/// call used; CollectiveOptions::stream orders the call after the caller's
+/// work; wait() returns once the result is in the device buffer). Counts are
+/// elements. A call with bad arguments
 /// throws on the calling rank and aborts the communicator, so the other
 /// ranks get a RemoteError instead of waiting for a call that never comes.
 class GRADCOMM_API Communicator {

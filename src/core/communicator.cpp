@@ -57,6 +57,10 @@ std::chrono::steady_clock::time_point Work::endTime() const {
   return state_->finished() ? state_->finishedAt : std::chrono::steady_clock::time_point{};
 }
 
+void Work::synchronize(void* /*stream*/) { wait(); }
+
+bool Work::onDevice() const { return false; }
+
 size_t Work::bytes() const { return state_ ? state_->bytes : done_.bytes; }
 
 // ---- Communicator ----------------------------------------------------------------
