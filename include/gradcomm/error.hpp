@@ -19,6 +19,7 @@ enum class ErrorCode : int {
   kRemote,               ///< another rank failed and aborted the communicator
   kTransport,            ///< the transport (MPI, shared memory, ...) failed
   kInternal,             ///< a bug in gradcomm
+  kDevice,               ///< the device runtime (CUDA) reported an error
 };
 
 GRADCOMM_API const char* toString(ErrorCode code);
@@ -48,6 +49,7 @@ GRADCOMM_DECLARE_ERROR(MismatchError, kMismatch);
 GRADCOMM_DECLARE_ERROR(RemoteError, kRemote);
 GRADCOMM_DECLARE_ERROR(TransportError, kTransport);
 GRADCOMM_DECLARE_ERROR(InternalError, kInternal);
+GRADCOMM_DECLARE_ERROR(DeviceError, kDevice);
 
 #undef GRADCOMM_DECLARE_ERROR
 

@@ -13,6 +13,7 @@ const char* toString(ErrorCode code) {
     case ErrorCode::kRemote: return "remote failure";
     case ErrorCode::kTransport: return "transport error";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kDevice: return "device error";
   }
   return "unknown error";
 }
@@ -30,6 +31,7 @@ void rethrowAs(ErrorCode code, const std::string& message) {
     case ErrorCode::kRemote: throw RemoteError(message);
     case ErrorCode::kTransport: throw TransportError(message);
     case ErrorCode::kInternal: throw InternalError(message);
+    case ErrorCode::kDevice: throw DeviceError(message);
   }
   throw Error(code, message);
 }

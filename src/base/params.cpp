@@ -121,6 +121,10 @@ const std::vector<ParamDef>& registry() {
     d.push_back(bytesParam("GRADCOMM_SEGMENT_SIZE", "256K", &Config::segmentBytes, 64,
                                    "Pipeline segment: largest single message of ring, tree and "
                                    "halving-doubling, so transfer of one segment overlaps reduction of the last"));
+    d.push_back(bytesParam("GRADCOMM_DEVICE_CHUNK_SIZE", "4M", &Config::deviceChunkBytes, 4096,
+                           "Device buffers: a call moves through pinned host memory in chunks of this "
+                           "size, so copying one chunk to the host overlaps reducing the last and copying "
+                           "the one before back (allreduce, broadcast, reduce; equal on every rank)"));
     d.push_back(bytesParam("GRADCOMM_NET_SEGMENT_SIZE", "4M", &Config::netSegmentBytes, 64,
                            "Pipeline segment of ring and halving-doubling (allreduce, reduce-scatter, "
                            "allgather) when the communicator spans hosts: fewer, larger messages between "

@@ -19,6 +19,7 @@ struct Config {
   std::string algo;                       // GRADCOMM_ALGO: "auto" or override rules
   std::chrono::nanoseconds timeout{};     // GRADCOMM_TIMEOUT
   size_t segmentBytes = 0;                // GRADCOMM_SEGMENT_SIZE
+  size_t deviceChunkBytes = 0;            // GRADCOMM_DEVICE_CHUNK_SIZE
   size_t netSegmentBytes = 0;             // GRADCOMM_NET_SEGMENT_SIZE
   size_t hierRdSliceBytes = 0;            // GRADCOMM_HIER_RD_SIZE
   size_t hierSliceMinBytes = 0;           // GRADCOMM_HIER_SLICE_MIN

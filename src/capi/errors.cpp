@@ -31,6 +31,8 @@ ncclResult_t resultOf(ErrorCode code) {
       return ncclRemoteError;
     case ErrorCode::kInternal:
       return ncclInternalError;
+    case ErrorCode::kDevice:
+      return ncclUnhandledCudaError;
   }
   return ncclInternalError;
 }

@@ -3,6 +3,7 @@
 #include "algorithms/catalog.hpp"
 #include "compression/compression.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/device_staging.hpp"
 #include "base/units.hpp"
 #include "topology/tuning_file.hpp"
 
@@ -13,13 +14,31 @@ using detail::Clock;
 
 // ---- Work ----------------------------------------------------------------------
 
+namespace {
+
+/// Runs a device query of a finished call's copies back; a device error
+/// fails the context on every rank (the others learn it as a RemoteError)
+/// and is rethrown here.
+template <typename F>
+auto onCopies(detail::OperationState& op, F&& f) -> decltype(f(*op.staged)) {
+  try {
+    return f(*op.staged);
+  } catch (const Error& e) {
+    if (auto engine = op.engine.lock()) engine->abort(e.code(), op.describe() + ": " + e.what(), true);
+    throw;
+  }
+}
+
+}  // namespace
+
 bool Work::test() {
   if (!state_) return true;
   if (!state_->finished()) {
     if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::now() + std::chrono::microseconds(1));
   }
   state_->rethrowIfFailed();
-  return state_->finished();
+  if (!state_->finished()) return false;
+  return !state_->staged || onCopies(*state_, [](detail::StagedCall& s) { return s.copiesDone(); });
 }
 
 void Work::wait() {
@@ -28,6 +47,7 @@ void Work::wait() {
     if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::time_point::max());
   }
   state_->rethrowIfFailed();
+  if (state_->staged) onCopies(*state_, [](detail::StagedCall& s) { s.waitCopies(); });
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
@@ -36,8 +56,22 @@ bool Work::wait(std::chrono::milliseconds timeout) {
     if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::now() + timeout);
   }
   state_->rethrowIfFailed();
-  return state_->finished();
+  if (!state_->finished()) return false;
+  // The copy back of the last chunk is short: waited for whole.
+  if (state_->staged) onCopies(*state_, [](detail::StagedCall& s) { s.waitCopies(); });
+  return true;
 }
+
+void Work::synchronize(void* stream) {
+  if (!state_ || !state_->staged) return wait();
+  if (!state_->finished()) {
+    if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::time_point::max());
+  }
+  state_->rethrowIfFailed();
+  onCopies(*state_, [stream](detail::StagedCall& s) { s.streamWaitCopies(stream); });
+}
+
+bool Work::onDevice() const { return state_ && state_->staged; }
 
 std::string Work::algorithm() const {
   if (state_) return state_->algorithmName();
@@ -56,10 +90,6 @@ std::chrono::steady_clock::time_point Work::endTime() const {
   if (!state_) return done_.end;
   return state_->finished() ? state_->finishedAt : std::chrono::steady_clock::time_point{};
 }
-
-void Work::synchronize(void* /*stream*/) { wait(); }
-
-bool Work::onDevice() const { return false; }
 
 size_t Work::bytes() const { return state_ ? state_->bytes : done_.bytes; }
 

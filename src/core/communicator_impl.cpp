@@ -13,6 +13,7 @@
 #include "algorithms/compressed.hpp"
 #include "base/log.hpp"
 #include "base/units.hpp"
+#include "core/device_staging.hpp"
 #include "gradcomm/version.hpp"
 #include "kernels/reduce.hpp"
 #include "topology/calibration.hpp"
@@ -689,6 +690,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
                        " called on a destroyed communicator; create a new Communicator");
   }
   engine_->throwIfFailed();
+  if (device::runtime().devicesPresent() && touchesDeviceMemory(call, rank_)) return submitDevice(call, options);
   closePointToPoint();  // transfers issued later run after this call
   // A signature seen before (same collective, type, op, count, root, layout
   // and options) was validated, has no compression and has its algorithm,

@@ -21,6 +21,7 @@ namespace gradcomm::detail {
 
 struct P2pTransfer;
 class P2pChannel;
+class DeviceStaging;
 
 /// Fingerprint of point-to-point messages (no collective hashes to it in practice).
 inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
@@ -50,6 +51,10 @@ struct Context {
   std::mutex channelsMu;
   std::vector<std::weak_ptr<P2pChannel>> openChannels;  // guarded by channelsMu
   std::atomic<bool> channelsOpen{false};                 ///< openChannels is not empty
+  /// Device calls: the device the context serves (its first device call's)
+  /// with its copy streams and pinned blocks; null before the first.
+  std::mutex deviceMu;
+  std::shared_ptr<DeviceStaging> device;  // guarded by deviceMu
 };
 
 /// The state behind every Communicator handle.
@@ -175,6 +180,14 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::shared_ptr<core::ProgressEngine> engine_;
   Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
                         const CollectiveOptions& options);
+  /// A call whose buffers are device memory (core/device_calls.cpp).
+  Work submitDevice(const algorithms::CollectiveCall& call, const CollectiveOptions& options);
+  /// The device of a call's buffers; throws for buffers that mix host and
+  /// device memory or devices, a stream of another device, or a build
+  /// without CUDA.
+  int deviceOf(const algorithms::CollectiveCall& call, const CollectiveOptions& options) const;
+  /// The context's staging for `device` (made by the first device call).
+  std::shared_ptr<DeviceStaging> deviceStaging(int device);
 
   /// The selector's choice and the fingerprint of recent call signatures
   /// (they do not depend on the buffers): repeated calls skip both.

@@ -1,6 +1,7 @@
 #include "core/operation.hpp"
 
 #include "base/log.hpp"
+#include "core/device_staging.hpp"
 
 #include <cstdlib>
 #include <new>
@@ -135,6 +136,7 @@ std::string OperationState::describe() const {
 }
 
 algorithms::SchedulePtr OperationState::makeSchedule() const {
+  if (staged) return stagedSchedule(staged, stagedChunk, [this] { return algo->schedule(call, ctx); });
   return algo ? algo->schedule(call, ctx) : custom(ctx);
 }
 

@@ -50,6 +50,11 @@ struct OperationState {
   /// probed for mismatched collectives.
   bool pointToPoint = false;
   algorithms::SchedulePtr schedule;
+  /// A chunk of a call on device buffers (`call` is on its pinned host
+  /// copy): the schedule waits for the chunk's copy in and queues its copy
+  /// back. Null for host calls.
+  std::shared_ptr<class StagedCall> staged;
+  size_t stagedChunk = 0;
 
   std::atomic<int> status{kQueued};
   /// How it failed, set before status becomes kFailed. Kept as a code and

@@ -1315,7 +1315,7 @@ struct TcpStore::Impl {
       throw TimeoutError(c.timeoutText);
     }
     if (code < static_cast<uint32_t>(ErrorCode::kInvalidArgument) ||
-        code > static_cast<uint32_t>(ErrorCode::kInternal)) {
+        code > static_cast<uint32_t>(ErrorCode::kDevice)) {
       code = static_cast<uint32_t>(ErrorCode::kInternal);
     }
     std::string message(payload.begin() + static_cast<ptrdiff_t>(std::min<size_t>(4, payload.size())),

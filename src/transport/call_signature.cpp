@@ -87,6 +87,10 @@ std::string describeDifference(const CallSignature& mine, int myRank, const Call
   if (mine.root != theirs.root) {
     add("root", "passed", "root " + std::to_string(mine.root), "root " + std::to_string(theirs.root));
   }
+  if (mine.memory != theirs.memory) {
+    auto where = [](uint8_t m) { return std::string(m ? "device (CUDA) buffers" : "host buffers"); };
+    add("memory", "passed", where(mine.memory), where(theirs.memory));
+  }
   const std::string algoA = text(mine.algorithm), algoB = text(theirs.algorithm);
   const std::string compA = text(mine.compression), compB = text(theirs.compression);
   if (algoA != algoB) add("algorithm", "runs", algoA, algoB);

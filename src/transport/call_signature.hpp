@@ -21,7 +21,7 @@ struct CallSignature {
   uint8_t collective = 0;
   uint8_t type = 0;
   uint8_t op = 0;      ///< reductions only, else sum
-  uint8_t reserved = 0;
+  uint8_t memory = 0;  ///< 0: host buffers, 1: device buffers
   uint32_t custom = 0;     ///< signature of a custom operation, else 0
   uint32_t namesHash = 0;  ///< of the full algorithm and compression texts (the fields below may be cut short)
   char algorithm[16] = {};

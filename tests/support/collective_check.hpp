@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,6 +33,11 @@ struct CollectiveCase {
   /// integer inputs sum exactly) or "topk:K:exact:ef=0" (each rank sends its
   /// exact top K; the reference keeps the same elements).
   std::string compression;
+  /// Where the buffers live: host vectors when empty, else memory from this
+  /// (device memory of a test runtime, which the test keeps alive).
+  std::function<void*(size_t)> allocate;
+  /// CollectiveOptions::stream.
+  void* stream = nullptr;
 
   std::string describe() const {
     std::ostringstream s;
@@ -73,24 +79,37 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
 
   // Buffers with a guard zone to catch writes past the end.
   const size_t guard = 64;
-  std::vector<unsigned char> outBuf(std::max(outCount, inCount) * e + guard, 0xCD);
-  std::vector<unsigned char> inBuf(mine.size() + guard, 0xEE);
-  std::memcpy(inBuf.data(), mine.data(), mine.size());
-  void* out = outBuf.data();
-  const void* in = inBuf.data();
+  const size_t outSize = std::max(outCount, inCount) * e + guard, inSize = mine.size() + guard;
+  std::vector<unsigned char> outStore, inStore;
+  unsigned char* outBuf;
+  unsigned char* inBuf;
+  if (c.allocate) {
+    outBuf = static_cast<unsigned char*>(c.allocate(outSize));
+    inBuf = static_cast<unsigned char*>(c.allocate(inSize));
+  } else {
+    outStore.resize(outSize);
+    inStore.resize(inSize);
+    outBuf = outStore.data();
+    inBuf = inStore.data();
+  }
+  std::memset(outBuf, 0xCD, outSize);
+  std::memset(inBuf, 0xEE, inSize);
+  std::memcpy(inBuf, mine.data(), mine.size());
+  void* out = outBuf;
+  const void* in = inBuf;
   if (c.inPlace) {
     switch (c.collective) {
       case Collective::kAllgather:
-        std::memcpy(outBuf.data() + static_cast<size_t>(r) * c.count * e, mine.data(), mine.size());
-        in = outBuf.data() + static_cast<size_t>(r) * c.count * e;
+        std::memcpy(outBuf + static_cast<size_t>(r) * c.count * e, mine.data(), mine.size());
+        in = outBuf + static_cast<size_t>(r) * c.count * e;
         break;
       case Collective::kReduceScatter:
-        std::memcpy(outBuf.data(), mine.data(), mine.size());
-        in = outBuf.data();
-        out = outBuf.data() + static_cast<size_t>(r) * c.count * e;
+        std::memcpy(outBuf, mine.data(), mine.size());
+        in = outBuf;
+        out = outBuf + static_cast<size_t>(r) * c.count * e;
         break;
       default:
-        std::memcpy(outBuf.data(), mine.data(), mine.size());
+        std::memcpy(outBuf, mine.data(), mine.size());
         in = out;
         break;
     }
@@ -98,6 +117,7 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
   CollectiveOptions opts;
   opts.algorithm = c.algorithm;
   opts.compression = c.compression;
+  opts.stream = c.stream;
   Work w;
   switch (c.collective) {
     case Collective::kAllreduce: w = comm.allreduce(in, out, c.count, c.type, c.op, opts); break;
@@ -111,7 +131,7 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
   if (!c.algorithm.empty() && c.compression.empty() && w.algorithm() != c.algorithm) {
     return c.describe() + ": ran algorithm " + w.algorithm() + " instead";
   }
-  if (!c.inPlace && std::memcmp(inBuf.data(), mine.data(), mine.size()) != 0) {
+  if (!c.inPlace && std::memcmp(inBuf, mine.data(), mine.size()) != 0) {
     return c.describe() + ": the input buffer was modified";
   }
   std::vector<unsigned char> want;
@@ -158,7 +178,7 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
     return s.str();
   }
   const unsigned char* end = got + checkCount * e;
-  const unsigned char* bufEnd = outBuf.data() + outBuf.size();
+  const unsigned char* bufEnd = outBuf + outSize;
   const size_t tail = static_cast<size_t>(bufEnd - end) < guard ? static_cast<size_t>(bufEnd - end) : guard;
   if (!(c.inPlace && c.collective == Collective::kReduceScatter)) {
     for (size_t i = 0; i < tail && !c.inPlace; ++i) {

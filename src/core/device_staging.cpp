@@ -1,0 +1,163 @@
+#include "core/device_staging.hpp"
+
+#include <string>
+#include <utility>
+
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::detail {
+
+DeviceStaging::DeviceStaging(std::shared_ptr<device::Runtime> runtime, int device)
+    : runtime_(std::move(runtime)), device_(device) {
+  toHost_ = runtime_->createStream(device_);
+  try {
+    toDevice_ = runtime_->createStream(device_);
+  } catch (...) {
+    runtime_->destroyStream(toHost_);
+    throw;
+  }
+}
+
+DeviceStaging::~DeviceStaging() {
+  for (auto& [capacity, block] : free_) runtime_->freePinned(block);
+  runtime_->destroyStream(toHost_);
+  runtime_->destroyStream(toDevice_);
+}
+
+void* DeviceStaging::acquire(size_t bytes, size_t* capacity) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The smallest cached block that holds the call, unless it is more than
+    // twice the size (a small call would pin a large block).
+    auto it = free_.lower_bound(bytes);
+    if (it != free_.end() && it->first <= 2 * bytes + 4096) {
+      void* block = it->second;
+      *capacity = it->first;
+      free_.erase(it);
+      return block;
+    }
+  }
+  *capacity = bytes;
+  return runtime_->allocatePinned(bytes);
+}
+
+void DeviceStaging::release(void* block, size_t capacity) {
+  if (!block) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.emplace(capacity, block);
+}
+
+StagedCall::StagedCall(std::shared_ptr<DeviceStaging> staging, size_t hostBytes)
+    : staging_(std::move(staging)), rt_(staging_->runtime()) {
+  host_ = static_cast<char*>(staging_->acquire(hostBytes, &capacity_));
+}
+
+StagedCall::~StagedCall() {
+  // The copies read and write the pinned block: it goes back only once
+  // they are done (they normally are: the Work waited for them).
+  try {
+    if (!inputDone_.empty()) rt_.synchronize(inputDone_.back());
+    if (anyCopyBack_) rt_.synchronize(copiedBack_);
+  } catch (...) {
+    // A device error: the block may still be in use; leak it rather than reuse it.
+    host_ = nullptr;
+  }
+  staging_->release(host_, capacity_);
+  for (device::Event e : inputDone_) rt_.destroyEvent(e);
+  rt_.destroyEvent(callerReady_);
+  rt_.destroyEvent(copiedBack_);
+}
+
+void StagedCall::start(device::Stream stream) {
+  const int device = staging_->device();
+  callerReady_ = rt_.createEvent(device);
+  copiedBack_ = rt_.createEvent(device);
+  inputDone_.reserve(chunks_.size());
+  for (size_t i = 0; i < chunks_.size(); ++i) inputDone_.push_back(rt_.createEvent(device));
+  rt_.record(callerReady_, stream);
+  // The copies back follow the caller's work too: a chunk whose output the
+  // caller's stream still writes must not be overwritten before.
+  rt_.streamWait(staging_->toDevice(), callerReady_);
+}
+
+void StagedCall::copyInputs() {
+  if (inputsQueued_) return;
+  inputsQueued_ = true;
+  rt_.streamWait(staging_->toHost(), callerReady_);
+  // After the copies back of earlier calls (this input may be their output).
+  rt_.record(copiedBack_, staging_->toDevice());
+  rt_.streamWait(staging_->toHost(), copiedBack_);
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const Chunk& c = chunks_[i];
+    if (c.inBytes) rt_.copy(c.hostIn, c.deviceIn, c.inBytes, staging_->toHost());
+    rt_.record(inputDone_[i], staging_->toHost());
+  }
+}
+
+bool StagedCall::inputReady(size_t i) { return rt_.done(inputDone_.at(i)); }
+
+void StagedCall::copyBack(size_t i) {
+  const Chunk& c = chunks_.at(i);
+  if (c.outBytes) rt_.copy(c.deviceOut, c.hostOut, c.outBytes, staging_->toDevice());
+  rt_.record(copiedBack_, staging_->toDevice());
+  anyCopyBack_ = true;
+}
+
+bool StagedCall::copiesDone() { return !anyCopyBack_ || rt_.done(copiedBack_); }
+
+void StagedCall::waitCopies() {
+  if (anyCopyBack_) rt_.synchronize(copiedBack_);
+}
+
+void StagedCall::streamWaitCopies(device::Stream stream) {
+  if (anyCopyBack_) rt_.streamWait(stream, copiedBack_);
+}
+
+namespace {
+
+class StagedSchedule final : public algorithms::Schedule {
+ public:
+  StagedSchedule(std::shared_ptr<StagedCall> call, size_t chunk, std::function<algorithms::SchedulePtr()> make)
+      : call_(std::move(call)), chunk_(chunk), make_(std::move(make)) {}
+  bool advance() override {
+    bool moved = false;
+    if (!inner_) {
+      if (chunk_ == 0) call_->copyInputs();
+      if (!call_->inputReady(chunk_)) return false;
+      inner_ = make_();
+      moved = true;
+    }
+    moved = inner_->advance() || moved;
+    if (inner_->done() && !copied_) {
+      call_->copyBack(chunk_);
+      copied_ = true;
+      moved = true;
+    }
+    return moved;
+  }
+  bool done() const override { return copied_; }
+  std::string waitingFor() const override {
+    if (inner_) return inner_->waitingFor();
+    return "the copy of chunk " + std::to_string(chunk_) + " of the device input into host memory";
+  }
+  std::vector<int> awaitedPeers() const override { return inner_ ? inner_->awaitedPeers() : std::vector<int>{}; }
+  void healthCheck() override {
+    if (inner_) inner_->healthCheck();
+  }
+
+ private:
+  std::shared_ptr<StagedCall> call_;
+  size_t chunk_;
+  std::function<algorithms::SchedulePtr()> make_;
+  algorithms::SchedulePtr inner_;
+  bool copied_ = false;
+};
+
+}  // namespace
+
+algorithms::SchedulePtr stagedSchedule(std::shared_ptr<StagedCall> call, size_t chunk,
+                                       std::function<algorithms::SchedulePtr()> makeInner) {
+  return algorithms::makeSchedule<StagedSchedule>(nullptr, std::move(call), chunk, std::move(makeInner));
+}
+
+}  // namespace gradcomm::detail

@@ -1,0 +1,109 @@
+#pragma once
+// Collectives on device memory, staged through pinned host memory: the
+// input is copied to the host in chunks on a copy stream (after the work
+// the caller queued on its stream), each chunk is one host collective of
+// the context's engine (started once its copy landed), and each finished
+// chunk is copied back on a second stream at once, so copying chunk i+1 in,
+// reducing chunk i and copying chunk i-1 out overlap.
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "algorithms/algorithm.hpp"
+#include "algorithms/schedule.hpp"
+#include "device/runtime.hpp"
+
+namespace gradcomm::detail {
+
+/// A context's device resources: the one device it serves, a stream per
+/// direction, and the pinned blocks of finished calls kept for the next.
+class DeviceStaging {
+ public:
+  DeviceStaging(std::shared_ptr<device::Runtime> runtime, int device);
+  ~DeviceStaging();
+  DeviceStaging(const DeviceStaging&) = delete;
+  DeviceStaging& operator=(const DeviceStaging&) = delete;
+
+  device::Runtime& runtime() { return *runtime_; }
+  int device() const { return device_; }
+  device::Stream toHost() const { return toHost_; }
+  device::Stream toDevice() const { return toDevice_; }
+  /// A pinned block of at least `bytes`, from the cache or new.
+  void* acquire(size_t bytes, size_t* capacity);
+  void release(void* block, size_t capacity);
+
+ private:
+  std::shared_ptr<device::Runtime> runtime_;
+  int device_;
+  device::Stream toHost_ = nullptr;
+  device::Stream toDevice_ = nullptr;
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;  // capacity -> block; guarded by mu_
+};
+
+/// One call on device buffers, shared by its chunk operations and its Work.
+class StagedCall {
+ public:
+  /// One chunk: its copy to the host (skipped where bytes is 0) and back.
+  struct Chunk {
+    const void* deviceIn = nullptr;
+    void* hostIn = nullptr;
+    size_t inBytes = 0;
+    const void* hostOut = nullptr;
+    void* deviceOut = nullptr;
+    size_t outBytes = 0;
+  };
+  /// Takes a pinned block of `hostBytes` from `staging`; `chunks` says
+  /// where each part goes (pointers into host() filled in by the caller
+  /// through host()).
+  StagedCall(std::shared_ptr<DeviceStaging> staging, size_t hostBytes);
+  ~StagedCall();
+  StagedCall(const StagedCall&) = delete;
+  StagedCall& operator=(const StagedCall&) = delete;
+
+  char* host() const { return host_; }
+  std::vector<Chunk>& chunks() { return chunks_; }
+  /// Marks the caller's `stream` (on the calling thread, at the call): the
+  /// copies to the host will follow the work queued on it so far.
+  void start(device::Stream stream);
+  /// Queues every chunk's copy to the host (once, when the first chunk's
+  /// operation starts: the calls before it have then queued their copies
+  /// back, which this call's input may be).
+  void copyInputs();
+  /// True once chunk i's input is in host memory (never blocks).
+  bool inputReady(size_t i);
+  /// Queues chunk i's copy back to the device.
+  void copyBack(size_t i);
+  /// True once every queued copy back finished (never blocks).
+  bool copiesDone();
+  /// Blocks until every queued copy back finished.
+  void waitCopies();
+  /// Makes `stream` wait for every queued copy back (does not block).
+  void streamWaitCopies(device::Stream stream);
+
+ private:
+  std::shared_ptr<DeviceStaging> staging_;
+  device::Runtime& rt_;
+  char* host_ = nullptr;
+  size_t capacity_ = 0;
+  std::vector<Chunk> chunks_;
+  device::Event callerReady_ = nullptr;
+  std::vector<device::Event> inputDone_;
+  device::Event copiedBack_ = nullptr;
+  bool anyCopyBack_ = false;
+  bool inputsQueued_ = false;
+};
+
+/// True when a buffer the call reads or writes on `rank` is device memory
+/// (asked only where device::runtime().devicesPresent()).
+bool touchesDeviceMemory(const algorithms::CollectiveCall& call, int rank);
+
+/// The schedule of one chunk: waits for the chunk's input to land in host
+/// memory, runs the host algorithm's schedule (made only then: it may read
+/// the input when made), then queues the copy back.
+algorithms::SchedulePtr stagedSchedule(std::shared_ptr<StagedCall> call, size_t chunk,
+                                       std::function<algorithms::SchedulePtr()> makeInner);
+
+}  // namespace gradcomm::detail

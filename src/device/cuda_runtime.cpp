@@ -1,0 +1,126 @@
+// The device runtime over CUDA (builds with CUDA).
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <string>
+
+#include "device/runtime.hpp"
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::device {
+namespace {
+
+void check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  cudaGetLastError();  // a sticky error stays; others are cleared for the next call
+  throw DeviceError(std::string(what) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+}
+
+/// Makes `device` current on this thread for the scope (the progress thread
+/// serves every device a process uses; the caller's thread keeps its own).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
+    else previous_ = -1;
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+class CudaRuntime final : public Runtime {
+ public:
+  std::string name() const override { return "cuda"; }
+  bool canMoveDeviceMemory() const override { return true; }
+  bool devicesPresent() override {
+    int s = present_.load(std::memory_order_acquire);
+    if (s < 0) {
+      int n = 0;
+      s = cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 1 : 0;
+      if (!s) cudaGetLastError();
+      present_.store(s, std::memory_order_release);
+    }
+    return s == 1;
+  }
+  Memory classify(const void* p) override {
+    if (!p || !devicesPresent()) return {};
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();  // unregistered host memory on old runtimes
+      return {};
+    }
+    if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) return {true, attr.device};
+    return {};
+  }
+  int streamDevice(Stream s) override {
+    int device = -1;
+    if (!s) {
+      check(cudaGetDevice(&device), "cudaGetDevice");
+      return device;
+    }
+    check(cudaStreamGetDevice(static_cast<cudaStream_t>(s), &device), "cudaStreamGetDevice");
+    return device;
+  }
+  Stream createStream(int device) override {
+    DeviceScope scope(device);
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    return s;
+  }
+  void destroyStream(Stream s) override {
+    if (s) cudaStreamDestroy(static_cast<cudaStream_t>(s));
+  }
+  Event createEvent(int device) override {
+    DeviceScope scope(device);
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return e;
+  }
+  void destroyEvent(Event e) override {
+    if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  }
+  void record(Event e, Stream s) override {
+    check(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(s)), "cudaEventRecord");
+  }
+  void streamWait(Stream s, Event e) override {
+    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0), "cudaStreamWaitEvent");
+  }
+  bool done(Event e) override {
+    const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(e));
+    if (err == cudaErrorNotReady) {
+      cudaGetLastError();
+      return false;
+    }
+    check(err, "cudaEventQuery");
+    return true;
+  }
+  void synchronize(Event e) override { check(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "cudaEventSynchronize"); }
+  void copy(void* dst, const void* src, size_t bytes, Stream s) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s)), "cudaMemcpyAsync");
+  }
+  void* allocatePinned(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+    return p;
+  }
+  void freePinned(void* p) override {
+    if (p) cudaFreeHost(p);
+  }
+
+ private:
+  std::atomic<int> present_{-1};
+};
+
+}  // namespace
+
+std::shared_ptr<Runtime> makeCudaRuntime() { return std::make_shared<CudaRuntime>(); }
+
+}  // namespace gradcomm::device

@@ -1,0 +1,283 @@
+// Collectives on device buffers, run on the test runtime (support/
+// fake_device.hpp): device memory is host memory with a device number and
+// streams are threads, so the staging pipeline (copies in, host algorithm,
+// copies back, in chunks), its ordering against the caller's stream and
+// the checks of bad input run here without a GPU. The same calls on a real
+// GPU run in tests/cuda (scripts/gpu-check).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "support/collective_check.hpp"
+#include "support/fake_device.hpp"
+#include "support/per_rank.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::testing;
+
+namespace {
+
+/// Small chunks, so a few thousand elements make several.
+Options smallChunks() {
+  Options o = quick();
+  o.set("DEVICE_CHUNK_SIZE", "4K");
+  return o;
+}
+
+}  // namespace
+
+TEST(Device, EveryCollectiveOnDeviceBuffersMatchesTheReference) {
+  FakeDevice::Installed fake;
+  fake->setCopyDelay(std::chrono::microseconds(5));
+  for (int p : {1, 2, 3}) {
+    runRanks(p, [&](RankContext& ctx) {
+      int cases = 0;
+      for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast, Collective::kReduce,
+                              Collective::kAllgather, Collective::kReduceScatter}) {
+        for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                              DataType::kInt8, DataType::kUInt8, DataType::kInt32, DataType::kInt64}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+            if (op == ReduceOp::kAvg && !isFloatingPoint(type)) continue;
+            const bool reduces = coll != Collective::kBroadcast && coll != Collective::kAllgather;
+            if (!reduces && op != ReduceOp::kSum) continue;
+            // 0, 1, a part of a chunk, several chunks and a ragged last one.
+            for (size_t count : {size_t{0}, size_t{1}, size_t{700}, size_t{5000}}) {
+              for (bool inPlace : {false, true}) {
+                CollectiveCase c;
+                c.collective = coll;
+                c.type = type;
+                c.op = op;
+                c.count = count;
+                c.root = p - 1;
+                c.inPlace = inPlace;
+                c.seed = 11 + cases;
+                c.allocate = [&](size_t bytes) { return fake->allocate(0, bytes); };
+                const std::string err = runAndCheck(ctx.comm, c);
+                ASSERT_EQ(err, "") << "ranks " << p;
+                ++cases;
+              }
+            }
+          }
+        }
+      }
+      EXPECT_GT(cases, 500);
+    }, smallChunks());
+  }
+}
+
+TEST(Device, AWorkSaysItRanOnTheDeviceAndItsChunksRunOnTheCallersAlgorithm) {
+  FakeDevice::Installed fake;
+  runRanks(2, [&](RankContext& ctx) {
+    float* d = fake->allocate<float>(0, 4096);
+    float h[4] = {1, 2, 3, 4};
+    CollectiveOptions ring;
+    ring.algorithm = "ring";
+    Work dw = ctx.comm.allreduce(d, d, 4096, DataType::kFloat32, ReduceOp::kSum, ring);
+    Work hw = ctx.comm.allreduce(h, h, 4, DataType::kFloat32, ReduceOp::kSum);
+    dw.wait();
+    hw.wait();
+    EXPECT_TRUE(dw.onDevice());
+    EXPECT_FALSE(hw.onDevice());
+    EXPECT_EQ(dw.algorithm(), "ring");
+    EXPECT_EQ(h[3], 8.0f);
+  }, smallChunks());
+}
+
+TEST(Device, TheCallReadsTheInputOnlyAfterTheWorkQueuedOnTheCallersStream) {
+  FakeDevice::Installed fake;
+  runRanks(2, [&](RankContext& ctx) {
+    const size_t n = 3000;  // three chunks
+    float* d = fake->allocate<float>(0, n);
+    void* stream = fake->createStream(0);
+    // A slow "kernel" writes the input; the call is issued before it ran.
+    fake->launch(stream, [&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<float>(i + ctx.rank);
+    });
+    CollectiveOptions o;
+    o.stream = stream;
+    Work w = ctx.comm.allreduce(d, d, n, DataType::kFloat32, ReduceOp::kSum, o);
+    // A second call on the first one's output, issued before the first
+    // finished: it must read the reduced values.
+    Work w2 = ctx.comm.allreduce(d, d, n, DataType::kFloat32, ReduceOp::kSum, o);
+    w.wait();
+    w2.wait();
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], 2.0f * (2.0f * i + 1)) << i;
+    fake->drain(stream);
+    fake->destroyStream(stream);
+  }, smallChunks());
+}
+
+TEST(Device, SynchronizeOrdersAStreamAfterTheResultWithoutWaitingForTheCopyBack) {
+  FakeDevice::Installed fake;
+  fake->setCopyDelay(std::chrono::milliseconds(30));
+  runRanks(2, [&](RankContext& ctx) {
+    const size_t n = 2048;  // two chunks
+    int32_t* d = fake->allocate<int32_t>(0, n);
+    for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(i);
+    void* stream = fake->createStream(0);
+    Work w = ctx.comm.allreduce(d, d, n, DataType::kInt32, ReduceOp::kSum, {});
+    w.synchronize(stream);
+    // The copy back takes 30 ms a chunk: synchronize returned before it ended.
+    std::atomic<bool> seen{false};
+    std::vector<int32_t> later(n);
+    fake->launch(stream, [&] {
+      std::memcpy(later.data(), d, n * sizeof(int32_t));
+      seen = true;
+    });
+    EXPECT_FALSE(seen.load());
+    fake->drain(stream);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(later[i], 2 * static_cast<int32_t>(i)) << i;
+    EXPECT_TRUE(w.test());
+    fake->destroyStream(stream);
+  }, smallChunks());
+}
+
+TEST(Device, RepeatedCallsReuseTheirPinnedMemory) {
+  FakeDevice::Installed fake;
+  runRanks(2, [&](RankContext& ctx) {
+    double* d = fake->allocate<double>(0, 10000);
+    for (int i = 0; i < 50; ++i) ctx.comm.allreduce(d, d, 10000, DataType::kFloat64, ReduceOp::kSum).wait();
+  });
+  // One block per rank (the first call's), kept for the next calls.
+  EXPECT_LE(fake->pinnedAllocations(), 2);
+  EXPECT_GE(fake->pinnedAllocations(), 1);
+}
+
+// ---- bad input: an error that names the problem on the caller, and a
+// RemoteError (never a hang) on the others ---------------------------------
+
+namespace {
+
+void expectOnCallerAndRemoteElsewhere(const Outcome& out, int caller, ErrorCode code, const std::string& text) {
+  for (size_t r = 0; r < out.what.size(); ++r) {
+    if (static_cast<int>(r) == caller) {
+      EXPECT_EQ(out.code[r], static_cast<int>(code)) << out.what[r];
+      EXPECT_TRUE(contains(out.what[r], text)) << out.what[r];
+    } else {
+      EXPECT_EQ(out.code[r], static_cast<int>(ErrorCode::kRemote)) << r << ": " << out.what[r];
+    }
+    EXPECT_LT(out.seconds[r], 10.0) << r;
+  }
+}
+
+}  // namespace
+
+TEST(DeviceErrors, HostAndDeviceBuffersMixedInOneCall) {
+  FakeDevice::Installed fake;
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* d = fake->allocate<float>(0, 16);
+    std::vector<float> h(16, 1.0f);
+    if (ctx.rank == 1) ctx.comm.allreduce(h.data(), d, 16, DataType::kFloat32, ReduceOp::kSum);
+    ctx.comm.allreduce(d, d, 16, DataType::kFloat32, ReduceOp::kSum).wait();
+  });
+  expectOnCallerAndRemoteElsewhere(out, 1, ErrorCode::kInvalidArgument,
+                                   "the input is host memory but the output is device memory (device 0)");
+}
+
+TEST(DeviceErrors, BuffersOnTwoDevicesInOneCallOrOnAnotherDeviceThanTheFirstCall) {
+  FakeDevice::Installed fake;
+  Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* a = fake->allocate<float>(0, 16);
+    float* b = fake->allocate<float>(1, 16);
+    if (ctx.rank == 0) ctx.comm.allreduce(a, b, 16, DataType::kFloat32, ReduceOp::kSum);
+    ctx.comm.allreduce(a, a, 16, DataType::kFloat32, ReduceOp::kSum).wait();
+  });
+  expectOnCallerAndRemoteElsewhere(out, 0, ErrorCode::kInvalidArgument,
+                                   "the input is device memory (device 0) but the output is device memory (device 1)");
+  out = perRank(2, [&](RankContext& ctx) {
+    float* a = fake->allocate<float>(0, 16);
+    float* b = fake->allocate<float>(1, 16);
+    ctx.comm.allreduce(a, a, 16, DataType::kFloat32, ReduceOp::kSum).wait();
+    if (ctx.rank == 1) ctx.comm.allreduce(b, b, 16, DataType::kFloat32, ReduceOp::kSum);
+    ctx.comm.allreduce(a, a, 16, DataType::kFloat32, ReduceOp::kSum).wait();
+  });
+  expectOnCallerAndRemoteElsewhere(out, 1, ErrorCode::kInvalidArgument,
+                                   "this communicator serves device 0 (the device of its first call on device memory");
+}
+
+TEST(DeviceErrors, AStreamOfAnotherDevice) {
+  FakeDevice::Installed fake;
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* a = fake->allocate<float>(0, 16);
+    void* other = fake->createStream(1);
+    CollectiveOptions o;
+    if (ctx.rank == 0) o.stream = other;
+    try {
+      ctx.comm.allreduce(a, a, 16, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    } catch (...) {
+      fake->destroyStream(other);
+      throw;
+    }
+    fake->destroyStream(other);
+  });
+  expectOnCallerAndRemoteElsewhere(out, 0, ErrorCode::kInvalidArgument,
+                                   "CollectiveOptions::stream belongs to device 1 but the buffers are on device 0");
+}
+
+TEST(DeviceErrors, DeviceBuffersOnABuildWithoutCuda) {
+  FakeDevice::Installed fake(/*cuda=*/false);
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* a = fake->allocate<float>(0, 16);
+    std::vector<float> h(16);
+    if (ctx.rank == 0) ctx.comm.allreduce(a, a, 16, DataType::kFloat32, ReduceOp::kSum).wait();
+    ctx.comm.allreduce(h.data(), h.data(), 16, DataType::kFloat32, ReduceOp::kSum).wait();
+  });
+  expectOnCallerAndRemoteElsewhere(out, 0, ErrorCode::kUnsupported, "this gradcomm was built without CUDA");
+}
+
+TEST(DeviceErrors, CompressionOfDeviceBuffersIsRefusedByName) {
+  FakeDevice::Installed fake;
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* a = fake->allocate<float>(0, 16);
+    CollectiveOptions o;
+    o.compression = "fp16";
+    ctx.comm.allreduce(a, a, 16, DataType::kFloat32, ReduceOp::kSum, ctx.rank == 1 ? o : CollectiveOptions{}).wait();
+  });
+  EXPECT_EQ(out.code[1], static_cast<int>(ErrorCode::kUnsupported)) << out.what[1];
+  EXPECT_TRUE(contains(out.what[1], "compression 'fp16' of device buffers is not implemented yet")) << out.what[1];
+  EXPECT_NE(out.code[0], -1);  // RemoteError, or a mismatch seen first: never a hang or success
+}
+
+TEST(DeviceErrors, RanksMixingHostAndDeviceCallsFailWithAMismatchThatNamesTheMemory) {
+  FakeDevice::Installed fake;
+  const Outcome out = perRank(3, [&](RankContext& ctx) {
+    float* a = fake->allocate<float>(0, 256);
+    std::vector<float> h(256);
+    void* buf = ctx.rank == 2 ? static_cast<void*>(h.data()) : static_cast<void*>(a);
+    ctx.comm.allreduce(buf, buf, 256, DataType::kFloat32, ReduceOp::kSum).wait();
+  });
+  bool named = false;
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_TRUE(out.code[r] == static_cast<int>(ErrorCode::kMismatch) ||
+                out.code[r] == static_cast<int>(ErrorCode::kRemote))
+        << r << ": " << out.what[r];
+    named = named || contains(out.what[r], "memory differs");
+    EXPECT_LT(out.seconds[r], 10.0);
+  }
+  EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[2];
+}
+
+TEST(DeviceErrors, ADeviceErrorFailsTheCallOnEveryRankWithoutAHang) {
+  FakeDevice::Installed fake;
+  std::atomic<int> armed{0};
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* a = fake->allocate<float>(0, 4096);
+    ctx.comm.allreduce(a, a, 4096, DataType::kFloat32, ReduceOp::kSum).wait();
+    ctx.comm.barrier().wait();
+    if (ctx.rank == 0 && armed.exchange(1) == 0) fake->failNextQuery();
+    ctx.comm.barrier().wait();
+    ctx.comm.allreduce(a, a, 4096, DataType::kFloat32, ReduceOp::kSum).wait();
+  }, quick("8s"));
+  int device = 0, remote = 0;
+  for (size_t r = 0; r < 2; ++r) {
+    device += out.code[r] == static_cast<int>(ErrorCode::kDevice) && contains(out.what[r], "cudaErrorIllegalAddress");
+    remote += out.code[r] == static_cast<int>(ErrorCode::kRemote) && contains(out.what[r], "cudaErrorIllegalAddress");
+    EXPECT_LT(out.seconds[r], 6.0) << r;
+  }
+  EXPECT_EQ(device, 1) << out.what[0] << "\n" << out.what[1];
+  EXPECT_EQ(remote, 1) << out.what[0] << "\n" << out.what[1];
+}

@@ -1,0 +1,210 @@
+#pragma once
+// A device runtime on host memory, for running the device path where there
+// is no GPU: "device memory" is host memory registered with a device
+// number, each stream is a thread that runs its queue in order (copies,
+// event records, waits on events, and work a test queues as a "kernel"),
+// and events complete when their stream reaches them. Install it with
+// FakeDevice::Installed; restore happens when that goes out of scope.
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "device/runtime.hpp"
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::testing {
+
+class FakeDevice final : public device::Runtime {
+ public:
+  /// `cuda`: whether it plays a build with CUDA (false: device pointers
+  /// are recognised but cannot be moved, as in a build without CUDA).
+  explicit FakeDevice(bool cuda = true) : cuda_(cuda) {}
+  ~FakeDevice() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [p, a] : allocations_) std::free(reinterpret_cast<void*>(p));
+  }
+
+  /// Installs a FakeDevice for the scope; puts the previous runtime back.
+  struct Installed {
+    std::shared_ptr<FakeDevice> fake;
+    std::shared_ptr<device::Runtime> previous;
+    explicit Installed(bool cuda = true) : fake(std::make_shared<FakeDevice>(cuda)) {
+      previous = device::installRuntime(fake);
+    }
+    ~Installed() { device::installRuntime(previous); }
+    FakeDevice* operator->() const { return fake.get(); }
+  };
+
+  /// "Device memory" of `device`: `bytes` of host memory, zero-filled.
+  void* allocate(int device, size_t bytes) {
+    void* p = std::calloc(bytes ? bytes : 1, 1);
+    std::lock_guard<std::mutex> lock(mu_);
+    allocations_[reinterpret_cast<uintptr_t>(p)] = {bytes ? bytes : 1, device};
+    return p;
+  }
+  template <typename T> T* allocate(int device, size_t count) {
+    return static_cast<T*>(allocate(device, count * sizeof(T)));
+  }
+  /// Queues `work` on `s` as a kernel (runs on the stream's thread, in order).
+  void launch(device::Stream s, std::function<void()> work) { stream(s).push(std::move(work)); }
+  /// Blocks until everything queued on `s` so far ran.
+  void drain(device::Stream s) {
+    device::Event e = createEvent(streamDevice(s));
+    record(e, s);
+    synchronize(e);
+    destroyEvent(e);
+  }
+  /// The next done() fails as an illegal address would.
+  void failNextQuery() { failNext_ = true; }
+  /// Each copy takes at least this long (to make orders visible).
+  void setCopyDelay(std::chrono::microseconds d) { copyDelay_ = d; }
+  int pinnedAllocations() const { return pinned_.load(); }
+  int copies() const { return copies_.load(); }
+
+  // ---- device::Runtime ----
+  std::string name() const override { return "fake"; }
+  bool canMoveDeviceMemory() const override { return cuda_; }
+  bool devicesPresent() override { return true; }
+  device::Memory classify(const void* p) override {
+    const auto x = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = allocations_.upper_bound(x);
+    if (it == allocations_.begin()) return {};
+    --it;
+    if (x >= it->first + it->second.bytes) return {};
+    return {true, it->second.device};
+  }
+  int streamDevice(device::Stream s) override { return s ? static_cast<FakeStream*>(s)->device : 0; }
+  device::Stream createStream(int device) override { return new FakeStream(device); }
+  void destroyStream(device::Stream s) override { delete static_cast<FakeStream*>(s); }
+  /// Events live as long as the FakeDevice: as with CUDA, one may be
+  /// destroyed while a stream still has work that records or waits on it.
+  device::Event createEvent(int) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::make_unique<FakeEvent>());
+    return events_.back().get();
+  }
+  void destroyEvent(device::Event) override {}
+  void record(device::Event ev, device::Stream s) override {
+    auto* e = static_cast<FakeEvent*>(ev);
+    uint64_t gen;
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      gen = ++e->recorded;
+    }
+    stream(s).push([e, gen] {
+      std::lock_guard<std::mutex> lock(e->mu);
+      if (e->completed < gen) e->completed = gen;
+      e->cv.notify_all();
+    });
+  }
+  void streamWait(device::Stream s, device::Event ev) override {
+    auto* e = static_cast<FakeEvent*>(ev);
+    uint64_t gen;
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      gen = e->recorded;
+    }
+    stream(s).push([e, gen] {
+      std::unique_lock<std::mutex> lock(e->mu);
+      e->cv.wait(lock, [&] { return e->completed >= gen; });
+    });
+  }
+  bool done(device::Event ev) override {
+    if (failNext_.exchange(false)) throw DeviceError("cudaEventQuery failed: cudaErrorIllegalAddress (fake device)");
+    auto* e = static_cast<FakeEvent*>(ev);
+    std::lock_guard<std::mutex> lock(e->mu);
+    return e->completed >= e->recorded;
+  }
+  void synchronize(device::Event ev) override {
+    auto* e = static_cast<FakeEvent*>(ev);
+    std::unique_lock<std::mutex> lock(e->mu);
+    e->cv.wait(lock, [&] { return e->completed >= e->recorded; });
+  }
+  void copy(void* dst, const void* src, size_t bytes, device::Stream s) override {
+    ++copies_;
+    const auto delay = copyDelay_;
+    stream(s).push([=] {
+      if (delay.count()) std::this_thread::sleep_for(delay);
+      std::memcpy(dst, src, bytes);
+    });
+  }
+  void* allocatePinned(size_t bytes) override {
+    ++pinned_;
+    return bytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr;
+  }
+  void freePinned(void* p) override { std::free(p); }
+
+ private:
+  struct FakeEvent {
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t recorded = 0, completed = 0;
+  };
+  struct FakeStream {
+    explicit FakeStream(int d) : device(d), worker([this] { run(); }) {}
+    ~FakeStream() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stop = true;
+      }
+      cv.notify_all();
+      worker.join();
+    }
+    void push(std::function<void()> f) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        queue.push_back(std::move(f));
+      }
+      cv.notify_all();
+    }
+    void run() {
+      for (;;) {
+        std::function<void()> f;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return stop || !queue.empty(); });
+          if (queue.empty()) return;  // stop, with nothing left to run
+          f = std::move(queue.front());
+          queue.pop_front();
+        }
+        f();
+      }
+    }
+    int device;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> queue;
+    bool stop = false;
+    std::thread worker;  // last: starts once the rest is built
+  };
+  /// The null stream is device 0's default stream.
+  FakeStream& stream(device::Stream s) {
+    if (s) return *static_cast<FakeStream*>(s);
+    std::call_once(defaultOnce_, [this] { default_ = std::make_unique<FakeStream>(0); });
+    return *default_;
+  }
+  struct Allocation {
+    size_t bytes;
+    int device;
+  };
+  const bool cuda_;
+  std::mutex mu_;
+  std::map<uintptr_t, Allocation> allocations_;
+  std::vector<std::unique_ptr<FakeEvent>> events_;
+  std::once_flag defaultOnce_;
+  std::unique_ptr<FakeStream> default_;
+  std::atomic<bool> failNext_{false};
+  std::chrono::microseconds copyDelay_{0};
+  std::atomic<int> pinned_{0}, copies_{0};
+};
+
+}  // namespace gradcomm::testing
