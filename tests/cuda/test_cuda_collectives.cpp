@@ -1,0 +1,123 @@
+// Collectives on real device memory (the CUDA runtime, not the test
+// runtime of tests/inproc/test_device.cpp): ranks are threads of this
+// process sharing the one GPU, each with its own communicator.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "cuda/require_gpu.hpp"
+#include "support/collective_check.hpp"
+#include "support/per_rank.hpp"
+
+using namespace gradcomm;
+using namespace gradcomm::testing;
+
+namespace {
+
+Options chunked() {
+  Options o = quick("60s");
+  o.set("DEVICE_CHUNK_SIZE", "64K");
+  return o;
+}
+
+/// Managed memory: device memory to gradcomm, and readable by the checks.
+struct Managed {
+  std::vector<void*> blocks;
+  void* operator()(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMallocManaged(&p, bytes ? bytes : 1) != cudaSuccess) throw std::bad_alloc();
+    blocks.push_back(p);
+    return p;
+  }
+  ~Managed() {
+    for (void* p : blocks) cudaFree(p);
+  }
+};
+
+}  // namespace
+
+TEST(CudaCollectives, EveryCollectiveTypeAndOpOnDeviceMemoryMatchesTheReference) {
+  REQUIRE_GPU();
+  for (int p : {1, 2, 4}) {
+    runRanks(p, [&](RankContext& ctx) {
+      Managed managed;
+      int cases = 0;
+      for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast, Collective::kReduce,
+                              Collective::kAllgather, Collective::kReduceScatter}) {
+        for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                              DataType::kInt8, DataType::kUInt8, DataType::kInt32, DataType::kInt64}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+            if (op == ReduceOp::kAvg && !isFloatingPoint(type)) continue;
+            const bool reduces = coll != Collective::kBroadcast && coll != Collective::kAllgather;
+            if (!reduces && op != ReduceOp::kSum) continue;
+            for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{100000}}) {
+              for (bool inPlace : {false, true}) {
+                CollectiveCase c;
+                c.collective = coll;
+                c.type = type;
+                c.op = op;
+                c.count = count;
+                c.root = p - 1;
+                c.inPlace = inPlace;
+                c.seed = 7 + cases;
+                c.allocate = [&](size_t bytes) { return managed(bytes); };
+                ASSERT_EQ(runAndCheck(ctx.comm, c), "") << "ranks " << p;
+                ++cases;
+              }
+            }
+          }
+        }
+      }
+    }, chunked());
+  }
+}
+
+TEST(CudaCollectives, DeviceBuffersOrderedAfterTheCallersStreamAndReadOnAnother) {
+  REQUIRE_GPU();
+  runRanks(2, [&](RankContext& ctx) {
+    const size_t n = 3 << 20;  // 12 MiB of floats: several chunks
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>((i % 1000) + ctx.rank);
+    float* d = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), n * sizeof(float)), cudaSuccess);
+    cudaStream_t writer, reader;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&writer, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&reader, cudaStreamNonBlocking), cudaSuccess);
+    // The input is written on `writer` and not waited for: the call must follow it.
+    ASSERT_EQ(cudaMemcpyAsync(d, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, writer), cudaSuccess);
+    CollectiveOptions o;
+    o.stream = writer;
+    Work w = ctx.comm.allreduce(d, d, n, DataType::kFloat32, ReduceOp::kSum, o);
+    EXPECT_TRUE(w.onDevice());
+    w.synchronize(reader);
+    std::vector<float> back(n);
+    ASSERT_EQ(cudaMemcpyAsync(back.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, reader), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(reader), cudaSuccess);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], 2.0f * (i % 1000) + 1.0f) << i;
+    cudaStreamDestroy(writer);
+    cudaStreamDestroy(reader);
+    cudaFree(d);
+  }, chunked());
+}
+
+TEST(CudaCollectives, HostAndDeviceBuffersInOneCallAreRefusedOnEveryRank) {
+  REQUIRE_GPU();
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* d = nullptr;
+    if (cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(float)) != cudaSuccess) throw InternalError("cudaMalloc");
+    std::vector<float> h(64);
+    try {
+      if (ctx.rank == 0) ctx.comm.allreduce(h.data(), d, 64, DataType::kFloat32, ReduceOp::kSum);
+      ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum).wait();
+    } catch (...) {
+      cudaFree(d);
+      throw;
+    }
+    cudaFree(d);
+  });
+  EXPECT_EQ(out.code[0], static_cast<int>(ErrorCode::kInvalidArgument)) << out.what[0];
+  EXPECT_TRUE(contains(out.what[0], "the input is host memory but the output is device memory (device ")) << out.what[0];
+  EXPECT_EQ(out.code[1], static_cast<int>(ErrorCode::kRemote)) << out.what[1];
+}
