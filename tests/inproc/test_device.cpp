@@ -88,6 +88,9 @@ TEST(Device, AWorkSaysItRanOnTheDeviceAndItsChunksRunOnTheCallersAlgorithm) {
 
 TEST(Device, TheCallReadsTheInputOnlyAfterTheWorkQueuedOnTheCallersStream) {
   FakeDevice::Installed fake;
+  // Slow copies back: the second call's copies in would overtake the
+  // first call's copies back if nothing ordered them.
+  fake->setCopyDelay(std::chrono::microseconds(0), std::chrono::milliseconds(20));
   runRanks(2, [&](RankContext& ctx) {
     const size_t n = 3000;  // three chunks
     float* d = fake->allocate<float>(0, n);

@@ -64,8 +64,12 @@ class FakeDevice final : public device::Runtime {
   }
   /// The next done() fails as an illegal address would.
   void failNextQuery() { failNext_ = true; }
-  /// Each copy takes at least this long (to make orders visible).
-  void setCopyDelay(std::chrono::microseconds d) { copyDelay_ = d; }
+  /// Each copy takes at least this long (to make orders visible); copies
+  /// into device memory take `intoDevice` where given.
+  void setCopyDelay(std::chrono::microseconds d, std::chrono::microseconds intoDevice = std::chrono::microseconds(-1)) {
+    copyDelay_ = d;
+    intoDeviceDelay_ = intoDevice.count() < 0 ? d : intoDevice;
+  }
   int pinnedAllocations() const { return pinned_.load(); }
   int copies() const { return copies_.load(); }
 
@@ -131,7 +135,7 @@ class FakeDevice final : public device::Runtime {
   }
   void copy(void* dst, const void* src, size_t bytes, device::Stream s) override {
     ++copies_;
-    const auto delay = copyDelay_;
+    const auto delay = classify(dst).device ? intoDeviceDelay_ : copyDelay_;
     stream(s).push([=] {
       if (delay.count()) std::this_thread::sleep_for(delay);
       std::memcpy(dst, src, bytes);
@@ -204,6 +208,7 @@ class FakeDevice final : public device::Runtime {
   std::unique_ptr<FakeStream> default_;
   std::atomic<bool> failNext_{false};
   std::chrono::microseconds copyDelay_{0};
+  std::chrono::microseconds intoDeviceDelay_{0};
   std::atomic<int> pinned_{0}, copies_{0};
 };
 
