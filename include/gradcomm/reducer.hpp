@@ -49,6 +49,15 @@ struct ReducerOptions {
   /// Chrome trace of this rank ("" = GRADCOMM_TIMELINE; the rank number is
   /// inserted before ".json", or appended).
   std::string timelinePath;
+  /// Device (CUDA) gradients: the cudaStream_t they are produced on. Each
+  /// markReady() orders the gradient's copy into its bucket after the work
+  /// queued on it so far, and finalize() orders the work queued on it
+  /// afterwards after the copies back (null: the legacy default stream).
+  void* stream = nullptr;
+  /// With gradientAsBucketView: the device of the buckets (-1: host
+  /// memory). Without it, buckets live where the gradients do (all on the
+  /// host, or all on one device).
+  int device = -1;
   /// Print statistics to stderr every step, on rank 0 (GRADCOMM_STATS=N: every
   /// Nth step instead; GRADCOMM_STATS_ALL_RANKS=1: on every rank).
   bool printStats = false;

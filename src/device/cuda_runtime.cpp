@@ -105,6 +105,19 @@ class CudaRuntime final : public Runtime {
   void copy(void* dst, const void* src, size_t bytes, Stream s) override {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s)), "cudaMemcpyAsync");
   }
+  void* allocateDevice(int device, size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    DeviceScope scope(device);
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    return p;
+  }
+  void freeDevice(void* p) override {
+    if (p) cudaFree(p);
+  }
+  void zero(void* p, size_t bytes, Stream s) override {
+    check(cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(s)), "cudaMemsetAsync");
+  }
   void* allocatePinned(size_t bytes) override {
     if (bytes == 0) return nullptr;
     void* p = nullptr;

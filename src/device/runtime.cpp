@@ -42,6 +42,9 @@ class HostOnlyRuntime final : public Runtime {
   bool done(Event) override { refuse(); }
   void synchronize(Event) override { refuse(); }
   void copy(void*, const void*, size_t, Stream) override { refuse(); }
+  void* allocateDevice(int, size_t) override { refuse(); }
+  void freeDevice(void*) override {}
+  void zero(void*, size_t, Stream) override { refuse(); }
   void* allocatePinned(size_t) override { refuse(); }
   void freePinned(void*) override {}
 

@@ -53,6 +53,11 @@ class Runtime {
   virtual void synchronize(Event e) = 0;
   /// Copies `bytes` from `src` to `dst` (host or device, either way) on `s`.
   virtual void copy(void* dst, const void* src, size_t bytes, Stream s) = 0;
+  /// Device memory of `device` (null when bytes is 0).
+  virtual void* allocateDevice(int device, size_t bytes) = 0;
+  virtual void freeDevice(void* p) = 0;
+  /// Sets `bytes` of device memory at `p` to zero on `s`.
+  virtual void zero(void* p, size_t bytes, Stream s) = 0;
   /// Page-locked host memory (null when bytes is 0).
   virtual void* allocatePinned(size_t bytes) = 0;
   virtual void freePinned(void* p) = 0;

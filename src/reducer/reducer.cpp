@@ -13,6 +13,7 @@
 #include "base/log.hpp"
 #include "base/timeline.hpp"
 #include "base/units.hpp"
+#include "device/runtime.hpp"
 #include "reducer/bucket_layout.hpp"
 
 namespace gradcomm {
@@ -32,8 +33,13 @@ std::string perRankPath(const std::string& base, int rank) {
   return base + tag + ".json";
 }
 
+/// Frees bucket memory: host memory, or device memory of `rt`.
 struct AlignedFree {
-  void operator()(char* p) const { std::free(p); }
+  device::Runtime* rt = nullptr;
+  void operator()(char* p) const {
+    if (rt) rt->freeDevice(p);
+    else std::free(p);
+  }
 };
 
 }  // namespace
@@ -62,6 +68,7 @@ class ReducerImpl {
     if (!cfg.statsAllRanks && rank_ != 0) statsEvery_ = 0;
     warnAboutTinyPartitions(partitionFromConfig);
     validateLocally();
+    placeBuckets();
     // A rank that cannot write its timeline says so in the agreement, so
     // every rank fails alike instead of the others waiting for it.
     std::string timelineError;
@@ -87,6 +94,18 @@ class ReducerImpl {
 
   ~ReducerImpl() {
     if (timeline_) timeline_->flush();
+    if (rt_) {
+      // The buckets are freed below: the Reducer's copies must be done.
+      try {
+        rt_->record(copiedOutEvent_, stream_);
+        rt_->synchronize(copiedOutEvent_);
+      } catch (const Error& e) {
+        core::log(core::LogLevel::kWarn, rank_, std::string("Reducer: device error at destruction: ") + e.what());
+      }
+      rt_->destroyEvent(producedEvent_);
+      rt_->destroyEvent(copiedOutEvent_);
+      rt_->destroyStream(stream_);
+    }
   }
 
   size_t numGradients() const { return grads_.size(); }
@@ -156,6 +175,11 @@ class ReducerImpl {
       }
       if (!opts_.gradientAsBucketView) copyOut();
     }
+    if (rt_) {
+      // Work the caller queues on its stream from here reads the result.
+      rt_->record(copiedOutEvent_, stream_);
+      rt_->streamWait(opts_.stream, copiedOutEvent_);
+    }
     works_.clear();
     const auto end = Clock::now();
     if (timeline_) {
@@ -215,6 +239,61 @@ class ReducerImpl {
       throw InvalidArgument(std::string("Reducer::") + fn + "(" + std::to_string(i) + "): there are only " +
                             std::to_string(grads_.size()) + " gradients");
     }
+  }
+
+  /// Buckets on the host, or on the gradients' device (then the Reducer
+  /// copies on a stream of its own, ordered after ReducerOptions::stream).
+  void placeBuckets() {
+    int device = opts_.gradientAsBucketView ? opts_.device : -1;
+    if (!opts_.gradientAsBucketView && !grads_.empty()) {
+      device::Runtime& rt = device::runtime();
+      if (rt.devicesPresent()) {
+        std::string host, dev;
+        for (size_t i = 0; i < grads_.size(); ++i) {
+          if (!grads_[i].count) continue;
+          const device::Memory m = rt.classify(grads_[i].data);
+          if (!m.device) {
+            if (host.empty()) host = std::to_string(i);
+            continue;
+          }
+          if (dev.empty()) dev = std::to_string(i), device = m.ordinal;
+          if (m.ordinal != device) {
+            throw InvalidArgument("Reducer: gradient " + dev + " is on device " + std::to_string(device) +
+                                  " but gradient " + std::to_string(i) + " on device " + std::to_string(m.ordinal) +
+                                  "; every gradient must be on one device");
+          }
+        }
+        if (!host.empty() && !dev.empty()) {
+          throw InvalidArgument("Reducer: gradient " + host + " is host memory but gradient " + dev +
+                                " is device memory (device " + std::to_string(device) +
+                                "); register gradients of one kind");
+        }
+      }
+    }
+    if (device < 0) return;
+    if (compression_.kind != compression::Kind::kNone) {
+      throw UnsupportedError("Reducer: compression '" + compression_.toString() +
+                             "' of device gradients is not implemented yet; use compression none (or host gradients)");
+    }
+    rt_ = device::sharedRuntime();
+    if (!rt_->canMoveDeviceMemory()) {
+      throw UnsupportedError("Reducer: the gradients are device memory, but this gradcomm was built without CUDA");
+    }
+    device_ = device;
+    stream_ = rt_->createStream(device);
+    producedEvent_ = rt_->createEvent(device);
+    copiedOutEvent_ = rt_->createEvent(device);
+  }
+
+  /// Copies `bytes` between gradient and bucket memory: at once on the
+  /// host; on the Reducer's stream for device buckets.
+  void copyBytes(void* dst, const void* src, size_t bytes) {
+    if (rt_) rt_->copy(dst, src, bytes, stream_);
+    else std::memcpy(dst, src, bytes);
+  }
+  void zeroBytes(void* p, size_t bytes) {
+    if (rt_) rt_->zero(p, bytes, stream_);
+    else std::memset(p, 0, bytes);
   }
 
   void validateLocally() const {
@@ -280,17 +359,24 @@ class ReducerImpl {
     std::vector<std::unique_ptr<char, AlignedFree>> memory;
     for (const auto& b : layout.buckets) {
       const size_t bytes = std::max<size_t>(64, (b.count * dataTypeSize(b.type) + 63) / 64 * 64);
-      char* p = static_cast<char*>(std::aligned_alloc(64, bytes));
+      char* p = rt_ ? static_cast<char*>(rt_->allocateDevice(device_, bytes))
+                    : static_cast<char*>(std::aligned_alloc(64, bytes));
       if (!p) throw std::bad_alloc();
-      std::memset(p, 0, bytes);
-      memory.emplace_back(p);
+      memory.emplace_back(p, AlignedFree{rt_.get()});
+      zeroBytes(p, bytes);
     }
     if (keepValues) {
       for (size_t g = 0; g < grads_.size(); ++g) {
         const size_t e = dataTypeSize(grads_[g].type);
-        std::memcpy(memory[layout.bucketOf[g]].get() + layout.offsetOf[g] * e,
-                    bucketPtr(layout_.bucketOf[g]) + layout_.offsetOf[g] * e, grads_[g].count * e);
+        copyBytes(memory[layout.bucketOf[g]].get() + layout.offsetOf[g] * e,
+                  bucketPtr(layout_.bucketOf[g]) + layout_.offsetOf[g] * e, grads_[g].count * e);
       }
+    }
+    if (rt_) {
+      // The caller may write the new buckets (views) on any stream from
+      // here, and the old ones go below: zeroing and copies must be done.
+      rt_->record(copiedOutEvent_, stream_);
+      rt_->synchronize(copiedOutEvent_);
     }
     layout_ = std::move(layout);
     memory_ = std::move(memory);
@@ -353,10 +439,16 @@ class ReducerImpl {
       const size_t b = layout_.bucketOf[i];
       const size_t e = dataTypeSize(grads_[i].type);
       char* slot = bucketPtr(b) + layout_.offsetOf[i] * e;
+      if (rt_ && !unused) {
+        // The gradient is complete once the work queued on the caller's
+        // stream so far is: the copy (and, for views, the allreduce) follow it.
+        rt_->record(producedEvent_, opts_.stream);
+        rt_->streamWait(stream_, producedEvent_);
+      }
       if (unused) {
-        std::memset(slot, 0, grads_[i].count * e);
+        zeroBytes(slot, grads_[i].count * e);
       } else if (!opts_.gradientAsBucketView && sync_ && grads_[i].count) {
-        std::memcpy(slot, grads_[i].data, grads_[i].count * e);
+        copyBytes(slot, grads_[i].data, grads_[i].count * e);
       }
       for (size_t part : partsOfGrad_[i]) --parts_[part].pending;
       // Launch, in (bucket, partition) order, every partition that is complete.
@@ -388,6 +480,7 @@ class ReducerImpl {
     const bool compress = compression_.kind != compression::Kind::kNone && bucket.type == DataType::kFloat32;
     co.compression = compress ? compression_.toString() : "none";
     co.errorFeedback = compress && compression_.errorFeedback ? &feedback(part.bucket, part.offset, part.count) : nullptr;
+    co.stream = stream_;
     char* at = bucketPtr(part.bucket) + part.offset * e;
     works_.push_back({part.bucket, comm_.allreduce(at, at, part.count, bucket.type, op, co)});
   }
@@ -439,7 +532,7 @@ class ReducerImpl {
     for (size_t g = 0; g < grads_.size(); ++g) {
       const size_t e = dataTypeSize(grads_[g].type);
       if (grads_[g].count) {
-        std::memcpy(grads_[g].data, bucketPtr(layout_.bucketOf[g]) + layout_.offsetOf[g] * e, grads_[g].count * e);
+        copyBytes(grads_[g].data, bucketPtr(layout_.bucketOf[g]) + layout_.offsetOf[g] * e, grads_[g].count * e);
       }
     }
   }
@@ -507,6 +600,14 @@ class ReducerImpl {
   int statsEvery_ = 0;  // print StepStats every this many steps (0: never)
   int rank_ = 0;
   reducer::BucketLayout layout_;
+  /// Device buckets (placeBuckets): the runtime, their device, the stream
+  /// the Reducer copies and reduces on, and two events it reuses. Null
+  /// runtime: host buckets. Declared before memory_, which frees through it.
+  std::shared_ptr<device::Runtime> rt_;
+  int device_ = -1;
+  device::Stream stream_ = nullptr;
+  device::Event producedEvent_ = nullptr;
+  device::Event copiedOutEvent_ = nullptr;
   std::vector<std::unique_ptr<char, AlignedFree>> memory_;
   std::unique_ptr<core::Timeline> timeline_;
 

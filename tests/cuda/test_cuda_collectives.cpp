@@ -121,3 +121,51 @@ TEST(CudaCollectives, HostAndDeviceBuffersInOneCallAreRefusedOnEveryRank) {
   EXPECT_TRUE(contains(out.what[0], "the input is host memory but the output is device memory (device ")) << out.what[0];
   EXPECT_EQ(out.code[1], static_cast<int>(ErrorCode::kRemote)) << out.what[1];
 }
+
+#include "gradcomm/reducer.hpp"
+
+TEST(CudaCollectives, TheReducerAveragesDeviceGradientsOnTheCallersStream) {
+  REQUIRE_GPU();
+  runRanks(2, [&](RankContext& ctx) {
+    const std::vector<size_t> counts{1 << 20, 17, 300000};
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    std::vector<GradientSpec> specs;
+    for (size_t c : counts) {
+      float* d = nullptr;
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), c * sizeof(float)), cudaSuccess);
+      specs.push_back({c, DataType::kFloat32, d});
+    }
+    ReducerOptions o;
+    o.stream = stream;
+    o.bucketCapBytes = 1 << 20;
+    o.partitionBytes = 256 << 10;
+    {
+      Reducer reducer(ctx.comm, specs, o);
+      for (int step = 0; step < 3; ++step) {
+        std::vector<std::vector<float>> host(counts.size());
+        for (size_t g = counts.size(); g-- > 0;) {
+          host[g].resize(counts[g]);
+          for (size_t i = 0; i < counts[g]; ++i) host[g][i] = static_cast<float>(ctx.rank * 10 + step + (i % 5));
+          ASSERT_EQ(cudaMemcpyAsync(specs[g].data, host[g].data(), counts[g] * sizeof(float), cudaMemcpyHostToDevice,
+                                    stream), cudaSuccess);
+          ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);  // the host vector is reused below
+          reducer.markReady(g);
+        }
+        reducer.finalize();
+        for (size_t g = 0; g < counts.size(); ++g) {
+          ASSERT_EQ(cudaMemcpyAsync(host[g].data(), specs[g].data, counts[g] * sizeof(float), cudaMemcpyDeviceToHost,
+                                    stream), cudaSuccess);
+        }
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        for (size_t g = 0; g < counts.size(); ++g) {
+          for (size_t i = 0; i < counts[g]; ++i) {
+            ASSERT_EQ(host[g][i], 5.0f + step + (i % 5)) << "step " << step << " gradient " << g << " element " << i;
+          }
+        }
+      }
+    }
+    for (auto& s : specs) cudaFree(s.data);
+    cudaStreamDestroy(stream);
+  }, chunked());
+}

@@ -284,3 +284,125 @@ TEST(DeviceErrors, ADeviceErrorFailsTheCallOnEveryRankWithoutAHang) {
   EXPECT_EQ(device, 1) << out.what[0] << "\n" << out.what[1];
   EXPECT_EQ(remote, 1) << out.what[0] << "\n" << out.what[1];
 }
+
+// ---- the Reducer on device gradients ---------------------------------------
+
+#include "gradcomm/reducer.hpp"
+
+namespace {
+
+/// Gradient g's element i on `rank` at `step` (small integers: sums exact).
+float gradValue(int rank, int step, size_t g, size_t i) {
+  return static_cast<float>((rank + 1) * (step + 1) + static_cast<int>(g) + static_cast<int>(i % 7));
+}
+
+}  // namespace
+
+TEST(DeviceReducer, DeviceGradientsAreAveragedAfterTheCallersStreamAndBeforeItsLaterWork) {
+  FakeDevice::Installed fake;
+  fake->setCopyDelay(std::chrono::microseconds(200));
+  const std::vector<size_t> counts{3000, 1, 0, 700, 5000};
+  runRanks(2, [&](RankContext& ctx) {
+    void* stream = fake->createStream(0);
+    std::vector<GradientSpec> specs;
+    for (size_t c : counts) specs.push_back({c, DataType::kFloat32, fake->allocate<float>(0, c)});
+    ReducerOptions o;
+    o.stream = stream;
+    o.bucketCapBytes = 16 * 1024;
+    o.firstBucketBytes = 4 * 1024;
+    o.partitionBytes = 8 * 1024;
+    {
+      Reducer reducer(ctx.comm, specs, o);
+      for (int step = 0; step < 4; ++step) {
+        for (size_t g = counts.size(); g-- > 0;) {
+          // A slow "backward kernel" writes the gradient; markReady follows at once.
+          auto* data = static_cast<float*>(specs[g].data);
+          const size_t n = counts[g];
+          const int rank = ctx.rank;
+          fake->launch(stream, [=] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            for (size_t i = 0; i < n; ++i) data[i] = gradValue(rank, step, g, i);
+          });
+          reducer.markReady(g);
+        }
+        reducer.finalize();
+        // Read on the caller's stream, as the optimizer's kernels would.
+        std::vector<std::vector<float>> seen(counts.size());
+        fake->launch(stream, [&] {
+          for (size_t g = 0; g < counts.size(); ++g) {
+            const auto* d = static_cast<const float*>(specs[g].data);
+            seen[g].assign(d, d + counts[g]);
+          }
+        });
+        fake->drain(stream);
+        for (size_t g = 0; g < counts.size(); ++g) {
+          for (size_t i = 0; i < counts[g]; ++i) {
+            const float want = (gradValue(0, step, g, i) + gradValue(1, step, g, i)) / 2;
+            ASSERT_EQ(seen[g][i], want) << "step " << step << " gradient " << g << " element " << i;
+          }
+        }
+      }
+    }
+    fake->destroyStream(stream);
+  }, quick());
+}
+
+TEST(DeviceReducer, GradientsComputedIntoDeviceBucketViews) {
+  FakeDevice::Installed fake;
+  runRanks(3, [&](RankContext& ctx) {
+    const std::vector<size_t> counts{100, 2000, 33};
+    std::vector<GradientSpec> specs;
+    for (size_t c : counts) specs.push_back({c, DataType::kFloat32, nullptr});
+    ReducerOptions o;
+    o.gradientAsBucketView = true;
+    o.device = 0;
+    o.average = false;
+    Reducer reducer(ctx.comm, specs, o);
+    for (int step = 0; step < 3; ++step) {
+      for (size_t g = 0; g < counts.size(); ++g) {
+        auto* d = static_cast<float*>(reducer.gradient(g));
+        ASSERT_TRUE(fake->classify(d).device);
+        const size_t n = counts[g];
+        const int rank = ctx.rank;
+        fake->launch(nullptr, [=] {
+          for (size_t i = 0; i < n; ++i) d[i] = gradValue(rank, step, g, i);
+        });
+        reducer.markReady(g);
+      }
+      reducer.finalize();
+      fake->drain(nullptr);
+      for (size_t g = 0; g < counts.size(); ++g) {
+        const auto* d = static_cast<const float*>(reducer.gradient(g));
+        for (size_t i = 0; i < counts[g]; ++i) {
+          const float want = gradValue(0, step, g, i) + gradValue(1, step, g, i) + gradValue(2, step, g, i);
+          ASSERT_EQ(d[i], want) << "step " << step << " gradient " << g << " element " << i;
+        }
+      }
+    }
+  }, quick());
+}
+
+TEST(DeviceReducer, HostAndDeviceGradientsMixedOrDeviceCompressionAreRefused) {
+  FakeDevice::Installed fake;
+  runRanks(2, [&](RankContext& ctx) {
+    std::vector<float> host(10);
+    std::vector<GradientSpec> mixed{{10, DataType::kFloat32, host.data()},
+                                    {10, DataType::kFloat32, fake->allocate<float>(0, 10)}};
+    try {
+      Reducer r(ctx.comm, mixed, {});
+      ADD_FAILURE() << "mixed gradients were accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_TRUE(contains(e.what(), "gradient 0 is host memory but gradient 1 is device memory (device 0)"))
+          << e.what();
+    }
+    std::vector<GradientSpec> onDevice{{10, DataType::kFloat32, fake->allocate<float>(0, 10)}};
+    ReducerOptions o;
+    o.compression = "fp16";
+    try {
+      Reducer r(ctx.comm, onDevice, o);
+      ADD_FAILURE() << "compression of device gradients was accepted";
+    } catch (const UnsupportedError& e) {
+      EXPECT_TRUE(contains(e.what(), "of device gradients is not implemented yet")) << e.what();
+    }
+  }, quick());
+}

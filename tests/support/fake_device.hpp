@@ -141,6 +141,11 @@ class FakeDevice final : public device::Runtime {
       std::memcpy(dst, src, bytes);
     });
   }
+  void* allocateDevice(int device, size_t bytes) override { return bytes ? allocate(device, bytes) : nullptr; }
+  void freeDevice(void*) override {}  // freed with the FakeDevice (a stream may still use it)
+  void zero(void* p, size_t bytes, device::Stream s) override {
+    stream(s).push([=] { std::memset(p, 0, bytes); });
+  }
   void* allocatePinned(size_t bytes) override {
     ++pinned_;
     return bytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr;
