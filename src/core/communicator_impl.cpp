@@ -782,6 +782,16 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
 
 Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compression::Spec& spec,
                                         const CollectiveOptions& options) {
+  auto op = compressedOperation(call, spec, options, false);
+  noteQueued(op);
+  engine_->submit(op);
+  return Work(op);
+}
+
+std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const CollectiveCall& call,
+                                                                      const compression::Spec& spec,
+                                                                      const CollectiveOptions& options,
+                                                                      bool onDevice) {
   const CollectiveCall inner = algorithms::compressedInnerCall(call, spec, size_);
   std::string forced = options.algorithm;
   if (!forced.empty() && !algorithms::findAlgorithm(inner.collective, forced)) {
@@ -810,6 +820,7 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
   auto op = OperationState::create();
   op->algorithm = spec.toString() + "+" + algo->name();
   op->signature = callSignature(call, algo->name(), spec.toString());
+  op->signature.memory = onDevice ? 1 : 0;
   op->fingerprint = op->signature.fingerprint();
   op->bytes = algorithms::Selector::callBytes(call, size_);
   {
@@ -828,9 +839,7 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
     return algorithms::compressedAllreduce(call, ctx, spec, residual, *algo);
   };
   op->customWhat = "allreduce[" + spec.toString() + "]";
-  noteQueued(op);
-  engine_->submit(op);
-  return Work(op);
+  return op;
 }
 
 Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,

@@ -180,6 +180,11 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::shared_ptr<core::ProgressEngine> engine_;
   Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
                         const CollectiveOptions& options);
+  /// The operation of a compressed allreduce (not yet submitted); `onDevice`:
+  /// a chunk of a call on device buffers, staged in host memory.
+  std::shared_ptr<OperationState> compressedOperation(const algorithms::CollectiveCall& call,
+                                                      const compression::Spec& spec, const CollectiveOptions& options,
+                                                      bool onDevice);
   /// A call whose buffers are device memory (core/device_calls.cpp).
   Work submitDevice(const algorithms::CollectiveCall& call, const CollectiveOptions& options);
   /// The device of a call's buffers; throws for buffers that mix host and

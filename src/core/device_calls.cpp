@@ -97,17 +97,10 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
   std::vector<CollectiveCall> hostCalls;
   std::vector<const algorithms::Algorithm*> algos;
   std::shared_ptr<StagedCall> staged;
+  compression::Spec spec;
   try {
     validate(call);
-    if (compressionFor(call, options).kind != compression::Kind::kNone) {
-      if (!options.compression.empty()) {
-        throw UnsupportedError(std::string(toString(call.collective)) + ": compression '" + options.compression +
-                               "' of device buffers is not implemented yet; compress host buffers, or leave "
-                               "CollectiveOptions::compression empty");
-      }
-      core::logOnce(core::LogLevel::kWarn, rank_,
-                    "GRADCOMM_COMPRESSION does not apply to device buffers yet: they are reduced uncompressed");
-    }
+    spec = compressionFor(call, options);
     const int device = deviceOf(call, options);
     auto staging = deviceStaging(device);
     const bool perRank = call.collective == Collective::kAllgather || call.collective == Collective::kReduceScatter;
@@ -133,8 +126,11 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
       chunks.push_back(c);
       hostCalls.push_back(h);
     } else {
-      // Elementwise collectives: chunks of GRADCOMM_DEVICE_CHUNK_SIZE.
-      const size_t per = std::max<size_t>(1, config_.deviceChunkBytes / elem);
+      // Elementwise collectives: chunks of GRADCOMM_DEVICE_CHUNK_SIZE. A
+      // compressed allreduce is one chunk: its error feedback covers the
+      // whole tensor.
+      const bool compressed = spec.kind != compression::Kind::kNone;
+      const size_t per = compressed ? std::max<size_t>(n, 1) : std::max<size_t>(1, config_.deviceChunkBytes / elem);
       for (size_t first = 0; first < n || (n == 0 && chunks.empty()); first += per) {
         const size_t len = std::min(per, n - first), off = first * elem;
         StagedCall::Chunk c;
@@ -148,12 +144,23 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
         if (n == 0) break;
       }
     }
-    for (const CollectiveCall& hc : hostCalls) {
-      algos.push_back(selector_.select(hc, {*transport_, view_}, options.algorithm).algorithm);
+    if (spec.kind == compression::Kind::kNone) {
+      for (const CollectiveCall& hc : hostCalls) {
+        algos.push_back(selector_.select(hc, {*transport_, view_}, options.algorithm).algorithm);
+      }
     }
     staged->start(options.stream);
   } catch (const Error& err) {
     reject(err, call);
+  }
+  if (spec.kind != compression::Kind::kNone) {
+    // Compressed on the host copy, by the CPU compressors (the CUDA ones do
+    // not run here yet).
+    auto op = compressedOperation(hostCalls[0], spec, options, true);
+    op->staged = staged;
+    noteQueued(op);
+    engine_->submit(op);
+    return Work(op);
   }
   Work last;
   for (size_t i = 0; i < hostCalls.size(); ++i) {

@@ -136,7 +136,9 @@ std::string OperationState::describe() const {
 }
 
 algorithms::SchedulePtr OperationState::makeSchedule() const {
-  if (staged) return stagedSchedule(staged, stagedChunk, [this] { return algo->schedule(call, ctx); });
+  if (staged) {
+    return stagedSchedule(staged, stagedChunk, [this] { return algo ? algo->schedule(call, ctx) : custom(ctx); });
+  }
   return algo ? algo->schedule(call, ctx) : custom(ctx);
 }
 

@@ -271,10 +271,6 @@ class ReducerImpl {
       }
     }
     if (device < 0) return;
-    if (compression_.kind != compression::Kind::kNone) {
-      throw UnsupportedError("Reducer: compression '" + compression_.toString() +
-                             "' of device gradients is not implemented yet; use compression none (or host gradients)");
-    }
     rt_ = device::sharedRuntime();
     if (!rt_->canMoveDeviceMemory()) {
       throw UnsupportedError("Reducer: the gradients are device memory, but this gradcomm was built without CUDA");
