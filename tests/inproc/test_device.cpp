@@ -35,34 +35,10 @@ TEST(Device, EveryCollectiveOnDeviceBuffersMatchesTheReference) {
   for (int p : {1, 2, 3}) {
     runRanks(p, [&](RankContext& ctx) {
       int cases = 0;
-      for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast, Collective::kReduce,
-                              Collective::kAllgather, Collective::kReduceScatter}) {
-        for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
-                              DataType::kInt8, DataType::kUInt8, DataType::kInt32, DataType::kInt64}) {
-          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
-            if (op == ReduceOp::kAvg && !isFloatingPoint(type)) continue;
-            const bool reduces = coll != Collective::kBroadcast && coll != Collective::kAllgather;
-            if (!reduces && op != ReduceOp::kSum) continue;
-            // 0, 1, a part of a chunk, several chunks and a ragged last one.
-            for (size_t count : {size_t{0}, size_t{1}, size_t{700}, size_t{5000}}) {
-              for (bool inPlace : {false, true}) {
-                CollectiveCase c;
-                c.collective = coll;
-                c.type = type;
-                c.op = op;
-                c.count = count;
-                c.root = p - 1;
-                c.inPlace = inPlace;
-                c.seed = 11 + cases;
-                c.allocate = [&](size_t bytes) { return fake->allocate(0, bytes); };
-                const std::string err = runAndCheck(ctx.comm, c);
-                ASSERT_EQ(err, "") << "ranks " << p;
-                ++cases;
-              }
-            }
-          }
-        }
-      }
+      // 0, 1, a part of a chunk, several chunks and a ragged last one.
+      const std::string err = checkEveryCollectiveOn(
+          ctx.comm, [&](size_t bytes) { return fake->allocate(0, bytes); }, {0, 1, 700, 5000}, &cases);
+      EXPECT_EQ(err, "") << "ranks " << p;
       EXPECT_GT(cases, 500);
     }, smallChunks());
   }

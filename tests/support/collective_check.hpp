@@ -188,6 +188,42 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
   return {};
 }
 
+/// Every collective (barrier aside), data type and op, at each of `counts`,
+/// in and out of place, with the default algorithm, on buffers from
+/// `allocate` (device memory of a test or real runtime); root the last rank.
+/// Returns the first failure ("" when all match) and counts the cases.
+inline std::string checkEveryCollectiveOn(Communicator& comm, const std::function<void*(size_t)>& allocate,
+                                          const std::vector<size_t>& counts, int* cases) {
+  for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast, Collective::kReduce, Collective::kAllgather,
+                          Collective::kReduceScatter}) {
+    for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+                          DataType::kInt8, DataType::kUInt8, DataType::kInt32, DataType::kInt64}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+        if (op == ReduceOp::kAvg && !isFloatingPoint(type)) continue;
+        const bool reduces = coll != Collective::kBroadcast && coll != Collective::kAllgather;
+        if (!reduces && op != ReduceOp::kSum) continue;
+        for (size_t count : counts) {
+          for (bool inPlace : {false, true}) {
+            CollectiveCase c;
+            c.collective = coll;
+            c.type = type;
+            c.op = op;
+            c.count = count;
+            c.root = comm.size() - 1;
+            c.inPlace = inPlace;
+            c.seed = 11 + static_cast<uint64_t>(*cases);
+            c.allocate = allocate;
+            ++*cases;
+            std::string err = runAndCheck(comm, c);
+            if (!err.empty()) return err;
+          }
+        }
+      }
+    }
+  }
+  return {};
+}
+
 /// Every algorithm the communicator's layout can run, of every collective,
 /// for every type (fewer beyond 4 ranks, to keep oversubscribed runs short),
 /// op and edge-case count, in and out of place, against the reference.
