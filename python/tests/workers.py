@@ -432,7 +432,7 @@ def scenario_mismatch(rank, world, init_method, outdir, kind):
 
 
 def scenario_device(rank, world, init_method, outdir):
-    """Non-CPU tensors: a clear error (this is a CPU build of torch)."""
+    """Tensors on a device other than CPU or CUDA (meta): a clear error."""
     init(rank, world, init_method, timeout_s=30)
     msgs = {}
     try:
@@ -445,7 +445,7 @@ def scenario_device(rank, world, init_method, outdir):
     before = gradcomm.torch.stats().get("allreduce", {}).get("calls", 0)
     dist.all_reduce(torch.zeros(2, device="meta"))
     msgs["dispatcher_calls"] = gradcomm.torch.stats().get("allreduce", {}).get("calls", 0) - before
-    # The backend's own entry points refuse non-CPU tensors.
+    # The backend's own entry points refuse tensors that are neither CPU nor CUDA.
     try:
         gradcomm.torch.get_backend_group().allreduce_compressed(torch.zeros(2, device="meta"), "fp16")
         raise AssertionError("allreduce_compressed of a meta tensor returned")
@@ -961,6 +961,53 @@ def scenario_gossip_bad(rank, world, init_method, outdir, kind):
     dist.all_reduce(t)
     assert t.tolist() == [world * (world + 1) / 2] * 4, t
     result({"error": error, "seconds": seconds})
+    dist.destroy_process_group()
+
+
+def _rejected(call):
+    """The error a call raised, or None when it returned."""
+    try:
+        call()
+    except (RuntimeError, ValueError) as e:
+        return str(e)
+    return None
+
+
+def scenario_devices(rank, world, init_method, outdir):
+    """What runs without a GPU: the devices the backend is registered for,
+    torch's backend for "cuda" (the gradcomm backend itself), and calls
+    whose tensors are on two devices rejected on every rank before anything
+    is issued (CPU with meta: the one other device every torch has; the
+    first tensor the backend checks is the CPU one, so the meta one is
+    refused for joining it, not for being meta)."""
+    init(rank, world, init_method, timeout_s=30)
+    out = {"capability": list(dist.Backend.backend_capability["gradcomm"]), "devices": gradcomm.torch.devices(),
+           "cuda_supported": gradcomm.torch.cuda_supported, "torch_cuda": torch.version.cuda}
+    default = dist.distributed_c10d._get_default_group()
+    ours = gradcomm.torch.get_backend_group()
+    try:
+        out["cuda_backend"] = type(default._get_backend(torch.device("cuda"))).__name__
+        out["cuda_backend_is_ours"] = default._get_backend(torch.device("cuda")) is ours
+    except (RuntimeError, ValueError) as e:
+        out["cuda_backend"] = "none: " + str(e)
+        out["cuda_backend_is_ours"] = False
+    cpu = lambda n=4: torch.ones(n)  # noqa: E731
+    meta = lambda n=4: torch.ones(n, device="meta")  # noqa: E731
+    mixed = {
+        "allreduce_coalesced": lambda: ours.allreduce_coalesced([cpu(), meta()]),
+        "allgather": lambda: ours.allgather([[meta() for _ in range(world)]], [cpu()]),
+        "allgather_base": lambda: ours._allgather_base(meta(4 * world), cpu()),
+        "reduce_scatter": lambda: ours.reduce_scatter([cpu()], [[cpu(), meta()] + [cpu() for _ in range(world - 2)]]),
+        "reduce_scatter_base": lambda: ours._reduce_scatter_base(meta(), cpu(4 * world)),
+        "alltoall_base": lambda: ours.alltoall_base(meta(2 * world), cpu(2 * world), [], []),
+    }
+    out["mixed"] = {name: _rejected(call) for name, call in mixed.items()}
+    out["all_meta"] = _rejected(lambda: ours.allreduce_coalesced([meta(), meta()]))
+    # Nothing was issued: the group is usable and in step on every rank.
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t)
+    out["usable_after"] = t.tolist() == [world * (world + 1) / 2] * 3
+    result(out)
     dist.destroy_process_group()
 
 
