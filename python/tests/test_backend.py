@@ -111,6 +111,40 @@ def test_backend_is_registered_for_cuda_and_rejects_calls_mixing_devices(tmp_pat
         assert res["usable_after"], res
 
 
+def _cuda_here():
+    """(usable, why not): a GPU torch can use, and an extension that takes CUDA tensors."""
+    probe = ("import torch, gradcomm.torch as g; "
+             "print(int(torch.cuda.is_available()), int(g.cuda_supported), torch.__version__, torch.version.cuda)")
+    p = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, env=base_env())
+    if p.returncode != 0:
+        return False, "probing torch failed: " + (p.stderr.strip().splitlines() or ["?"])[-1]
+    available, supported, version, cuda = p.stdout.split()
+    if available != "1":
+        return False, f"torch.cuda.is_available() is false (torch {version}, CUDA {cuda}): no GPU here"
+    if supported != "1":
+        return False, f"this build of gradcomm.torch takes CPU tensors only (torch {version})"
+    return True, ""
+
+
+def test_cuda_tensors_every_collective_stream_order_future_and_ddp(tmp_path):
+    """Needs a GPU. scripts/gpu-check sets GRADCOMM_REQUIRE_CUDA=1, where a
+    skip is a failure."""
+    usable, why = _cuda_here()
+    if not usable:
+        if os.environ.get("GRADCOMM_REQUIRE_CUDA") == "1":
+            pytest.fail("GRADCOMM_REQUIRE_CUDA=1 but CUDA tensors cannot be tested: " + why)
+        pytest.skip("CUDA tensors not tested: " + why)
+    results = assert_all_ok(run_job("cuda", 2, tmp_path, timeout=300))
+    for r in results:
+        res = r.result
+        assert res["checked"] >= 40, res
+        msg = res["errors"]["cpu_and_cuda"]
+        assert msg is not None and "different devices" in msg and "cpu" in msg and "cuda" in msg, res
+        if res["devices"] >= 2:
+            msg = res["errors"]["two_cuda_devices"]
+            assert msg is not None and "same CUDA device" in msg, res
+
+
 def test_unsupported_ops_name_what_to_use(tmp_path):
     results = assert_all_ok(run_job("unsupported", 2, tmp_path, timeout=60))
     for r in results:
