@@ -8,6 +8,7 @@
 
 #include "gradcomm/communicator.hpp"
 #include "gradcomm/version.hpp"
+#include "device.hpp"
 #include "process_group.hpp"
 #include "torch_gossip.hpp"
 #include "torch_reducer.hpp"
@@ -18,7 +19,7 @@ using gradcomm::torch_backend::TorchGossip;
 using gradcomm::torch_backend::TorchReducer;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "gradcomm's c10d backend for PyTorch 2.x (CPU tensors)";
+  m.doc() = "gradcomm's c10d backend for PyTorch 2.x (CPU and CUDA tensors)";
   // ProcessGroup, Work and Store are registered by torch's own extension;
   // import it first so this module can refer to them.
   py::module_::import("torch.distributed");
@@ -30,7 +31,7 @@ PYBIND11_MODULE(_C, m) {
       .def("size", &gradcomm::ErrorFeedback::size, "Elements carried (0 before first use).");
 
   py::class_<ProcessGroupGradcomm, c10d::Backend, c10::intrusive_ptr<ProcessGroupGradcomm>>(
-      m, "ProcessGroupGradcomm", "torch.distributed backend running gradcomm collectives on CPU tensors.")
+      m, "ProcessGroupGradcomm", "torch.distributed backend running gradcomm collectives on CPU and CUDA tensors.")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout) {
              // Forming the communicator waits for every rank: let other
@@ -143,4 +144,8 @@ PYBIND11_MODULE(_C, m) {
            "consensus_distance (-1: not measured), removed_peers.");
 
   m.attr("__version__") = GRADCOMM_VERSION_STRING;
+  // Whether this build takes CUDA tensors (compiled against a torch whose
+  // c10::Stream exposes the cudaStream_t); the backend registers for
+  // "cuda" only then, and only on a torch built with CUDA.
+  m.attr("cuda_supported") = gradcomm::torch_backend::cudaSupported();
 }

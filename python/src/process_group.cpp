@@ -127,10 +127,23 @@ Communicator formCommunicator(const c10::intrusive_ptr<c10d::Store>& store, int 
 
 // ---- WorkGradcomm ---------------------------------------------------------------
 
-WorkGradcomm::WorkGradcomm(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+WorkGradcomm::WorkGradcomm(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                           std::optional<c10::Device> device)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      device_(device),
+      // A CUDA future records events on the completing thread's current
+      // stream when marked completed; waiting on it (or a then() callback)
+      // makes the waiter's current stream wait for them.
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                       device ? std::vector<c10::Device>{*device}
+                                                              : std::vector<c10::Device>{})) {}
+
+void WorkGradcomm::synchronize() {
+  // The future is completed just after the Work (complete()); its wait()
+  // then only orders the current stream after the result's events.
+  if (device_) future_->wait();
+}
 
 bool WorkGradcomm::wait(std::chrono::milliseconds timeout) {
   const auto start = Clock::now();
@@ -146,7 +159,9 @@ bool WorkGradcomm::wait(std::chrono::milliseconds timeout) {
       }
     }
   } record{this, start};
-  return c10d::Work::wait(timeout);
+  const bool done = c10d::Work::wait(timeout);  // rethrows the call's error
+  synchronize();
+  return done;
 }
 
 void WorkGradcomm::complete(std::exception_ptr error) {
@@ -165,6 +180,7 @@ ProcessGroupGradcomm::ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>
     : c10d::Backend(rank, size),
       timeout_(timeout),
       comm_(formCommunicator(store, rank, size, timeout)),
+      binding_(std::make_shared<DeviceBinding>()),
       telemetry_(std::make_shared<Telemetry>()) {
   init();
   printStats_ = statsWanted();
@@ -177,11 +193,13 @@ ProcessGroupGradcomm::ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>
 }
 
 ProcessGroupGradcomm::ProcessGroupGradcomm(Communicator comm, std::chrono::milliseconds timeout,
-                                           std::shared_ptr<Completer> completer)
+                                           std::shared_ptr<Completer> completer,
+                                           std::shared_ptr<DeviceBinding> binding)
     : c10d::Backend(comm.rank(), comm.size()),
       timeout_(timeout),
       comm_(std::move(comm)),
       completer_(std::move(completer)),
+      binding_(std::move(binding)),
       telemetry_(std::make_shared<Telemetry>()) {
   init();
   // GRADCOMM_STATS as for the first group; the timeline (one file per rank)
@@ -207,7 +225,7 @@ c10::intrusive_ptr<ProcessGroupGradcomm> ProcessGroupGradcomm::subgroup(const st
     r.push_back(static_cast<int>(x));
   }
   if (shutDown_.load()) throw std::runtime_error("gradcomm backend: subgroup of a group that was shut down");
-  return c10::make_intrusive<ProcessGroupGradcomm>(comm_.subgroup(r), timeout, completer_);
+  return c10::make_intrusive<ProcessGroupGradcomm>(comm_.subgroup(r), timeout, completer_, binding_);
 }
 
 // ---- Completer ---------------------------------------------------------------
@@ -300,6 +318,11 @@ void ProcessGroupGradcomm::unsupported(const std::string& what, const std::strin
 
 at::Tensor ProcessGroupGradcomm::scratch(int64_t numel, const at::TensorOptions& options) {
   constexpr size_t kScratchBuffers = 4;
+  // Device memory: no cache. A cached buffer is free for the next call as
+  // soon as the host released it, while the copies out of it may still be
+  // queued on a stream; torch's caching allocator (recordOnStream) keeps a
+  // released buffer until its streams are past it.
+  if (!options.device().is_cpu()) return at::empty({numel}, options);
   std::lock_guard<std::mutex> lock(scratchMu_);
   for (auto& buf : scratch_) {
     // One owner (this cache): no pending call still reads or writes it.
@@ -315,18 +338,65 @@ at::Tensor ProcessGroupGradcomm::scratch(int64_t numel, const at::TensorOptions&
   return fresh;
 }
 
-void ProcessGroupGradcomm::checkTensor(const std::string& what, const at::Tensor& t) {
+void ProcessGroupGradcomm::checkTensor(const std::string& what, const at::Tensor& t, CallDevice& call) {
   if (!t.defined()) reject(what, "got an undefined tensor");
-  if (!t.device().is_cpu()) {
-    reject(what, "got a tensor on " + t.device().str() +
-                     "; this build of the gradcomm backend takes CPU tensors only (move it with .cpu(), or use the "
-                     "nccl backend for CUDA tensors)");
+  // One device per call first: a call mixing CPU and CUDA tensors (or two
+  // CUDA devices) is told so, whatever the devices.
+  if (std::string why = call.check(t); !why.empty()) reject(what, why);
+  const c10::Device d = t.device();
+  if (d.is_cuda()) {
+    if (!cudaSupported()) {
+      reject(what, "got a tensor on " + d.str() +
+                       "; this build of the gradcomm backend takes CPU tensors only (it was compiled against a torch "
+                       "whose c10::Stream has no native_handle); move it with .cpu(), or use the nccl backend");
+    }
+    std::lock_guard<std::mutex> lock(binding_->mu);
+    if (!binding_->device) {
+      binding_->device = d;
+    } else if (*binding_->device != d) {
+      reject(what, "got a tensor on " + d.str() + "; this process group runs its CUDA calls on " +
+                       binding_->device->str() + " (the device of its first CUDA call: gradcomm takes one device "
+                       "per communicator); use one process group per device");
+    }
+  } else if (!d.is_cpu()) {
+    reject(what, "got a tensor on " + d.str() +
+                     "; the gradcomm backend takes CPU and CUDA tensors (move it with .cpu() or .cuda())");
   }
   if (t.layout() != at::kStrided) reject(what, "got a sparse tensor; gradcomm takes dense tensors (use .to_dense())");
   if (t.is_complex() || t.scalar_type() == at::kQInt8 || t.scalar_type() == at::kQUInt8) {
     // Complex and quantized data move fine but cannot be reduced here; the
     // data-moving calls pass bytes and never come here for them.
   }
+}
+
+CollectiveOptions ProcessGroupGradcomm::callOptions(const CallDevice& call) const {
+  CollectiveOptions o;
+  // gradcomm reads the inputs once the caller's queued work is done (and
+  // writes nothing before): no host synchronisation at issue.
+  if (auto cuda = call.cuda()) o.stream = nativeHandle(currentStream(*cuda));
+  return o;
+}
+
+ProcessGroupGradcomm::Pending ProcessGroupGradcomm::pending(const std::string& what, c10d::OpType type,
+                                                            std::vector<at::Tensor> outputs, const CallDevice& call) {
+  Pending p;
+  p.what = what;
+  p.device = call.cuda();
+  p.work = c10::make_intrusive<WorkGradcomm>(rank_, type, std::move(outputs), p.device);
+  return p;
+}
+
+void ProcessGroupGradcomm::awaitOps(Pending& p) {
+  if (p.device) {
+    // The host waits for the communication; p.stream (the completing
+    // thread's current stream, where `finish` then copies) waits for the
+    // copy of each result into its device buffer.
+    void* stream = nativeHandle(*p.stream);
+    for (auto& op : p.ops) op.synchronize(stream);
+  } else {
+    for (auto& op : p.ops) op.wait();
+  }
+  if (p.finish) p.finish();
 }
 
 DataType ProcessGroupGradcomm::reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op,
@@ -393,10 +463,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::enqueue(Pending p) {
 }
 
 void ProcessGroupGradcomm::complete(Pending& p) {
+  // CUDA: the side stream stays current until the Work and its future are
+  // completed (finishCall), so the future's events are recorded on it.
+  std::optional<CompletionStream> scope;
+  if (p.device) {
+    scope.emplace(*p.device);
+    p.stream = scope->stream();
+  }
   std::exception_ptr error;
   try {
-    for (auto& op : p.ops) op.wait();
-    if (p.finish) p.finish();
+    awaitOps(p);
   } catch (const std::exception& e) {
     error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
   } catch (...) {
@@ -427,7 +503,15 @@ void ProcessGroupGradcomm::finishCall(Pending& p, std::exception_ptr error, doub
     s.bytes += p.bytes;
     s.commMs += commMs;
   }
-  // Release tensors before anyone sees the completion.
+  // Release tensors before anyone sees the completion. CUDA: the copies
+  // queued on p.stream may still read or write them; the caching allocator
+  // keeps their memory until that stream is past this point.
+  if (p.stream) {
+    for (const auto& t : p.keep) recordOnStream(t, *p.stream);
+    if (p.work) {
+      for (const auto& t : p.work->result()) recordOnStream(t, *p.stream);
+    }
+  }
   p.keep.clear();
   p.finish = nullptr;
   p.work->complete(error);
@@ -458,10 +542,14 @@ void ProcessGroupGradcomm::p2pCompletionLoop() {
         ++i;
         continue;
       }
+      std::optional<CompletionStream> scope;  // CUDA: as in complete()
+      if (p.device) {
+        scope.emplace(*p.device);
+        p.stream = scope->stream();
+      }
       std::exception_ptr error;
       try {
-        p.ops[0].wait();  // completed: rethrows its failure, if any
-        if (p.finish) p.finish();
+        awaitOps(p);  // completed: rethrows its failure, if any
       } catch (const std::exception& e) {
         error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
       } catch (...) {
@@ -500,16 +588,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce(std::vector<at::T
                 "pass one tensor per process (or use allreduce_coalesced)");
   }
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   at::Tensor t = tensors[0];
-  checkTensor(what, t);
+  checkTensor(what, t, call);
   ReduceOp op;
   const DataType dt = reductionType(what, t, opts.reduceOp, &op);
   at::Tensor buf = contiguousBuffer(t);
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t});
+  Pending p = pending(what, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t}, call);
   p.bytes = t.nbytes();
-  p.ops.push_back(comm_.allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op));
+  p.ops.push_back(comm_.allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op, callOptions(call)));
   if (!buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
   p.keep = {t, buf};
   return enqueue(std::move(p));
@@ -520,12 +607,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduceCompressed(at::Ten
                                                                          std::shared_ptr<ErrorFeedback> feedback) {
   const std::string what = "allreduce[" + compression + "]";
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   at::Tensor t = tensor;
-  checkTensor(what, t);
+  checkTensor(what, t, call);
   ReduceOp op;
   const DataType dt = reductionType(what, t, c10d::ReduceOp::AVG, &op);
   at::Tensor buf = contiguousBuffer(t);
-  CollectiveOptions o;
+  CollectiveOptions o = callOptions(call);
   // Compression applies to float32; other buckets are averaged exactly.
   if (dt == DataType::kFloat32) {
     o.compression = compression;
@@ -533,9 +621,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduceCompressed(at::Ten
   } else {
     o.compression = "none";
   }
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t});
+  Pending p = pending(what, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t}, call);
   p.bytes = t.nbytes();
   try {
     p.ops.push_back(comm_.allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op, o));
@@ -552,12 +638,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const std::string what = "allreduce_coalesced";
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   if (tensors.empty()) reject(what, "got no tensors");
   ReduceOp op;
   DataType dt = DataType::kFloat32;
   int64_t total = 0;
   for (const auto& t : tensors) {
-    checkTensor(what, t);
+    checkTensor(what, t, call);
     if (t.scalar_type() != tensors[0].scalar_type()) {
       reject(what, "every tensor must have the same dtype (got " + describeTensor(tensors[0]) + " and " +
                        describeTensor(t) + "); call it once per dtype");
@@ -572,11 +659,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce_coalesced(
     slab(flat, offset, t).copy_(t);
     offset += t.numel();
   }
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLREDUCE_COALESCED, tensors);
+  Pending p = pending(what, c10d::OpType::ALLREDUCE_COALESCED, tensors, call);
   p.bytes = flat.nbytes();
-  p.ops.push_back(comm_.allreduce(flat.data_ptr(), flat.data_ptr(), static_cast<size_t>(total), dt, op));
+  p.ops.push_back(comm_.allreduce(flat.data_ptr(), flat.data_ptr(), static_cast<size_t>(total), dt, op,
+                                  callOptions(call)));
   std::vector<at::Tensor> outs = tensors;
   p.finish = [outs, flat] {
     int64_t off = 0;
@@ -597,16 +683,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::broadcast(std::vector<at::T
     unsupported("broadcast of " + std::to_string(tensors.size()) + " tensors in one call", "pass one tensor per process");
   }
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   at::Tensor t = tensors[0];
-  checkTensor(what, t);
+  checkTensor(what, t, call);
   checkRoot(what, opts.rootRank, opts.rootTensor);
   at::Tensor buf = contiguousBuffer(t);
   const Movement m = movementOf(buf);
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::BROADCAST, std::vector<at::Tensor>{t});
+  Pending p = pending(what, c10d::OpType::BROADCAST, std::vector<at::Tensor>{t}, call);
   p.bytes = t.nbytes();
-  p.ops.push_back(comm_.broadcast(buf.data_ptr(), buf.data_ptr(), m.count, m.type, static_cast<int>(opts.rootRank)));
+  p.ops.push_back(comm_.broadcast(buf.data_ptr(), buf.data_ptr(), m.count, m.type, static_cast<int>(opts.rootRank),
+                                  callOptions(call)));
   if (!buf.is_same(t) && rank_ != opts.rootRank) p.finish = [t, buf] { t.copy_(buf); };
   p.keep = {t, buf};
   return enqueue(std::move(p));
@@ -619,19 +705,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce(std::vector<at::Tens
     unsupported("reduce of " + std::to_string(tensors.size()) + " tensors in one call", "pass one tensor per process");
   }
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   at::Tensor t = tensors[0];
-  checkTensor(what, t);
+  checkTensor(what, t, call);
   checkRoot(what, opts.rootRank, opts.rootTensor);
   ReduceOp op;
   const DataType dt = reductionType(what, t, opts.reduceOp, &op);
   at::Tensor buf = contiguousBuffer(t);
   const bool root = rank_ == opts.rootRank;
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::REDUCE, std::vector<at::Tensor>{t});
+  Pending p = pending(what, c10d::OpType::REDUCE, std::vector<at::Tensor>{t}, call);
   p.bytes = t.nbytes();
   p.ops.push_back(comm_.reduce(buf.data_ptr(), root ? buf.data_ptr() : nullptr, buf.numel(), dt, op,
-                               static_cast<int>(opts.rootRank)));
+                               static_cast<int>(opts.rootRank), callOptions(call)));
   if (root && !buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
   p.keep = {t, buf};
   return enqueue(std::move(p));
@@ -645,15 +730,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather(std::vector<std::
     unsupported("allgather with several input tensors per process", "pass one input tensor and one output list");
   }
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   at::Tensor in = inputs[0];
-  checkTensor(what, in);
+  checkTensor(what, in, call);
   std::vector<at::Tensor> outs = outputs[0];
   if (static_cast<int>(outs.size()) != size_) {
     reject(what, "the output list has " + std::to_string(outs.size()) + " tensors; it needs one per rank (" +
                      std::to_string(size_) + ")");
   }
   for (const auto& o : outs) {
-    checkTensor(what, o);
+    checkTensor(what, o, call);
     if (o.numel() != in.numel() || o.scalar_type() != in.scalar_type()) {
       reject(what, "output tensor " + describeTensor(o) + " does not match the input " + describeTensor(in));
     }
@@ -661,11 +747,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather(std::vector<std::
   at::Tensor src = contiguousBuffer(in);
   at::Tensor flat = scratch(static_cast<int64_t>(size_) * in.numel(), in.options());
   const Movement m = movementOf(src);
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLGATHER, outs);
+  Pending p = pending(what, c10d::OpType::ALLGATHER, outs, call);
   p.bytes = flat.nbytes();
-  p.ops.push_back(comm_.allgather(src.data_ptr(), flat.data_ptr(), m.count, m.type));
+  p.ops.push_back(comm_.allgather(src.data_ptr(), flat.data_ptr(), m.count, m.type, callOptions(call)));
   p.finish = [outs, flat] {
     for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(slab(flat, static_cast<int64_t>(i) * outs[i].numel(), outs[i]));
   };
@@ -679,8 +763,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_allgather_base(at::Tensor&
                                                                      const c10d::AllgatherOptions&) {
   const std::string what = "_allgather_base";
   std::lock_guard<std::mutex> lock(issueMu_);
-  checkTensor(what, input);
-  checkTensor(what, output);
+  CallDevice call;
+  checkTensor(what, input, call);
+  checkTensor(what, output, call);
   if (output.numel() != size_ * input.numel() || output.scalar_type() != input.scalar_type()) {
     reject(what, "the output " + describeTensor(output) + " must hold world_size (" + std::to_string(size_) +
                      ") times the input " + describeTensor(input) + " of the same dtype");
@@ -688,11 +773,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_allgather_base(at::Tensor&
   at::Tensor in = contiguousBuffer(input);
   at::Tensor out = contiguousBuffer(output);
   const Movement m = movementOf(in);
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{output});
+  Pending p = pending(what, c10d::OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{output}, call);
   p.bytes = out.nbytes();
-  p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type));
+  p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type, callOptions(call)));
   at::Tensor o = output;
   if (!out.is_same(o)) p.finish = [o, out] { o.copy_(out); };
   p.keep = {input, output, in, out};
@@ -703,19 +786,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather_into_tensor_coale
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
   const std::string what = "allgather_into_tensor_coalesced";
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   if (outputs.size() != inputs.size()) {
     reject(what, "got " + std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
                      " outputs; it needs one output per input");
   }
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::COALESCED, outputs);
-  std::vector<std::function<void()>> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& input = inputs[i];
     const at::Tensor& output = outputs[i];
-    checkTensor(what, input);
-    checkTensor(what, output);
+    checkTensor(what, input, call);
+    checkTensor(what, output, call);
     if (output.numel() != size_ * input.numel() || output.scalar_type() != input.scalar_type()) {
       reject(what, "output " + std::to_string(i) + " " + describeTensor(output) + " must hold world_size (" +
                        std::to_string(size_) + ") times input " + std::to_string(i) + " " + describeTensor(input) +
@@ -723,12 +803,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather_into_tensor_coale
     }
   }
   // Checked all first: a rejected call issues nothing.
+  Pending p = pending(what, c10d::OpType::COALESCED, outputs, call);
+  std::vector<std::function<void()>> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
     at::Tensor in = contiguousBuffer(inputs[i]);
     at::Tensor out = contiguousBuffer(outputs[i]);
     const Movement m = movementOf(in);
     p.bytes += out.nbytes();
-    p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type));
+    p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type, callOptions(call)));
     at::Tensor o = outputs[i];
     if (!out.is_same(o)) copies.push_back([o, out] { o.copy_(out); });
     p.keep.insert(p.keep.end(), {inputs[i], o, in, out});
@@ -750,8 +832,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::gather(std::vector<std::vec
   const std::string what = "gather";
   if (inputs.size() != 1) unsupported("gather of several tensors per process", "pass one input tensor");
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   at::Tensor in = inputs[0];
-  checkTensor(what, in);
+  checkTensor(what, in, call);
   checkRoot(what, opts.rootRank);
   const bool root = rank_ == opts.rootRank;
   std::vector<at::Tensor> outs;
@@ -761,7 +844,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::gather(std::vector<std::vec
     }
     outs = outputs[0];
     for (const auto& o : outs) {
-      checkTensor(what, o);
+      checkTensor(what, o, call);
       if (o.numel() != in.numel() || o.scalar_type() != in.scalar_type()) {
         reject(what, "output tensor " + describeTensor(o) + " does not match the input " + describeTensor(in));
       }
@@ -774,11 +857,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::gather(std::vector<std::vec
   at::Tensor src = contiguousBuffer(in);
   at::Tensor flat = scratch(static_cast<int64_t>(size_) * in.numel(), in.options());
   const Movement m = movementOf(src);
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::GATHER, outs);
+  Pending p = pending(what, c10d::OpType::GATHER, outs, call);
   p.bytes = flat.nbytes();
-  p.ops.push_back(comm_.allgather(src.data_ptr(), flat.data_ptr(), m.count, m.type));
+  p.ops.push_back(comm_.allgather(src.data_ptr(), flat.data_ptr(), m.count, m.type, callOptions(call)));
   if (root) {
     p.finish = [outs, flat] {
       for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(slab(flat, static_cast<int64_t>(i) * outs[i].numel(), outs[i]));
@@ -796,8 +877,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::scatter(std::vector<at::Ten
   const std::string what = "scatter";
   if (outputs.size() != 1) unsupported("scatter into several tensors per process", "pass one output tensor");
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   at::Tensor out = outputs[0];
-  checkTensor(what, out);
+  checkTensor(what, out, call);
   checkRoot(what, opts.rootRank);
   const bool root = rank_ == opts.rootRank;
   at::Tensor flat = scratch(static_cast<int64_t>(size_) * out.numel(), out.options());
@@ -807,7 +889,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::scatter(std::vector<at::Ten
     }
     int64_t offset = 0;
     for (const auto& i : inputs[0]) {
-      checkTensor(what, i);
+      checkTensor(what, i, call);
       if (i.numel() != out.numel() || i.scalar_type() != out.scalar_type()) {
         reject(what, "input tensor " + describeTensor(i) + " does not match the output " + describeTensor(out));
       }
@@ -820,11 +902,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::scatter(std::vector<at::Ten
   // gradcomm has no scatter: the root broadcasts every rank's part and each
   // keeps its own (world_size times the traffic a scatter needs).
   const Movement m = movementOf(flat);
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::SCATTER, std::vector<at::Tensor>{out});
+  Pending p = pending(what, c10d::OpType::SCATTER, std::vector<at::Tensor>{out}, call);
   p.bytes = flat.nbytes();
-  p.ops.push_back(comm_.broadcast(flat.data_ptr(), flat.data_ptr(), m.count, m.type, static_cast<int>(opts.rootRank)));
+  p.ops.push_back(comm_.broadcast(flat.data_ptr(), flat.data_ptr(), m.count, m.type, static_cast<int>(opts.rootRank),
+                                  callOptions(call)));
   const int r = rank_;
   p.finish = [out, flat, r] { out.copy_(slab(flat, static_cast<int64_t>(r) * out.numel(), out)); };
   p.keep = {out, flat};
@@ -839,8 +920,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter(std::vector<
     unsupported("reduce_scatter of several tensors per process", "pass one output tensor and one input list");
   }
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   at::Tensor out = outputs[0];
-  checkTensor(what, out);
+  checkTensor(what, out, call);
   if (static_cast<int>(inputs[0].size()) != size_) {
     reject(what, "the input list has " + std::to_string(inputs[0].size()) + " tensors; it needs one per rank (" +
                      std::to_string(size_) + ")");
@@ -850,7 +932,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter(std::vector<
   at::Tensor flat = scratch(static_cast<int64_t>(size_) * out.numel(), out.options());
   int64_t offset = 0;
   for (const auto& i : inputs[0]) {
-    checkTensor(what, i);
+    checkTensor(what, i, call);
     if (i.numel() != out.numel() || i.scalar_type() != out.scalar_type()) {
       reject(what, "input tensor " + describeTensor(i) + " does not match the output " + describeTensor(out));
     }
@@ -858,11 +940,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter(std::vector<
     offset += i.numel();
   }
   at::Tensor dst = contiguousBuffer(out);
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::REDUCE_SCATTER, std::vector<at::Tensor>{out});
+  Pending p = pending(what, c10d::OpType::REDUCE_SCATTER, std::vector<at::Tensor>{out}, call);
   p.bytes = flat.nbytes();
-  p.ops.push_back(comm_.reduceScatter(flat.data_ptr(), dst.data_ptr(), out.numel(), dt, op));
+  p.ops.push_back(comm_.reduceScatter(flat.data_ptr(), dst.data_ptr(), out.numel(), dt, op, callOptions(call)));
   if (!dst.is_same(out)) p.finish = [out, dst] { out.copy_(dst); };
   p.keep = {out, dst, flat};
   return enqueue(std::move(p));
@@ -872,8 +952,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_reduce_scatter_base(at::Te
                                                                           const c10d::ReduceScatterOptions& opts) {
   const std::string what = "_reduce_scatter_base";
   std::lock_guard<std::mutex> lock(issueMu_);
-  checkTensor(what, input);
-  checkTensor(what, output);
+  CallDevice call;
+  checkTensor(what, input, call);
+  checkTensor(what, output, call);
   if (input.numel() != size_ * output.numel() || output.scalar_type() != input.scalar_type()) {
     reject(what, "the input " + describeTensor(input) + " must hold world_size (" + std::to_string(size_) +
                      ") times the output " + describeTensor(output) + " of the same dtype");
@@ -882,12 +963,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_reduce_scatter_base(at::Te
   const DataType dt = reductionType(what, output, opts.reduceOp, &op);
   at::Tensor in = contiguousBuffer(input);
   at::Tensor dst = contiguousBuffer(output);
-  Pending p;
-  p.what = what;
-  p.work =
-      c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{output});
+  Pending p = pending(what, c10d::OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{output}, call);
   p.bytes = in.nbytes();
-  p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), output.numel(), dt, op));
+  p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), output.numel(), dt, op, callOptions(call)));
   at::Tensor o = output;
   if (!dst.is_same(o)) p.finish = [o, dst] { o.copy_(dst); };
   p.keep = {input, output, in, dst};
@@ -898,6 +976,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter_tensor_coale
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   const std::string what = "reduce_scatter_tensor_coalesced";
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   if (outputs.size() != inputs.size()) {
     reject(what, "got " + std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
                      " outputs; it needs one output per input");
@@ -907,8 +986,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter_tensor_coale
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& input = inputs[i];
     const at::Tensor& output = outputs[i];
-    checkTensor(what, input);
-    checkTensor(what, output);
+    checkTensor(what, input, call);
+    checkTensor(what, output, call);
     if (input.numel() != size_ * output.numel() || output.scalar_type() != input.scalar_type()) {
       reject(what, "input " + std::to_string(i) + " " + describeTensor(input) + " must hold world_size (" +
                        std::to_string(size_) + ") times output " + std::to_string(i) + " " +
@@ -916,15 +995,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter_tensor_coale
     }
     types.push_back(reductionType(what, output, opts.reduceOp, &op));
   }
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::COALESCED, outputs);
+  Pending p = pending(what, c10d::OpType::COALESCED, outputs, call);
   std::vector<std::function<void()>> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
     at::Tensor in = contiguousBuffer(inputs[i]);
     at::Tensor dst = contiguousBuffer(outputs[i]);
     p.bytes += in.nbytes();
-    p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), outputs[i].numel(), types[i], op));
+    p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), outputs[i].numel(), types[i], op,
+                                          callOptions(call)));
     at::Tensor o = outputs[i];
     if (!dst.is_same(o)) copies.push_back([o, dst] { o.copy_(dst); });
     p.keep.insert(p.keep.end(), {inputs[i], o, in, dst});
@@ -939,8 +1017,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::alltoall_base(at::Tensor& o
                                                                    const c10d::AllToAllOptions&) {
   const std::string what = "alltoall_base";
   std::lock_guard<std::mutex> lock(issueMu_);
-  checkTensor(what, input);
-  checkTensor(what, output);
+  CallDevice call;
+  checkTensor(what, input, call);
+  checkTensor(what, output, call);
   if (input.scalar_type() != output.scalar_type()) {
     reject(what, "input " + describeTensor(input) + " and output " + describeTensor(output) + " differ in dtype");
   }
@@ -996,12 +1075,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::alltoall_base(at::Tensor& o
   at::Tensor padded = at::zeros({maxRows * rowBytes}, input.options().dtype(at::kByte));
   if (input.numel()) padded.narrow(0, 0, inRows * rowBytes).copy_(contiguousBuffer(input).view({-1}).view(at::kByte));
   at::Tensor everything = at::empty({n * maxRows * rowBytes}, padded.options());
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, c10d::OpType::ALLTOALL_BASE, std::vector<at::Tensor>{output});
+  Pending p = pending(what, c10d::OpType::ALLTOALL_BASE, std::vector<at::Tensor>{output}, call);
   p.bytes = everything.nbytes();
   p.ops.push_back(comm_.allgather(padded.data_ptr(), everything.data_ptr(), static_cast<size_t>(maxRows * rowBytes),
-                                  DataType::kUInt8));
+                                  DataType::kUInt8, callOptions(call)));
   at::Tensor out = output;
   const int r = rank_;
   p.finish = [out, everything, allSplits, n, r, maxRows, rowBytes] {
@@ -1051,8 +1128,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, s
   const std::string what = isSend ? "send" : "recv";
   if (tensors.size() != 1) unsupported(what + " of " + std::to_string(tensors.size()) + " tensors", "pass one tensor");
   std::lock_guard<std::mutex> lock(issueMu_);
+  CallDevice call;
   at::Tensor t = tensors[0];
-  checkTensor(what, t);
+  checkTensor(what, t, call);
   const std::string role = isSend ? "destination" : "source";
   if (peer < 0 || peer >= size_) {
     reject(what, role + " rank " + std::to_string(peer) + " is not in [0, " + std::to_string(size_) + ")");
@@ -1072,6 +1150,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, s
     p2pSignal_ = std::make_shared<P2pSignal>();
     p2pCompleter_ = std::thread([this] { p2pCompletionLoop(); });
   }
+  if (auto cuda = call.cuda()) {
+    // gradcomm's send and recv take no stream: the host waits for the work
+    // queued on the caller's current stream (which writes the tensor to
+    // send, or still reads the one to receive into) before issuing.
+    currentStream(*cuda).synchronize();
+  }
   // Transfers issued one after another run together in the communicator
   // (a send does not hold back a later recv); a collective issued after
   // them runs after them.
@@ -1082,10 +1166,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, s
     ticket->done.store(true);
     signal->notify();
   });
-  Pending p;
-  p.what = what;
-  p.work = c10::make_intrusive<WorkGradcomm>(rank_, isSend ? c10d::OpType::SEND : c10d::OpType::RECV,
-                                             std::vector<at::Tensor>{t});
+  Pending p = pending(what, isSend ? c10d::OpType::SEND : c10d::OpType::RECV, std::vector<at::Tensor>{t}, call);
   p.bytes = t.nbytes();
   p.ops.push_back(op);
   if (!isSend && !buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "device.hpp"
 #include "gradcomm/communicator.hpp"
 
 namespace gradcomm {
@@ -30,20 +32,45 @@ struct P2pTicket;
 
 /// One c10d call: completes once every gradcomm operation behind it has,
 /// then its future holds the output tensors (or the error).
+///
+/// A call on CUDA tensors (`device` set) completes on the completion
+/// thread once the communication finished and the copies into the output
+/// tensors are queued on a side stream; its future is CUDA-aware (events
+/// recorded on that stream). wait() then blocks the host only until that
+/// point and makes the caller's current stream wait for the copies, as
+/// NCCL's Work does; so does the future's wait() and its callbacks.
 class WorkGradcomm : public c10d::Work {
  public:
-  WorkGradcomm(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  WorkGradcomm(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+               std::optional<c10::Device> device = std::nullopt);
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   std::vector<at::Tensor> result() override { return outputs_; }
   bool wait(std::chrono::milliseconds timeout) override;
-  /// Called once, by the process group's completion thread.
+  /// CUDA: makes the current stream wait for the result (blocking the host
+  /// until the call completed, as wait() without its timeout). Host: nothing.
+  void synchronize() override;
+  /// Called once, by the process group's completion thread (for a CUDA
+  /// call with its side stream current).
   void complete(std::exception_ptr error);
+  /// The CUDA device of the call; nullopt for host tensors.
+  const std::optional<c10::Device>& device() const { return device_; }
   /// Where wait() records the time callers were blocked (may be null).
   std::shared_ptr<Telemetry> telemetry;
 
  private:
   std::vector<at::Tensor> outputs_;
+  std::optional<c10::Device> device_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+/// The CUDA device a group's device calls run on: gradcomm takes the
+/// buffers of one device per communicator (that of its first device call).
+/// Subgroups made over the same context share their parent's binding (at
+/// least as strict as the library); a call on another device is rejected
+/// before it reaches gradcomm, which would fail the communicator.
+struct DeviceBinding {
+  std::mutex mu;
+  std::optional<c10::Device> device;  ///< guarded by mu
 };
 
 /// What a group records about its calls: counters (GRADCOMM_STATS) and
@@ -60,9 +87,14 @@ struct CollectiveStats {
   double commMs = 0;  ///< summed running time of the gradcomm operations
 };
 
-/// A c10d backend (torch 2.x's c10d::Backend, registered for "cpu") whose
-/// collectives run on a gradcomm Communicator formed through the process
-/// group's store.
+/// A c10d backend (torch 2.x's c10d::Backend, registered for "cpu" and
+/// "cuda") whose collectives run on a gradcomm Communicator formed through
+/// the process group's store.
+///
+/// CUDA tensors go to gradcomm as device buffers, ordered after the work
+/// queued on the caller's current stream (CollectiveOptions::stream); a
+/// call's tensors must all be on one device, and a group's CUDA calls on
+/// one CUDA device.
 ///
 /// Every call validates its tensors, issues gradcomm operations (in issue
 /// order, under one lock, so every rank issues the same sequence) and
@@ -96,7 +128,8 @@ class ProcessGroupGradcomm : public c10d::Backend {
                        std::chrono::milliseconds timeout);
   /// A group over `comm` (a subgroup of another group's communicator) that
   /// shares that group's completion thread.
-  ProcessGroupGradcomm(Communicator comm, std::chrono::milliseconds timeout, std::shared_ptr<Completer> completer);
+  ProcessGroupGradcomm(Communicator comm, std::chrono::milliseconds timeout, std::shared_ptr<Completer> completer,
+                       std::shared_ptr<DeviceBinding> binding);
   ~ProcessGroupGradcomm() override;
 
   /// The group of the ranks `ranks` (this group's numbers, in the new
@@ -171,6 +204,8 @@ class ProcessGroupGradcomm : public c10d::Backend {
     std::string what;  ///< "allreduce", ...
     c10::intrusive_ptr<WorkGradcomm> work;
     std::vector<Work> ops;
+    std::optional<c10::Device> device;  ///< the CUDA device of the call; nullopt: host
+    std::optional<c10::Stream> stream;  ///< CUDA: where the completion thread finishes it
     std::function<void()> finish;     ///< copies results out of temporaries
     std::vector<at::Tensor> keep;     ///< inputs and temporaries in use
     std::shared_ptr<void> keepOther;  ///< error feedback in use
@@ -193,8 +228,20 @@ class ProcessGroupGradcomm : public c10d::Backend {
   [[noreturn]] void reject(const std::string& what, const std::string& why);
   /// Throws (without aborting) for calls this backend never supports.
   [[noreturn]] void unsupported(const std::string& what, const std::string& instead) const;
-  /// Checks one tensor: CPU, strided, dense. Rejects otherwise.
-  void checkTensor(const std::string& what, const at::Tensor& t);
+  /// Checks one tensor: CPU or CUDA (where this build takes CUDA tensors),
+  /// strided, dense, on the device of the call's other tensors (`call`,
+  /// which the first tensor sets) and, for CUDA, on the group's device.
+  /// Rejects otherwise.
+  void checkTensor(const std::string& what, const at::Tensor& t, CallDevice& call);
+  /// The options of a call on `call`'s device: for CUDA tensors, ordered
+  /// after the caller's current stream.
+  CollectiveOptions callOptions(const CallDevice& call) const;
+  /// A Pending for the call `what` on `call`'s device, with its Work.
+  Pending pending(const std::string& what, c10d::OpType type, std::vector<at::Tensor> outputs,
+                  const CallDevice& call);
+  /// Waits for the operations of `p` (CUDA: orders p.stream, the current
+  /// stream of the completing thread, after their results) and runs its finish.
+  static void awaitOps(Pending& p);
   /// Rejects (as reject()) a root outside [0, size) or a root tensor other than 0.
   void checkRoot(const std::string& what, int64_t rootRank, int64_t rootTensor = 0);
   DataType reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op, ReduceOp* gcOp);
@@ -225,6 +272,7 @@ class ProcessGroupGradcomm : public c10d::Backend {
 
   std::atomic<bool> shutDown_{false};
   std::shared_ptr<Completer> completer_;
+  std::shared_ptr<DeviceBinding> binding_;  ///< shared with subgroups (one context)
   std::mutex outstandingMu_;
   std::condition_variable outstandingCv_;
   size_t outstanding_ = 0;  ///< calls queued on completer_ and not yet completed

@@ -78,12 +78,71 @@ def test_mismatched_tensors_fail_on_every_rank(tmp_path, kind):
             assert "differ" in msg or "mismatch" in msg.lower() or "rank" in msg, msg
 
 
-def test_non_cpu_tensors_are_a_clear_error(tmp_path):
+def test_tensors_neither_cpu_nor_cuda_are_a_clear_error(tmp_path):
     results = assert_all_ok(run_job("device", 2, tmp_path, timeout=60))
     for r in results:
-        assert "CUDA" in r.result["cuda"] or "NVIDIA" in r.result["cuda"], r.result
+        if r.result["cuda"] is not None:  # no GPU here (with a GPU the scenario makes its CUDA tensor)
+            assert "CUDA" in r.result["cuda"] or "NVIDIA" in r.result["cuda"], r.result
         assert r.result["dispatcher_calls"] == 0, r.result
-        assert "meta" in r.result["meta"] and "CPU tensors only" in r.result["meta"], r.result
+        assert "meta" in r.result["meta"] and "CPU and CUDA tensors" in r.result["meta"], r.result
+
+
+def test_backend_is_registered_for_cuda_and_rejects_calls_mixing_devices(tmp_path):
+    """Without a GPU: the registration, and the one-device-per-call check
+    (CPU with meta tensors) through the backend's own entry points."""
+    results = assert_all_ok(run_job("devices", 2, tmp_path, timeout=60))
+    for r in results:
+        res = r.result
+        assert res["capability"] == res["devices"], res
+        if res["torch_cuda"] and res["cuda_supported"]:
+            # torch 2.x dispatches a CUDA tensor to the backend registered
+            # for "cuda": the same gradcomm backend object as for "cpu".
+            assert res["capability"] == ["cpu", "cuda"], res
+            assert res["cuda_backend_is_ours"], res
+        else:
+            assert res["capability"] == ["cpu"], res
+        assert len(res["mixed"]) == 6, res
+        for name, msg in res["mixed"].items():
+            assert msg is not None, f"{name} of CPU and meta tensors was not rejected"
+            assert "different devices" in msg and "cpu" in msg and "meta" in msg, (name, msg)
+            assert "nothing was issued" in msg, (name, msg)
+        assert "meta" in res["all_meta"] and "CPU and CUDA tensors" in res["all_meta"], res
+        assert "different devices" not in res["all_meta"], res
+        assert res["usable_after"], res
+
+
+def _cuda_here():
+    """(usable, why not): a GPU torch can use, and an extension that takes CUDA tensors."""
+    probe = ("import torch, gradcomm.torch as g; "
+             "print(int(torch.cuda.is_available()), int(g.cuda_supported), torch.__version__, torch.version.cuda)")
+    p = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, env=base_env())
+    if p.returncode != 0:
+        return False, "probing torch failed: " + (p.stderr.strip().splitlines() or ["?"])[-1]
+    available, supported, version, cuda = p.stdout.split()
+    if available != "1":
+        return False, f"torch.cuda.is_available() is false (torch {version}, CUDA {cuda}): no GPU here"
+    if supported != "1":
+        return False, f"this build of gradcomm.torch takes CPU tensors only (torch {version})"
+    return True, ""
+
+
+def test_cuda_tensors_every_collective_stream_order_future_and_ddp(tmp_path):
+    """Needs a GPU. scripts/gpu-check sets GRADCOMM_REQUIRE_CUDA=1, where a
+    skip is a failure."""
+    usable, why = _cuda_here()
+    if not usable:
+        if os.environ.get("GRADCOMM_REQUIRE_CUDA") == "1":
+            pytest.fail("GRADCOMM_REQUIRE_CUDA=1 but CUDA tensors cannot be tested: " + why)
+        pytest.skip("CUDA tensors not tested: " + why)
+    results = assert_all_ok(run_job("cuda", 2, tmp_path, timeout=300))
+    for r in results:
+        res = r.result
+        assert res["checked"] >= 40, res
+        msg = res["errors"]["cpu_and_cuda"]
+        assert msg is not None and "different devices" in msg and "cpu" in msg and "cuda" in msg, res
+        if res["devices"] >= 2:
+            msg = res["errors"]["two_cuda_devices"]
+            assert msg is not None and "same CUDA device" in msg, res
 
 
 def test_unsupported_ops_name_what_to_use(tmp_path):

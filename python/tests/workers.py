@@ -432,7 +432,7 @@ def scenario_mismatch(rank, world, init_method, outdir, kind):
 
 
 def scenario_device(rank, world, init_method, outdir):
-    """Non-CPU tensors: a clear error (this is a CPU build of torch)."""
+    """Tensors on a device other than CPU or CUDA (meta): a clear error."""
     init(rank, world, init_method, timeout_s=30)
     msgs = {}
     try:
@@ -445,7 +445,7 @@ def scenario_device(rank, world, init_method, outdir):
     before = gradcomm.torch.stats().get("allreduce", {}).get("calls", 0)
     dist.all_reduce(torch.zeros(2, device="meta"))
     msgs["dispatcher_calls"] = gradcomm.torch.stats().get("allreduce", {}).get("calls", 0) - before
-    # The backend's own entry points refuse non-CPU tensors.
+    # The backend's own entry points refuse tensors that are neither CPU nor CUDA.
     try:
         gradcomm.torch.get_backend_group().allreduce_compressed(torch.zeros(2, device="meta"), "fp16")
         raise AssertionError("allreduce_compressed of a meta tensor returned")
@@ -961,6 +961,212 @@ def scenario_gossip_bad(rank, world, init_method, outdir, kind):
     dist.all_reduce(t)
     assert t.tolist() == [world * (world + 1) / 2] * 4, t
     result({"error": error, "seconds": seconds})
+    dist.destroy_process_group()
+
+
+def _rejected(call):
+    """The error a call raised, or None when it returned."""
+    try:
+        call()
+    except (RuntimeError, ValueError) as e:
+        return str(e)
+    return None
+
+
+def scenario_devices(rank, world, init_method, outdir):
+    """What runs without a GPU: the devices the backend is registered for,
+    torch's backend for "cuda" (the gradcomm backend itself), and calls
+    whose tensors are on two devices rejected on every rank before anything
+    is issued (CPU with meta: the one other device every torch has; the
+    first tensor the backend checks is the CPU one, so the meta one is
+    refused for joining it, not for being meta)."""
+    init(rank, world, init_method, timeout_s=30)
+    out = {"capability": list(dist.Backend.backend_capability["gradcomm"]), "devices": gradcomm.torch.devices(),
+           "cuda_supported": gradcomm.torch.cuda_supported, "torch_cuda": torch.version.cuda}
+    default = dist.distributed_c10d._get_default_group()
+    ours = gradcomm.torch.get_backend_group()
+    try:
+        out["cuda_backend"] = type(default._get_backend(torch.device("cuda"))).__name__
+        out["cuda_backend_is_ours"] = default._get_backend(torch.device("cuda")) is ours
+    except (RuntimeError, ValueError) as e:
+        out["cuda_backend"] = "none: " + str(e)
+        out["cuda_backend_is_ours"] = False
+    cpu = lambda n=4: torch.ones(n)  # noqa: E731
+    meta = lambda n=4: torch.ones(n, device="meta")  # noqa: E731
+    mixed = {
+        "allreduce_coalesced": lambda: ours.allreduce_coalesced([cpu(), meta()]),
+        "allgather": lambda: ours.allgather([[meta() for _ in range(world)]], [cpu()]),
+        "allgather_base": lambda: ours._allgather_base(meta(4 * world), cpu()),
+        "reduce_scatter": lambda: ours.reduce_scatter([cpu()], [[cpu(), meta()] + [cpu() for _ in range(world - 2)]]),
+        "reduce_scatter_base": lambda: ours._reduce_scatter_base(meta(), cpu(4 * world)),
+        "alltoall_base": lambda: ours.alltoall_base(meta(2 * world), cpu(2 * world), [], []),
+    }
+    out["mixed"] = {name: _rejected(call) for name, call in mixed.items()}
+    out["all_meta"] = _rejected(lambda: ours.allreduce_coalesced([meta(), meta()]))
+    # Nothing was issued: the group is usable and in step on every rank.
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t)
+    out["usable_after"] = t.tolist() == [world * (world + 1) / 2] * 3
+    result(out)
+    dist.destroy_process_group()
+
+
+def scenario_cuda(rank, world, init_method, outdir):
+    """CUDA tensors through the gradcomm backend (needs a GPU): every
+    collective against values computed here, stream order at issue and at
+    wait, the Work's future and its then(), DDP against Gloo on CPU, and
+    calls mixing devices rejected."""
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    rank, world = init(rank, world, init_method, timeout_s=60)
+    checked = 0
+    every = lambda dtype, n, seed: [values(dtype, r, n, seed) for r in range(world)]  # noqa: E731
+
+    # all_reduce: dtypes, SUM/MAX/AVG, contiguous and strided.
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64):
+        for op_name in ("SUM", "MAX", "AVG"):
+            if not reducible(dtype, op_name):
+                continue
+            xs = every(dtype, 1000, 1)
+            stacked = torch.stack([x.double() for x in xs])
+            want = {"SUM": stacked.sum(0), "MAX": stacked.max(0).values, "AVG": stacked.mean(0)}[op_name].to(dtype)
+            for layout in ("contiguous", "strided"):
+                t = xs[rank].to(dev)
+                if layout == "strided":
+                    big = torch.zeros(2 * t.numel(), dtype=dtype, device=dev)
+                    big[::2].copy_(t)
+                    t = big[::2]
+                dist.all_reduce(t, op=OPS[op_name])
+                assert t.is_cuda
+                close(f"all_reduce {dtype} {op_name} {layout}", t.cpu(), want)
+                checked += 1
+
+    # Order at issue: the input is written by work queued on a side stream
+    # (after a sleep) and the call is issued from that stream without any
+    # synchronisation; after wait(), work on that stream sees the result.
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            x = torch.zeros(1 << 20, device=dev)
+            torch.cuda._sleep(50_000_000)  # tens of ms of GPU time before the fill
+            x.fill_(rank + 1)
+            w = dist.all_reduce(x, async_op=True)
+            w.wait()
+            y = x * 2  # on s, after wait()
+            got = y.cpu()  # synchronises s
+            assert torch.all(got == 2 * world * (world + 1) / 2), got[:4]
+            checked += 1
+    torch.cuda.synchronize()
+
+    # The future: value and then() on CUDA tensors (as DDP's comm hooks use it).
+    x = torch.full((1000,), float(rank + 1), device=dev)
+    fut = dist.all_reduce(x, async_op=True).get_future()
+    doubled = fut.then(lambda f: f.value()[0] * 2).wait()
+    assert doubled.is_cuda and torch.all(doubled.cpu() == world * (world + 1)), doubled[:4]
+    checked += 1
+
+    # Many calls in flight on strided tensors (the backend reduces a
+    # contiguous copy of its own and copies back on its side stream; it
+    # drops the copy on the host while that copy may still be queued),
+    # with allocations in between that may reuse freed blocks.
+    works, outs = [], []
+    for i in range(20):
+        big = torch.full((2000,), float(rank + i), device=dev)
+        t = big[::2]
+        works.append(dist.all_reduce(t, async_op=True))
+        outs.append(t)
+        del big  # t still holds its storage
+        _ = torch.full((4096,), -7.0, device=dev)
+    for i, (w, t) in enumerate(zip(works, outs)):
+        w.wait()
+        want = float(sum(r + i for r in range(world)))
+        assert torch.all(t.cpu() == want), (i, t[:4])
+    checked += 1
+
+    # The other collectives.
+    n = 64
+    xs = every(torch.float32, n, 2)
+    t = xs[rank].to(dev)
+    dist.broadcast(t, src=world - 1)
+    close("broadcast", t.cpu(), xs[world - 1])
+    t = xs[rank].to(dev)
+    dist.reduce(t, dst=0)
+    if rank == 0:
+        close("reduce", t.cpu(), torch.stack(xs).sum(0))
+    outs = [torch.empty(n, device=dev) for _ in range(world)]
+    dist.all_gather(outs, xs[rank].to(dev))
+    for r in range(world):
+        close(f"all_gather[{r}]", outs[r].cpu(), xs[r])
+    flat = torch.empty(world * n, device=dev)
+    dist.all_gather_into_tensor(flat, xs[rank].to(dev))
+    close("all_gather_into_tensor", flat.cpu(), torch.cat(xs))
+    parts = [every(torch.float32, n, 10 + r) for r in range(world)]  # parts[r][j]: rank j's input for rank r
+    out = torch.empty(n, device=dev)
+    dist.reduce_scatter(out, [parts[r][rank].to(dev) for r in range(world)])
+    close("reduce_scatter", out.cpu(), torch.stack(parts[rank]).sum(0))
+    ins = torch.cat([values(torch.float32, rank, n, 20 + r) for r in range(world)]).to(dev)
+    out = torch.empty(n, device=dev)
+    dist.reduce_scatter_tensor(out, ins)
+    close("reduce_scatter_tensor", out.cpu(), torch.stack([values(torch.float32, j, n, 20 + rank)
+                                                           for j in range(world)]).sum(0))
+    ins = torch.arange(world * 4, dtype=torch.float32) + 100 * rank
+    out = torch.empty(world * 4, device=dev)
+    dist.all_to_all_single(out, ins.to(dev))
+    want = torch.cat([torch.arange(rank * 4, rank * 4 + 4, dtype=torch.float32) + 100 * j for j in range(world)])
+    close("all_to_all_single", out.cpu(), want)
+    g = [torch.empty(n, device=dev) for _ in range(world)] if rank == 0 else None
+    dist.gather(xs[rank].to(dev), g, dst=0)
+    if rank == 0:
+        for r in range(world):
+            close(f"gather[{r}]", g[r].cpu(), xs[r])
+    out = torch.empty(n, device=dev)
+    dist.scatter(out, [x.to(dev) for x in xs] if rank == 0 else None, src=0)
+    close("scatter", out.cpu(), xs[rank])
+    if world >= 2 and rank < 2:
+        peer = 1 - rank
+        if rank == 0:
+            dist.send(xs[0].to(dev), dst=peer)
+        else:
+            got = torch.empty(n, device=dev)
+            dist.recv(got, src=peer)
+            close("send/recv", got.cpu(), xs[0])
+    dist.barrier()
+    checked += 10
+
+    # A call mixing devices is rejected before anything is issued.
+    ours = gradcomm.torch.get_backend_group()
+    out_msgs = {"cpu_and_cuda": _rejected(
+        lambda: ours.allgather([[torch.zeros(4) for _ in range(world)]], [torch.ones(4, device=dev)]))}
+    if torch.cuda.device_count() >= 2:
+        other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
+        out_msgs["two_cuda_devices"] = _rejected(
+            lambda: ours._allgather_base(torch.zeros(4 * world, device=dev), torch.ones(4, device=other)))
+    x = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(x)
+    assert torch.all(x.cpu() == world * (world + 1) / 2), x
+    checked += 1
+
+    # DDP on CUDA (the future path of the default comm hook) against Gloo on CPU.
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    gc_group = dist.new_group(backend="gradcomm")
+    gloo = dist.new_group(backend="gloo")
+    model_gc = DDP(_model().to(dev), device_ids=[dev.index], process_group=gc_group, bucket_cap_mb=1)
+    model_gl = DDP(_model(), process_group=gloo, bucket_cap_mb=1)
+    opt_gc = torch.optim.SGD(model_gc.parameters(), lr=0.05)
+    opt_gl = torch.optim.SGD(model_gl.parameters(), lr=0.05)
+    for x, y in _batches(rank, 20):
+        for model, opt, d in ((model_gc, opt_gc, dev), (model_gl, opt_gl, torch.device("cpu"))):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x.to(d)), y.to(d)).backward()
+            opt.step()
+    worst = 0.0
+    for (name, a), b in zip(model_gc.module.named_parameters(), model_gl.module.parameters()):
+        worst = max(worst, (a.detach().cpu() - b.detach()).abs().max().item())
+        torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-4, atol=1e-5,
+                                   msg=lambda m: f"DDP parameter {name}: {m}")
+    checked += 1
+    result({"rank": rank, "checked": checked, "errors": out_msgs, "ddp_max_param_diff": worst,
+            "device": str(dev), "devices": torch.cuda.device_count()})
     dist.destroy_process_group()
 
 

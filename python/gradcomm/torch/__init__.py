@@ -1,4 +1,4 @@
-"""gradcomm as a torch.distributed backend (PyTorch 2.x, CPU tensors).
+"""gradcomm as a torch.distributed backend (PyTorch 2.x, CPU and CUDA tensors).
 
 Importing this module registers the backend ``"gradcomm"``::
 
@@ -16,13 +16,22 @@ calls of groups they share in one consistent order (as with NCCL).
 ``GRADCOMM_TORCH_GROUPS=separate`` gives every group a communicator of its
 own instead (its own connections and threads; calls of different groups
 then progress independently).
+
+On a torch built with CUDA the backend is registered for ``"cpu"`` and
+``"cuda"`` (``devices()``), so CUDA tensors come to it too. A call on CUDA
+tensors is ordered after the work queued on the current stream of their
+device; ``Work.wait()`` (and the Work's future) blocks the host until the
+communication finished and makes the current stream wait for the copy of
+the result into the tensors, as with NCCL. A call's tensors must all be on
+one device (CPU, or one CUDA device per group); send and recv of CUDA
+tensors first wait on the host for the current stream.
 """
 import os
 
 import torch
 import torch.distributed as dist
 
-from ._C import ErrorFeedback, ProcessGroupGradcomm, __version__  # noqa: F401
+from ._C import ErrorFeedback, ProcessGroupGradcomm, __version__, cuda_supported  # noqa: F401
 
 BACKEND_NAME = "gradcomm"
 
@@ -54,11 +63,20 @@ def _create_process_group(opts, backend_options=None):
     return pg
 
 
+def devices():
+    """The device types the backend takes: ``["cpu", "cuda"]`` on a torch
+    built with CUDA (``torch.version.cuda``) when this build of the
+    extension takes CUDA tensors (``cuda_supported``), else ``["cpu"]``."""
+    if cuda_supported and getattr(torch.version, "cuda", None):
+        return ["cpu", "cuda"]
+    return ["cpu"]
+
+
 def _register():
     # Importing twice (or reloading) must not register twice.
     if BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {}):
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, _create_process_group, extended_api=True, devices=devices())
 
 
 _register()
@@ -86,7 +104,7 @@ def stats(group=None):
     return get_backend_group(group).stats()
 
 
-__all__ = ["BACKEND_NAME", "ErrorFeedback", "ProcessGroupGradcomm", "get_backend_group", "stats"]
+__all__ = ["BACKEND_NAME", "ErrorFeedback", "ProcessGroupGradcomm", "devices", "get_backend_group", "stats"]
 
 from .parallel import DistributedDataParallel  # noqa: E402  (needs get_backend_group above)
 
