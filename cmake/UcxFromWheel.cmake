@@ -38,8 +38,20 @@ function(gradcomm_ucx_from_wheel)
     endif()
     list(APPEND libs "${GRADCOMM_UCX_LIB_${name}}")
   endforeach()
+  # A wheel found through Python may sit in pip's isolated build environment
+  # (/tmp/pip-build-env-<random>/...), a new folder at every `pip install`:
+  # its headers are compiled from a copy in the build tree instead, so the
+  # compile commands stay the same from one install to the next and ccache
+  # finds its earlier objects (with the temporary folder in every -I, each
+  # install compiled the whole library again).
+  set(include "${root}/include")
+  if(NOT GRADCOMM_UCX_ROOT)
+    set(include "${PROJECT_BINARY_DIR}/ucx-wheel/include")
+    file(REMOVE_RECURSE "${include}")
+    file(COPY "${root}/include/" DESTINATION "${include}")
+  endif()
   add_library(PkgConfig::UCX INTERFACE IMPORTED GLOBAL)
-  set_target_properties(PkgConfig::UCX PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${root}/include"
+  set_target_properties(PkgConfig::UCX PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${include}"
                                                   INTERFACE_LINK_LIBRARIES "${libs}")
   set(GRADCOMM_UCX_FROM "${root}" PARENT_SCOPE)
 endfunction()
