@@ -125,6 +125,11 @@ const std::vector<ParamDef>& registry() {
                            "Device buffers: a call moves through pinned host memory in chunks of this "
                            "size, so copying one chunk to the host overlaps reducing the last and copying "
                            "the one before back (allreduce, broadcast, reduce; equal on every rank)"));
+    d.push_back(choiceParam("GRADCOMM_DEVICE_ENGINE", "auto", &Config::deviceEngine, {"auto", "nccl", "staged"},
+                            "Device buffers: 'nccl' runs a communicator's device calls on NCCL (opened at run "
+                            "time; every rank on a device of its own), 'staged' moves them through pinned host "
+                            "memory into gradcomm's host algorithms, 'auto' takes NCCL where it can serve every "
+                            "rank (compressed calls are always staged; equal on every rank)"));
     d.push_back(bytesParam("GRADCOMM_NET_SEGMENT_SIZE", "4M", &Config::netSegmentBytes, 64,
                            "Pipeline segment of ring and halving-doubling (allreduce, reduce-scatter, "
                            "allgather) when the communicator spans hosts: fewer, larger messages between "

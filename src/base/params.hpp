@@ -20,6 +20,7 @@ struct Config {
   std::chrono::nanoseconds timeout{};     // GRADCOMM_TIMEOUT
   size_t segmentBytes = 0;                // GRADCOMM_SEGMENT_SIZE
   size_t deviceChunkBytes = 0;            // GRADCOMM_DEVICE_CHUNK_SIZE
+  std::string deviceEngine;               // GRADCOMM_DEVICE_ENGINE: auto, nccl or staged
   size_t netSegmentBytes = 0;             // GRADCOMM_NET_SEGMENT_SIZE
   size_t hierRdSliceBytes = 0;            // GRADCOMM_HIER_RD_SIZE
   size_t hierSliceMinBytes = 0;           // GRADCOMM_HIER_SLICE_MIN

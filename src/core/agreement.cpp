@@ -11,6 +11,7 @@ constexpr const char* kAgreedParams[] = {
     "GRADCOMM_TREE_MAX",    "GRADCOMM_SHM",          "GRADCOMM_SHM_CHUNK",      "GRADCOMM_BUCKET_CAP",
     "GRADCOMM_COMPRESSION", "GRADCOMM_FIRST_BUCKET", "GRADCOMM_PARTITION_SIZE", "GRADCOMM_TRANSPORT",
     "GRADCOMM_NET_SEGMENT_SIZE", "GRADCOMM_HIER_RD_SIZE", "GRADCOMM_HIER_SLICE_MIN", "GRADCOMM_DEVICE_CHUNK_SIZE",
+    "GRADCOMM_DEVICE_ENGINE",
     // Ranks with different timeouts would give up at different times: one
     // fails while its peers still wait (or never do, with 0).
     "GRADCOMM_TIMEOUT",

@@ -16,62 +16,57 @@ using detail::Clock;
 
 namespace {
 
-/// Runs a device query of a finished call's copies back; a device error
+/// Runs a device query of a finished call's device part; a device error
 /// fails the context on every rank (the others learn it as a RemoteError)
 /// and is rethrown here.
 template <typename F>
-auto onCopies(detail::OperationState& op, F&& f) -> decltype(f(*op.staged)) {
+auto onDevicePart(detail::OperationState& op, F&& f) -> decltype(f(*op.deviceDone)) {
   try {
-    return f(*op.staged);
+    return f(*op.deviceDone);
   } catch (const Error& e) {
     if (auto engine = op.engine.lock()) engine->abort(e.code(), op.describe() + ": " + e.what(), true);
     throw;
   }
 }
 
+/// Waits for the host part of `op` until `deadline`; rethrows its error.
+bool waitHostPart(detail::OperationState& op, Clock::time_point deadline) {
+  if (!op.finished()) {
+    if (auto engine = op.engine.lock()) engine->waitFor(op, deadline);
+  }
+  op.rethrowIfFailed();
+  return op.finished();
+}
+
 }  // namespace
 
 bool Work::test() {
   if (!state_) return true;
-  if (!state_->finished()) {
-    if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::now() + std::chrono::microseconds(1));
-  }
-  state_->rethrowIfFailed();
-  if (!state_->finished()) return false;
-  return !state_->staged || onCopies(*state_, [](detail::StagedCall& s) { return s.copiesDone(); });
+  if (!waitHostPart(*state_, Clock::now() + std::chrono::microseconds(1))) return false;
+  return !state_->deviceDone || onDevicePart(*state_, [](detail::DeviceCompletion& d) { return d.done(); });
 }
 
 void Work::wait() {
   if (!state_) return;
-  if (!state_->finished()) {
-    if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::time_point::max());
-  }
-  state_->rethrowIfFailed();
-  if (state_->staged) onCopies(*state_, [](detail::StagedCall& s) { s.waitCopies(); });
+  waitHostPart(*state_, Clock::time_point::max());
+  if (state_->deviceDone) onDevicePart(*state_, [](detail::DeviceCompletion& d) { d.wait(); });
 }
 
 bool Work::wait(std::chrono::milliseconds timeout) {
   if (!state_) return true;
-  if (!state_->finished()) {
-    if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::now() + timeout);
-  }
-  state_->rethrowIfFailed();
-  if (!state_->finished()) return false;
-  // The copy back of the last chunk is short: waited for whole.
-  if (state_->staged) onCopies(*state_, [](detail::StagedCall& s) { s.waitCopies(); });
+  if (!waitHostPart(*state_, Clock::now() + timeout)) return false;
+  // The device part left after the host part is short: waited for whole.
+  if (state_->deviceDone) onDevicePart(*state_, [](detail::DeviceCompletion& d) { d.wait(); });
   return true;
 }
 
 void Work::synchronize(void* stream) {
-  if (!state_ || !state_->staged) return wait();
-  if (!state_->finished()) {
-    if (auto engine = state_->engine.lock()) engine->waitFor(*state_, Clock::time_point::max());
-  }
-  state_->rethrowIfFailed();
-  onCopies(*state_, [stream](detail::StagedCall& s) { s.streamWaitCopies(stream); });
+  if (!state_ || !state_->deviceDone) return wait();
+  waitHostPart(*state_, Clock::time_point::max());
+  onDevicePart(*state_, [stream](detail::DeviceCompletion& d) { d.streamWait(stream); });
 }
 
-bool Work::onDevice() const { return state_ && state_->staged; }
+bool Work::onDevice() const { return state_ && state_->deviceDone; }
 
 std::string Work::algorithm() const {
   if (state_) return state_->algorithmName();

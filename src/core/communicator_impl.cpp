@@ -361,6 +361,11 @@ CommunicatorImpl::~CommunicatorImpl() { destroy(); }
 
 void CommunicatorImpl::destroy() {
   if (destroyed_.exchange(true)) return;
+  {
+    // The NCCL group goes with the last call that still uses it.
+    std::lock_guard<std::mutex> lock(deviceEngineMu_);
+    deviceComm_.reset();
+  }
   if (own_) {
     // A group's transport must outlive its queued operations.
     std::shared_ptr<OperationState> last;

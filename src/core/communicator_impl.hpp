@@ -16,6 +16,9 @@
 namespace gradcomm::transport {
 class GroupTransport;
 }
+namespace gradcomm::device {
+class DeviceComm;
+}
 
 namespace gradcomm::detail {
 
@@ -193,6 +196,17 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   int deviceOf(const algorithms::CollectiveCall& call, const CollectiveOptions& options) const;
   /// The context's staging for `device` (made by the first device call).
   std::shared_ptr<DeviceStaging> deviceStaging(int device);
+  /// The NCCL engine of this communicator's device calls, or null when they
+  /// are staged; the first call to need it chooses, with the other ranks
+  /// (core/device_engine.cpp), in `call`'s place in the order of calls.
+  std::shared_ptr<device::DeviceComm> directEngine(const algorithms::CollectiveCall& call, int device);
+  /// Queues `call` on the NCCL engine, on the caller's stream, beside a
+  /// host operation that checks the ranks' calls.
+  Work submitDirect(const std::shared_ptr<device::DeviceComm>& comm, const algorithms::CollectiveCall& call,
+                    const CollectiveOptions& options, int device);
+  /// An allgather of `bytes` per rank among this communicator's ranks, run
+  /// in `call`'s place and checked as `call` (the engine choice's exchanges).
+  std::vector<char> exchangeForDeviceCall(const algorithms::CollectiveCall& call, const void* mine, size_t bytes);
 
   /// The selector's choice and the fingerprint of recent call signatures
   /// (they do not depend on the buffers): repeated calls skip both.
@@ -225,6 +239,9 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::mutex submitMu_;
   uint64_t nextSeq_ = 0;  // guarded by submitMu_
   std::atomic<bool> destroyed_{false};
+  std::mutex deviceEngineMu_;
+  bool deviceEngineChosen_ = false;                  // guarded by deviceEngineMu_
+  std::shared_ptr<device::DeviceComm> deviceComm_;   // guarded by deviceEngineMu_
   std::vector<std::shared_ptr<void>> keepAlive_;
   /// Point-to-point: the channel later transfers join, and the next
   /// sequence number per (peer, tag) of sends and of receives.

@@ -102,6 +102,10 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
     validate(call);
     spec = compressionFor(call, options);
     const int device = deviceOf(call, options);
+    // Compressed calls are staged: their compressors run on the host copy.
+    if (spec.kind == compression::Kind::kNone) {
+      if (auto comm = directEngine(call, device)) return submitDirect(comm, call, options, device);
+    }
     auto staging = deviceStaging(device);
     const bool perRank = call.collective == Collective::kAllgather || call.collective == Collective::kReduceScatter;
     const size_t hostBytes = n * elem * (perRank ? static_cast<size_t>(size_) : 1);
@@ -158,6 +162,7 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
     // not run here yet).
     auto op = compressedOperation(hostCalls[0], spec, options, true);
     op->staged = staged;
+    op->deviceDone = staged;
     noteQueued(op);
     engine_->submit(op);
     return Work(op);
@@ -180,6 +185,7 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
                                                            " staged chunk(s)");
     auto op = OperationState::forCall(algos[i], hc, ctx, signature, algorithms::Selector::callBytes(hc, size_));
     op->staged = staged;
+    op->deviceDone = staged;
     op->stagedChunk = i;
     noteQueued(op);
     engine_->submit(op);

@@ -103,13 +103,13 @@ void StagedCall::copyBack(size_t i) {
   anyCopyBack_ = true;
 }
 
-bool StagedCall::copiesDone() { return !anyCopyBack_ || rt_.done(copiedBack_); }
+bool StagedCall::done() { return !anyCopyBack_ || rt_.done(copiedBack_); }
 
-void StagedCall::waitCopies() {
+void StagedCall::wait() {
   if (anyCopyBack_) rt_.synchronize(copiedBack_);
 }
 
-void StagedCall::streamWaitCopies(device::Stream stream) {
+void StagedCall::streamWait(device::Stream stream) {
   if (anyCopyBack_) rt_.streamWait(stream, copiedBack_);
 }
 

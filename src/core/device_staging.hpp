@@ -43,8 +43,21 @@ class DeviceStaging {
   std::multimap<size_t, void*> free_;  // capacity -> block; guarded by mu_
 };
 
+/// How a call on device buffers reaches its end on the device after its
+/// host part finished: what Work::test, wait and synchronize ask.
+class DeviceCompletion {
+ public:
+  virtual ~DeviceCompletion() = default;
+  /// True once the result is in device memory (never blocks).
+  virtual bool done() = 0;
+  /// Blocks until the result is in device memory.
+  virtual void wait() = 0;
+  /// Makes `stream` wait for the result (does not block).
+  virtual void streamWait(device::Stream stream) = 0;
+};
+
 /// One call on device buffers, shared by its chunk operations and its Work.
-class StagedCall {
+class StagedCall final : public DeviceCompletion {
  public:
   /// One chunk: its copy to the host (skipped where bytes is 0) and back.
   struct Chunk {
@@ -59,7 +72,7 @@ class StagedCall {
   /// where each part goes (pointers into host() filled in by the caller
   /// through host()).
   StagedCall(std::shared_ptr<DeviceStaging> staging, size_t hostBytes);
-  ~StagedCall();
+  ~StagedCall() override;
   StagedCall(const StagedCall&) = delete;
   StagedCall& operator=(const StagedCall&) = delete;
 
@@ -77,11 +90,11 @@ class StagedCall {
   /// Queues chunk i's copy back to the device.
   void copyBack(size_t i);
   /// True once every queued copy back finished (never blocks).
-  bool copiesDone();
+  bool done() override;
   /// Blocks until every queued copy back finished.
-  void waitCopies();
+  void wait() override;
   /// Makes `stream` wait for every queued copy back (does not block).
-  void streamWaitCopies(device::Stream stream);
+  void streamWait(device::Stream stream) override;
 
  private:
   std::shared_ptr<DeviceStaging> staging_;

@@ -55,6 +55,10 @@ struct OperationState {
   /// back. Null for host calls.
   std::shared_ptr<class StagedCall> staged;
   size_t stagedChunk = 0;
+  /// A call on device buffers: what Work waits for on the device once the
+  /// operation finished (the staged call's copies back, or the NCCL
+  /// engine's kernel). Null for host calls.
+  std::shared_ptr<class DeviceCompletion> deviceDone;
 
   std::atomic<int> status{kQueued};
   /// How it failed, set before status becomes kFailed. Kept as a code and

@@ -456,6 +456,23 @@ bool ProgressEngine::drive() {
   }
 }
 
+void ProgressEngine::throwIfPeerAborted(std::chrono::milliseconds wait, const std::string& what) {
+  const auto deadline = Clock::now() + wait;
+  std::optional<std::string> notice;
+  do {
+    throwIfFailed();
+    {
+      std::lock_guard<std::mutex> lock(driveMu_);  // transport calls are serialised
+      notice = transport_->pollAbort();
+    }
+    if (notice) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  } while (Clock::now() < deadline);
+  if (!notice) return;
+  abort(ErrorCode::kRemote, what + " cannot finish because " + *notice, false);
+  throwIfFailed();
+}
+
 std::optional<std::string> ProgressEngine::awaitNotice() {
   const auto deadline = Clock::now() + std::chrono::milliseconds(50);
   do {

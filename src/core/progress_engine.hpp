@@ -114,6 +114,11 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void abort(ErrorCode code, const std::string& reason, bool tellPeers);
   /// Throws (with the original error code) if the engine has failed.
   void throwIfFailed() const;
+  /// Something outside the queue failed in a way another rank's failure
+  /// explains (a device call's group was aborted): waits up to `wait` for
+  /// that rank's abort notice; when one comes, the engine fails with it,
+  /// which this throws (a RemoteError naming the rank and its reason).
+  void throwIfPeerAborted(std::chrono::milliseconds wait, const std::string& what);
 
   transport::Transport& transport() { return *transport_; }
   algorithms::Workspace& workspace() { return workspace_; }

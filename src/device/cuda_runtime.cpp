@@ -59,6 +59,14 @@ class CudaRuntime final : public Runtime {
     if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) return {true, attr.device};
     return {};
   }
+  std::string identity(int device) override {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    static const char* hex = "0123456789abcdef";
+    std::string id = "GPU-";
+    for (unsigned char b : prop.uuid.bytes) id += std::string{hex[b >> 4], hex[b & 15]};
+    return id;
+  }
   int streamDevice(Stream s) override {
     int device = -1;
     if (!s) {

@@ -32,6 +32,7 @@ class HostOnlyRuntime final : public Runtime {
     if (getAttribute_(&ordinal, 9, reinterpret_cast<unsigned long long>(p)) != 0) ordinal = -1;
     return {true, ordinal};
   }
+  std::string identity(int) override { refuse(); }
   int streamDevice(Stream) override { refuse(); }
   Stream createStream(int) override { refuse(); }
   void destroyStream(Stream) override {}

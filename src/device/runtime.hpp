@@ -36,6 +36,10 @@ class Runtime {
   virtual bool devicesPresent() = 0;
   /// What `p` is; host memory where the runtime does not know it.
   virtual Memory classify(const void* p) = 0;
+  /// What tells `device` apart from every other device, across processes
+  /// and hosts (CUDA: its UUID): processes that share a device give equal
+  /// identities.
+  virtual std::string identity(int device) = 0;
   /// The device `s` belongs to (null: the calling thread's current device).
   virtual int streamDevice(Stream s) = 0;
   /// A non-blocking stream of `device` (does not wait for the legacy default stream).

@@ -271,6 +271,203 @@ TEST(DeviceErrors, ADeviceErrorFailsTheCallOnEveryRankWithoutAHang) {
   EXPECT_EQ(remote, 1) << out.what[0] << "\n" << out.what[1];
 }
 
+// ---- the NCCL engine ----------------------------------------------------------
+
+#include "support/fake_nccl.hpp"
+
+namespace {
+
+Options engine(const std::string& choice) {
+  Options o = quick();
+  o.set("DEVICE_ENGINE", choice);
+  return o;
+}
+
+}  // namespace
+
+TEST(DeviceEngine, RanksOnDevicesOfTheirOwnRunEveryCollectiveOnNccl) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  int expectJoined = 0;
+  for (int p : {1, 2, 3}) {
+    runRanks(p, [&](RankContext& ctx) {
+      const int device = ctx.rank;  // a device each
+      auto stream = fake->ownedStream(device);
+      float* d = fake->allocate<float>(device, 64);
+      CollectiveOptions o;
+      o.stream = stream.get();
+      Work w = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o);
+      w.wait();
+      EXPECT_EQ(w.algorithm(), "nccl");
+      EXPECT_TRUE(w.onDevice());
+      int cases = 0;
+      const std::string err = checkEveryCollectiveOn(
+          ctx.comm, [&](size_t bytes) { return fake->allocate(device, bytes); }, {0, 1, 700}, &cases, stream.get());
+      EXPECT_EQ(err, "") << "ranks " << p;
+      EXPECT_GT(cases, 300);
+    }, engine("auto"));
+    expectJoined += p;
+    EXPECT_EQ(nccl->joined(), expectJoined) << "ranks " << p;
+  }
+  EXPECT_GT(nccl->calls(), 900);
+}
+
+TEST(DeviceEngine, RanksSharingADeviceAreStagedAndForcingNcclFailsOnEveryRankWithTheReason) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  runRanks(2, [&](RankContext& ctx) {
+    float* d = fake->allocate<float>(0, 64);  // both on device 0
+    std::fill(d, d + 64, 1.0f + ctx.rank);
+    Work w = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum);
+    w.wait();
+    EXPECT_NE(w.algorithm(), "nccl");
+    EXPECT_EQ(d[63], 3.0f);
+  }, engine("auto"));
+  EXPECT_EQ(nccl->joined(), 0);
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* d = fake->allocate<float>(0, 64);
+    ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum).wait();
+  }, engine("nccl"));
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_TRUE(out.code[r] == static_cast<int>(ErrorCode::kUnsupported) ||
+                out.code[r] == static_cast<int>(ErrorCode::kRemote))
+        << r << ": " << out.what[r];
+    EXPECT_TRUE(contains(out.what[r], "ranks 0 and 1 share one device")) << r << ": " << out.what[r];
+    EXPECT_LT(out.seconds[r], 10.0) << r;
+  }
+  EXPECT_EQ(nccl->joined(), 0);
+}
+
+TEST(DeviceEngine, ARankThatCannotOpenNcclStagesEveryRankOrNamesItselfWhenNcclIsForced) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  runRanks(3, [&](RankContext& ctx) {
+    nccl->unavailableOnThisThread(ctx.rank == 1 ? "libnccl.so.2: cannot open shared object file" : "");
+    auto stream = fake->ownedStream(ctx.rank);
+    CollectiveOptions o;
+    o.stream = stream.get();
+    float* d = fake->allocate<float>(ctx.rank, 32);
+    std::fill(d, d + 32, 1.0f);
+    Work w = ctx.comm.allreduce(d, d, 32, DataType::kFloat32, ReduceOp::kSum, o);
+    w.wait();
+    EXPECT_NE(w.algorithm(), "nccl");
+    EXPECT_EQ(d[0], 3.0f);
+  }, engine("auto"));
+  EXPECT_EQ(nccl->joined(), 0);
+  const Outcome out = perRank(3, [&](RankContext& ctx) {
+    nccl->unavailableOnThisThread(ctx.rank == 1 ? "libnccl.so.2: cannot open shared object file" : "");
+    auto stream = fake->ownedStream(ctx.rank);
+    CollectiveOptions o;
+    o.stream = stream.get();
+    float* d = fake->allocate<float>(ctx.rank, 32);
+    ctx.comm.allreduce(d, d, 32, DataType::kFloat32, ReduceOp::kSum, o).wait();
+  }, engine("nccl"));
+  for (size_t r = 0; r < 3; ++r) {
+    const std::string why = r == 1 ? "libnccl.so.2: cannot open shared object file" : "rank 1 cannot open NCCL";
+    EXPECT_TRUE(contains(out.what[r], "GRADCOMM_DEVICE_ENGINE=nccl, but") || out.code[r] == static_cast<int>(ErrorCode::kRemote))
+        << r << ": " << out.what[r];
+    EXPECT_TRUE(contains(out.what[r], why)) << r << ": " << out.what[r];
+    EXPECT_LT(out.seconds[r], 10.0) << r;
+  }
+}
+
+TEST(DeviceEngine, TheCallIsOrderedAfterTheCallersStreamAndSynchronizeOrdersAnotherStreamAfterIt) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  runRanks(2, [&](RankContext& ctx) {
+    const int device = ctx.rank;
+    auto owned = fake->ownedStream(device), ownedLater = fake->ownedStream(device);
+    void* stream = owned.get();
+    void* later = ownedLater.get();
+    float* d = fake->allocate<float>(device, 256);
+    CollectiveOptions o;
+    o.stream = stream;
+    // The first call chooses the engine; the next is the one under test.
+    ctx.comm.allreduce(d, d, 256, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    // A slow "kernel" writes the input; the call must read what it wrote.
+    fake->launch(stream, [d] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::fill(d, d + 256, 2.0f);
+    });
+    Work w = ctx.comm.allreduce(d, d, 256, DataType::kFloat32, ReduceOp::kSum, o);
+    EXPECT_EQ(w.algorithm(), "nccl");
+    std::atomic<float> seen{0.0f};
+    const auto before = std::chrono::steady_clock::now();
+    w.synchronize(later);
+    fake->launch(later, [d, &seen] { seen = d[255]; });
+    // synchronize() did not wait for the 50 ms kernel on the host.
+    EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::milliseconds(40));
+    fake->drain(later);
+    EXPECT_EQ(seen.load(), 4.0f);
+    EXPECT_TRUE(w.test());
+  }, engine("auto"));
+}
+
+TEST(DeviceEngine, CallsThatDifferBetweenRanksFailNamedOnEveryRankAndTheirKernelsEnd) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  const Outcome out = perRank(3, [&](RankContext& ctx) {
+    const int device = ctx.rank;
+    auto owned = fake->ownedStream(device);
+    void* stream = owned.get();
+    float* d = fake->allocate<float>(device, 64);
+    CollectiveOptions o;
+    o.stream = stream;
+    ctx.comm.allreduce(d, d, 16, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    // Rank 2 passes another count: NCCL itself would hang.
+    Work w = ctx.comm.allreduce(d, d, ctx.rank == 2 ? 32 : 16, DataType::kFloat32, ReduceOp::kSum, o);
+    try {
+      w.wait();
+    } catch (...) {
+      fake->drain(stream);  // the kernel ended: the group was aborted
+      throw;
+    }
+  }, engine("auto"));
+  bool named = false;
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_TRUE(out.code[r] == static_cast<int>(ErrorCode::kMismatch) ||
+                out.code[r] == static_cast<int>(ErrorCode::kRemote))
+        << r << ": " << out.what[r];
+    named = named || contains(out.what[r], "count differs");
+    EXPECT_LT(out.seconds[r], 10.0) << r;
+  }
+  EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[2];
+}
+
+TEST(DeviceEngine, CompressedCallsAndForcedStagingTakeTheStagedPath) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  runRanks(2, [&](RankContext& ctx) {
+    auto stream = fake->ownedStream(ctx.rank);
+    float* d = fake->allocate<float>(ctx.rank, 64);
+    std::fill(d, d + 64, 1.0f);
+    CollectiveOptions fp16;
+    fp16.compression = "fp16";
+    fp16.stream = stream.get();
+    Work w = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, fp16);
+    w.wait();
+    EXPECT_NE(w.algorithm(), "nccl");
+    EXPECT_EQ(d[0], 2.0f);
+    CollectiveOptions o;
+    o.stream = stream.get();
+    Work n = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o);
+    n.wait();
+    EXPECT_EQ(n.algorithm(), "nccl");
+    EXPECT_EQ(d[0], 4.0f);
+  }, engine("auto"));
+  EXPECT_EQ(nccl->joined(), 2);
+  runRanks(2, [&](RankContext& ctx) {
+    auto stream = fake->ownedStream(ctx.rank);
+    CollectiveOptions o;
+    o.stream = stream.get();
+    float* d = fake->allocate<float>(ctx.rank, 64);
+    Work w = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o);
+    w.wait();
+    EXPECT_NE(w.algorithm(), "nccl");
+  }, engine("staged"));
+  EXPECT_EQ(nccl->joined(), 2);
+}
+
 // ---- the Reducer on device gradients ---------------------------------------
 
 #include "gradcomm/reducer.hpp"

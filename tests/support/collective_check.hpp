@@ -193,7 +193,7 @@ inline std::string runAndCheck(Communicator& comm, const CollectiveCase& c) {
 /// `allocate` (device memory of a test or real runtime); root the last rank.
 /// Returns the first failure ("" when all match) and counts the cases.
 inline std::string checkEveryCollectiveOn(Communicator& comm, const std::function<void*(size_t)>& allocate,
-                                          const std::vector<size_t>& counts, int* cases) {
+                                          const std::vector<size_t>& counts, int* cases, void* stream = nullptr) {
   for (Collective coll : {Collective::kAllreduce, Collective::kBroadcast, Collective::kReduce, Collective::kAllgather,
                           Collective::kReduceScatter}) {
     for (DataType type : {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
@@ -213,6 +213,7 @@ inline std::string checkEveryCollectiveOn(Communicator& comm, const std::functio
             c.inPlace = inPlace;
             c.seed = 11 + static_cast<uint64_t>(*cases);
             c.allocate = allocate;
+            c.stream = stream;
             ++*cases;
             std::string err = runAndCheck(comm, c);
             if (!err.empty()) return err;

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -53,6 +54,10 @@ class FakeDevice final : public device::Runtime {
   template <typename T> T* allocate(int device, size_t count) {
     return static_cast<T*>(allocate(device, count * sizeof(T)));
   }
+  /// A stream of `device`, destroyed (once its queue ran) with the last copy.
+  std::shared_ptr<void> ownedStream(int device) {
+    return std::shared_ptr<void>(createStream(device), [this](void* s) { destroyStream(s); });
+  }
   /// Queues `work` on `s` as a kernel (runs on the stream's thread, in order).
   void launch(device::Stream s, std::function<void()> work) { stream(s).push(std::move(work)); }
   /// Blocks until everything queued on `s` so far ran.
@@ -86,6 +91,9 @@ class FakeDevice final : public device::Runtime {
     if (x >= it->first + it->second.bytes) return {};
     return {true, it->second.device};
   }
+  /// Device numbers are the fake's whole identity: ranks (threads) that
+  /// allocate on one number share a device.
+  std::string identity(int device) override { return "fake-" + std::to_string(device); }
   int streamDevice(device::Stream s) override { return s ? static_cast<FakeStream*>(s)->device : 0; }
   device::Stream createStream(int device) override { return new FakeStream(device); }
   void destroyStream(device::Stream s) override { delete static_cast<FakeStream*>(s); }

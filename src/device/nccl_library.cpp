@@ -1,4 +1,4 @@
-#include "capi/real_nccl.hpp"
+#include "device/nccl_library.hpp"
 
 #include <dlfcn.h>
 
@@ -7,7 +7,7 @@
 
 #include "base/log.hpp"
 
-namespace gradcomm::capi {
+namespace gradcomm::device {
 namespace {
 
 std::mutex loadMu;
@@ -21,13 +21,13 @@ void* objectBase(const void* addr) {
 
 }  // namespace
 
-RealNccl& RealNccl::instance() {
+NcclLibrary& NcclLibrary::instance() {
   // Never destroyed: C callers may still call in from their own exit handlers.
-  static RealNccl* real = new RealNccl();
+  static NcclLibrary* real = new NcclLibrary();
   return *real;
 }
 
-void RealNccl::load() {
+void NcclLibrary::load() {
   const char* env = std::getenv("GRADCOMM_NCCL_LIB");
   path_ = env && *env ? env : "libnccl.so.2";
   int flags = RTLD_NOW | RTLD_LOCAL;
@@ -48,8 +48,9 @@ void RealNccl::load() {
     dlclose(h);
     return;
   }
-  // The search path may lead back to this very library (installed or
-  // symlinked as libnccl.so.2): forwarding to it would recurse forever.
+  // The search path may lead back to this very library (the NCCL-ABI
+  // library installed or symlinked as libnccl.so.2): forwarding to it
+  // would recurse forever.
   if (objectBase(probe) == objectBase(reinterpret_cast<const void*>(&objectBase))) {
     why_ = path_ + " is gradcomm's own NCCL library, not the real NCCL; set GRADCOMM_NCCL_LIB to NVIDIA's libnccl.so.2";
     dlclose(h);
@@ -60,29 +61,29 @@ void RealNccl::load() {
   if (dladdr(probe, &info) && info.dli_fname) path_ = info.dli_fname;
 }
 
-bool RealNccl::available() {
+bool NcclLibrary::available() {
   std::lock_guard<std::mutex> lock(loadMu);
   if (!tried_) {
     tried_ = true;
     load();
     if (handle_) {
-      core::logOnce(core::LogLevel::kInfo, -1, "NCCL shim: device buffers go to the real NCCL at " + path_);
+      core::logOnce(core::LogLevel::kInfo, -1, "NCCL: opened " + path_);
     } else {
-      core::logOnce(core::LogLevel::kInfo, -1, "NCCL shim: " + why_);
+      core::logOnce(core::LogLevel::kInfo, -1, "NCCL: " + why_);
     }
   }
   return handle_ != nullptr;
 }
 
-std::string RealNccl::why() {
+std::string NcclLibrary::why() {
   available();
   std::lock_guard<std::mutex> lock(loadMu);
   return why_;
 }
 
-void* RealNccl::symbol(const char* name) {
+void* NcclLibrary::symbol(const char* name) {
   if (!available()) return nullptr;
   return dlsym(handle_, name);
 }
 
-}  // namespace gradcomm::capi
+}  // namespace gradcomm::device

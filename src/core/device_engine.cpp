@@ -1,0 +1,282 @@
+// The NCCL engine under the Communicator: which engine a communicator's
+// device calls take (chosen with the other ranks at the first device call
+// that needs it), the NCCL group formed through gradcomm's own exchanges,
+// and calls queued on the caller's stream beside a host operation that
+// checks the ranks' calls.
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "algorithms/catalog.hpp"
+#include "base/log.hpp"
+#include "core/communicator_impl.hpp"
+#include "core/device_staging.hpp"
+#include "device/collective_library.hpp"
+
+namespace gradcomm::detail {
+
+using algorithms::CollectiveCall;
+
+namespace {
+
+/// What each rank tells the others before the choice.
+struct EngineRecord {
+  uint8_t usable = 0;     ///< the library can serve this rank
+  uint8_t pad[7] = {};
+  uint64_t identity = 0;  ///< hash of the device's identity
+};
+static_assert(sizeof(EngineRecord) == 16, "EngineRecord travels as bytes");
+
+/// A group id as it travels: its length, then the bytes.
+constexpr size_t kMaxIdBytes = 128;
+struct IdRecord {
+  uint32_t bytes = 0;
+  char id[kMaxIdBytes] = {};
+};
+
+uint64_t identityHash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+/// The host part of an NCCL engine call: no data, only the call check.
+class CheckOnly final : public algorithms::Schedule {
+ public:
+  bool advance() override { return false; }
+  bool done() const override { return true; }
+  std::string waitingFor() const override { return {}; }
+};
+
+/// The device part of an NCCL engine call: the event recorded after it on
+/// the caller's stream.
+class DirectCall final : public DeviceCompletion {
+ public:
+  DirectCall(std::shared_ptr<device::Runtime> rt, device::Event event, std::shared_ptr<device::DeviceComm> comm,
+             std::weak_ptr<core::ProgressEngine> engine, std::chrono::nanoseconds timeout, std::string what)
+      : rt_(std::move(rt)),
+        event_(event),
+        comm_(std::move(comm)),
+        engine_(std::move(engine)),
+        timeout_(timeout),
+        what_(std::move(what)) {}
+  ~DirectCall() override { rt_->destroyEvent(event_); }
+  bool done() override {
+    throwIfFailed();
+    return rt_->done(event_);
+  }
+  void wait() override {
+    const auto start = std::chrono::steady_clock::now();
+    for (int polls = 0; !done(); ++polls) {
+      if (timeout_.count() > 0 && std::chrono::steady_clock::now() - start > timeout_) {
+        comm_->abort();  // ends the kernels that wait for a peer
+        throw TimeoutError(what_ + ": the device did not finish it within GRADCOMM_TIMEOUT; the NCCL group was "
+                                   "aborted");
+      }
+      if (polls < 1000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+  void streamWait(device::Stream stream) override {
+    throwIfFailed();
+    rt_->streamWait(stream, event_);
+  }
+
+ private:
+  /// Throws when the communicator failed (another rank's error, or a
+  /// mismatch: its kernels will not end by themselves, so the group is
+  /// aborted) or the library reports an error.
+  void throwIfFailed() {
+    throwIfCommunicatorFailed();
+    const std::string error = comm_->asyncError();
+    if (error.empty()) return;
+    // A group fails when a rank whose call failed aborted it; that rank's
+    // reason comes through the communicator, a moment later.
+    if (auto engine = engine_.lock()) {
+      try {
+        engine->throwIfPeerAborted(std::chrono::seconds(1), what_);
+      } catch (const Error&) {
+        comm_->abort();
+        throw;
+      }
+    }
+    throw DeviceError(what_ + ": " + error);
+  }
+  void throwIfCommunicatorFailed() {
+    auto engine = engine_.lock();
+    if (!engine) return;
+    try {
+      engine->throwIfFailed();
+    } catch (const Error&) {
+      comm_->abort();
+      throw;
+    }
+  }
+  std::shared_ptr<device::Runtime> rt_;
+  device::Event event_;
+  std::shared_ptr<device::DeviceComm> comm_;
+  std::weak_ptr<core::ProgressEngine> engine_;
+  std::chrono::nanoseconds timeout_;
+  std::string what_;
+};
+
+}  // namespace
+
+std::vector<char> CommunicatorImpl::exchangeForDeviceCall(const CollectiveCall& call, const void* mine, size_t bytes) {
+  std::vector<char> all(bytes * static_cast<size_t>(size_));
+  std::memcpy(all.data() + bytes * static_cast<size_t>(rank_), mine, bytes);
+  if (size_ == 1) return all;
+  CollectiveCall x;
+  x.collective = Collective::kAllgather;
+  x.type = DataType::kUInt8;
+  x.count = bytes;
+  x.input = all.data() + bytes * static_cast<size_t>(rank_);
+  x.output = all.data();
+  x.inPlace = true;
+  const algorithms::Algorithm* ring = algorithms::findAlgorithm(Collective::kAllgather, "ring");
+  // Checked as the caller's call: a rank whose call differs (a host call,
+  // another count) fails here with the difference named.
+  transport::CallSignature signature = callSignature(call, "engine-choice", {});
+  signature.memory = 1;
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    signature.seq = nextSeq_++;
+  }
+  transport::Tag tag;
+  tag.seq = signature.seq;
+  tag.fingerprint = signature.fingerprint();
+  auto op = OperationState::forCall(ring, x, runContext(x, tag), signature, all.size());
+  noteQueued(op);
+  engine_->submit(op);
+  Work(op).wait();
+  return all;
+}
+
+std::shared_ptr<device::DeviceComm> CommunicatorImpl::directEngine(const CollectiveCall& call, int device) {
+  std::lock_guard<std::mutex> lock(deviceEngineMu_);
+  if (deviceEngineChosen_) return deviceComm_;
+  // Chosen once, also when the choice fails: the failure fails the
+  // communicator on every rank.
+  deviceEngineChosen_ = true;
+  const std::string& want = config_.deviceEngine;
+  if (want == "staged") return nullptr;
+  std::shared_ptr<device::CollectiveLibrary> lib = device::collectiveLibrary();
+  const std::string mine = !lib ? "this gradcomm was built without NCCL" : lib->unavailable();
+  EngineRecord record;
+  record.usable = mine.empty() ? 1 : 0;
+  record.identity = identityHash(device::runtime().identity(device));
+  const std::vector<char> all = exchangeForDeviceCall(call, &record, sizeof record);
+  std::vector<EngineRecord> ranks(static_cast<size_t>(size_));
+  std::memcpy(ranks.data(), all.data(), all.size());
+  // Every rank reaches the same verdict from the same records.
+  std::string why;
+  for (int r = 0; r < size_ && why.empty(); ++r) {
+    if (!ranks[r].usable) why = r == rank_ ? mine : "rank " + std::to_string(r) + " cannot open NCCL";
+  }
+  for (int a = 0; a < size_ && why.empty(); ++a) {
+    for (int b = a + 1; b < size_ && why.empty(); ++b) {
+      if (ranks[a].identity == ranks[b].identity) {
+        why = "ranks " + std::to_string(a) + " and " + std::to_string(b) +
+              " share one device (NCCL takes one rank per device)";
+      }
+    }
+  }
+  if (!why.empty()) {
+    if (want == "nccl") {
+      throw UnsupportedError("GRADCOMM_DEVICE_ENGINE=nccl, but " + why +
+                             "; use GRADCOMM_DEVICE_ENGINE=auto or staged");
+    }
+    core::logOnce(core::LogLevel::kInfo, rank_, "device calls are staged through host memory: " + why);
+    return nullptr;
+  }
+  IdRecord id;
+  if (rank_ == 0) {
+    const std::vector<char> bytes = lib->newId();
+    if (bytes.size() > kMaxIdBytes) throw InternalError("NCCL engine: the group id is longer than its record");
+    id.bytes = static_cast<uint32_t>(bytes.size());
+    std::memcpy(id.id, bytes.data(), bytes.size());
+  }
+  const std::vector<char> ids = exchangeForDeviceCall(call, &id, sizeof id);
+  std::memcpy(&id, ids.data(), sizeof id);  // rank 0's
+  std::weak_ptr<core::ProgressEngine> engine = engine_;
+  deviceComm_ = lib->join(std::vector<char>(id.id, id.id + id.bytes), size_, rank_, device, [engine] {
+    auto e = engine.lock();
+    if (!e) return true;
+    try {
+      e->throwIfFailed();
+      return false;
+    } catch (const Error&) {
+      return true;
+    }
+  });
+  core::logOnce(core::LogLevel::kInfo, rank_, "device calls run on " + lib->name());
+  return deviceComm_;
+}
+
+Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& comm, const CollectiveCall& call,
+                                    const CollectiveOptions& options, int device) {
+  std::shared_ptr<device::Runtime> rt = device::sharedRuntime();
+  const device::Stream stream = options.stream;
+  switch (call.collective) {
+    case Collective::kAllreduce:
+      comm->allreduce(call.input, call.output, call.count, call.type, call.op, stream);
+      break;
+    case Collective::kBroadcast:
+      comm->broadcast(call.input, call.output, call.count, call.type, call.root, stream);
+      break;
+    case Collective::kReduce:
+      comm->reduce(call.input, call.output, call.count, call.type, call.op, call.root, stream);
+      break;
+    case Collective::kAllgather:
+      comm->allgather(call.input, call.output, call.count, call.type, stream);
+      break;
+    case Collective::kReduceScatter:
+      comm->reduceScatter(call.input, call.output, call.count, call.type, call.op, stream);
+      break;
+    default:
+      throw InternalError(std::string("NCCL engine: ") + toString(call.collective) + " has no device form");
+  }
+  device::Event event = rt->createEvent(device);
+  rt->record(event, stream);
+  auto op = OperationState::create();
+  op->algorithm = "nccl";
+  op->signature = callSignature(call, "nccl", {});
+  op->signature.memory = 1;
+  op->fingerprint = op->signature.fingerprint();
+  op->bytes = algorithms::Selector::callBytes(call, size_);
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    op->seq = nextSeq_++;
+  }
+  op->signature.seq = op->seq;
+  logChoice(call, op->seq, "nccl", "device buffers, GRADCOMM_DEVICE_ENGINE=" + config_.deviceEngine);
+  transport::Tag tag;
+  tag.seq = op->seq;
+  tag.fingerprint = op->fingerprint;
+  CollectiveCall none;
+  none.collective = Collective::kBarrier;
+  op->ctx = runContext(none, tag);
+  op->call = call;
+  op->custom = [](const algorithms::RunContext& ctx) {
+    return algorithms::makeSchedule<CheckOnly>(ctx.workspace);
+  };
+  op->customWhat = std::string(toString(call.collective)) + " on NCCL";
+  op->deviceDone = std::make_shared<DirectCall>(rt, event, comm, engine_, config_.timeout,
+                                                std::string(toString(call.collective)) + " on NCCL");
+  // Ranks whose calls differ have queued kernels that will never match:
+  // the failed check ends them.
+  std::weak_ptr<device::DeviceComm> weak = comm;
+  op->addCallback([weak](std::exception_ptr e) {
+    if (!e) return;
+    if (auto c = weak.lock()) c->abort();
+  });
+  noteQueued(op);
+  engine_->submit(op);
+  return Work(op);
+}
+
+}  // namespace gradcomm::detail
