@@ -12,8 +12,15 @@
 // made of: device-to-device cudaMemcpy of the same bytes, and a
 // device-to-host plus host-to-device copy through pinned memory. Ratios:
 // call / D2D and (D2H + H2D) / call (the staged path's bound: 1.0 means
-// the call runs at the pinned copy rate). Exits 77 without a usable GPU.
+// the call runs at the pinned copy rate). With one rank (--ranks 1) the
+// communicator's device calls run on NCCL (GRADCOMM_DEVICE_ENGINE=auto),
+// and, in a build with NCCL, rank 0 also times ncclAllReduce itself on the
+// same buffers and stream: the columns nccl_us and call-nccl_us are the
+// NCCL engine's cost over NCCL. Exits 77 without a usable GPU.
 #include <cuda_runtime.h>
+#if GRADCOMM_BENCH_NCCL
+#include <nccl.h>
+#endif
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,10 +95,20 @@ int runRank(const Args& a, int rank, uint16_t port) {
   cudaStream_t stream;
   ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
   std::string rows;
+  // ncclAllReduce itself, where it can run (one rank).
+  bool withNccl = false;
+#if GRADCOMM_BENCH_NCCL
+  ncclComm_t nccl = nullptr;
+  if (a.ranks == 1) {
+    int dev = 0;
+    withNccl = ncclCommInitAll(&nccl, 1, &dev) == ncclSuccess;
+    if (!withNccl) std::fprintf(stderr, "gradcomm-device-bench: ncclCommInitAll failed; no NCCL baseline\n");
+  }
+#endif
   if (rank == 0) {
     std::printf("# gradcomm-device-bench: %d processes sharing one GPU, float32 sum, out of place\n", a.ranks);
-    std::printf("%12s %12s %10s %12s %14s %10s %12s  %s\n", "bytes", "call_us", "algbw_GB/s", "d2d_us",
-                "d2h+h2d_us", "call/d2d", "copies/call", "engine");
+    std::printf("%12s %12s %10s %12s %14s %10s %12s %10s %13s  %s\n", "bytes", "call_us", "algbw_GB/s", "d2d_us",
+                "d2h+h2d_us", "call/d2d", "copies/call", "nccl_us", "call-nccl_us", "engine");
   }
   for (size_t bytes : a.sizes) {
     const size_t n = std::max<size_t>(1, bytes / 4);
@@ -108,7 +125,7 @@ int runRank(const Args& a, int rank, uint16_t port) {
     const double call = timeIt(a.iters, [&] {
       Work w = comm.allreduce(in, out, n, DataType::kFloat32, ReduceOp::kSum, o);
       w.wait();
-      engine = w.onDevice() ? "staged:" + w.algorithm() : w.algorithm();
+      engine = w.algorithm() == "nccl" ? "nccl" : "staged:" + w.algorithm();
     });
     ok(cudaMemcpy(host.data(), out, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
     const float base = static_cast<float>(a.ranks * (a.ranks - 1) / 2);
@@ -135,13 +152,30 @@ int runRank(const Args& a, int rank, uint16_t port) {
         ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       });
       cudaFreeHost(pinned);
-      std::printf("%12zu %12.1f %10.2f %12.1f %14.1f %10.2f %12.2f  %s\n", n * 4, call * 1e6, n * 4 / call / 1e9,
-                  d2d * 1e6, staged * 1e6, call / d2d, staged / call, engine.c_str());
+      double ncclCall = -1;
+#if GRADCOMM_BENCH_NCCL
+      if (withNccl) {
+        ncclCall = timeIt(a.iters, [&] {
+          if (ncclAllReduce(in, out, n, ncclFloat32, ncclSum, nccl, stream) != ncclSuccess) die("ncclAllReduce failed");
+          ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        });
+      }
+#endif
+      char ncclText[32] = "-", overText[32] = "-";
+      if (ncclCall >= 0) {
+        std::snprintf(ncclText, sizeof ncclText, "%.1f", ncclCall * 1e6);
+        std::snprintf(overText, sizeof overText, "%.1f", (call - ncclCall) * 1e6);
+      }
+      std::printf("%12zu %12.1f %10.2f %12.1f %14.1f %10.2f %12.2f %10s %13s  %s\n", n * 4, call * 1e6,
+                  n * 4 / call / 1e9, d2d * 1e6, staged * 1e6, call / d2d, staged / call, ncclText, overText,
+                  engine.c_str());
       std::fflush(stdout);
-      char row[256];
+      char row[320];
       std::snprintf(row, sizeof row,
-                    "%s{\"bytes\": %zu, \"call_us\": %.2f, \"d2d_us\": %.2f, \"d2h_h2d_us\": %.2f, \"engine\": \"%s\"}",
-                    rows.empty() ? "" : ", ", n * 4, call * 1e6, d2d * 1e6, staged * 1e6, engine.c_str());
+                    "%s{\"bytes\": %zu, \"call_us\": %.2f, \"d2d_us\": %.2f, \"d2h_h2d_us\": %.2f, "
+                    "\"nccl_us\": %s, \"engine\": \"%s\"}",
+                    rows.empty() ? "" : ", ", n * 4, call * 1e6, d2d * 1e6, staged * 1e6,
+                    ncclCall >= 0 ? ncclText : "null", engine.c_str());
       rows += row;
     }
     comm.barrier().wait();
@@ -153,6 +187,10 @@ int runRank(const Args& a, int rank, uint16_t port) {
     f << "{\"tool\": \"gradcomm-device-bench\", \"ranks\": " << a.ranks << ", \"rows\": [" << rows << "]}\n";
   }
   comm.destroy();
+#if GRADCOMM_BENCH_NCCL
+  if (withNccl) ncclCommDestroy(nccl);
+#endif
+  (void)withNccl;
   cudaStreamDestroy(stream);
   return 0;
 }

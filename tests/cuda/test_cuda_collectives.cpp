@@ -99,6 +99,61 @@ TEST(CudaCollectives, HostAndDeviceBuffersInOneCallAreRefusedOnEveryRank) {
   EXPECT_EQ(out.code[1], static_cast<int>(ErrorCode::kRemote)) << out.what[1];
 }
 
+TEST(CudaCollectives, OneRankRunsOnNcclOnTheCallersStreamAndRanksSharingTheGpuAreStaged) {
+  REQUIRE_GPU();
+  Options nccl = chunked();
+  nccl.set("DEVICE_ENGINE", "nccl");
+  runRanks(1, [&](RankContext& ctx) {
+    const size_t n = 1 << 20;
+    std::vector<float> host(n);
+    for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000);
+    float *in = nullptr, *out = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&in), n * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), n * sizeof(float)), cudaSuccess);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(in, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream), cudaSuccess);
+    CollectiveOptions o;
+    o.stream = stream;
+    Work w = ctx.comm.allreduce(in, out, n, DataType::kFloat32, ReduceOp::kAvg, o);
+    EXPECT_EQ(w.algorithm(), "nccl");
+    EXPECT_TRUE(w.onDevice());
+    w.synchronize(stream);
+    std::vector<float> back(n);
+    ASSERT_EQ(cudaMemcpyAsync(back.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], host[i]) << i;
+    // Every collective, type and op on NCCL.
+    Managed managed;
+    int cases = 0;
+    EXPECT_EQ(checkEveryCollectiveOn(ctx.comm, [&](size_t bytes) { return managed(bytes); }, {0, 1, 1000}, &cases,
+                                     stream),
+              "");
+    cudaStreamDestroy(stream);
+    cudaFree(in);
+    cudaFree(out);
+  }, nccl);
+  // Two ranks on the one GPU: NCCL refuses them, so auto stages and a
+  // forced NCCL fails on both, naming the shared device.
+  runRanks(2, [&](RankContext& ctx) {
+    Managed managed;
+    auto* d = static_cast<float*>(managed(64 * sizeof(float)));
+    for (int i = 0; i < 64; ++i) d[i] = 1.0f;
+    Work w = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum);
+    w.wait();
+    EXPECT_NE(w.algorithm(), "nccl");
+    EXPECT_EQ(d[63], 2.0f);
+  }, chunked());
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    Managed managed;
+    auto* d = static_cast<float*>(managed(64 * sizeof(float)));
+    ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum).wait();
+  }, nccl);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(contains(out.what[r], "ranks 0 and 1 share one device")) << r << ": " << out.what[r];
+  }
+}
+
 #include "gradcomm/reducer.hpp"
 
 TEST(CudaCollectives, TheReducerAveragesDeviceGradientsOnTheCallersStream) {
