@@ -605,13 +605,16 @@ void CommunicatorImpl::validate(const CollectiveCall& c) const {
   validateBuffers(c, elem);
 }
 
+BufferUses buffersUsed(const CollectiveCall& c, int rank) {
+  const bool root = c.root == rank;
+  return {c.collective != Collective::kBroadcast || root, c.collective != Collective::kReduce || root};
+}
+
 void CommunicatorImpl::validateBuffers(const CollectiveCall& c, size_t elem) const {
   if (c.count == 0 || c.collective == Collective::kBarrier) return;
   const bool perRank = c.collective == Collective::kAllgather || c.collective == Collective::kReduceScatter;
   const size_t factor = perRank ? static_cast<size_t>(size_) : 1;
-  const bool root = c.root == rank_;
-  const bool needIn = c.collective != Collective::kBroadcast || root;
-  const bool needOut = c.collective != Collective::kReduce || root;
+  const auto [needIn, needOut] = buffersUsed(c, rank_);
   auto what = [&](const char* which) {
     return std::string(toString(c.collective)) + ": " + which + " buffer is null but count is " +
            std::to_string(c.count) + " (pass a valid host pointer, or count 0)";

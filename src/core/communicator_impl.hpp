@@ -252,6 +252,14 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   mutable std::vector<ParamDescription> parameters_;
 };
 
+/// Which of a call's buffers it uses on `rank`: broadcast reads the input
+/// only on its root, reduce writes the output only there.
+struct BufferUses {
+  bool in;
+  bool out;
+};
+BufferUses buffersUsed(const algorithms::CollectiveCall& call, int rank);
+
 /// What ranks agree on for `call` run by `algorithm` (seq left 0).
 transport::CallSignature callSignature(const algorithms::CollectiveCall& call, const std::string& algorithm,
                                        const std::string& compression);

@@ -15,16 +15,6 @@ using algorithms::CollectiveCall;
 
 namespace {
 
-/// Which of a call's buffers it uses on this rank.
-struct Uses {
-  bool in;
-  bool out;
-};
-Uses usesOf(const CollectiveCall& c, int rank) {
-  const bool root = c.root == rank;
-  return {c.collective != Collective::kBroadcast || root, c.collective != Collective::kReduce || root};
-}
-
 std::string where(const device::Memory& m) {
   return m.device ? "device memory (device " + std::to_string(m.ordinal) + ")" : std::string("host memory");
 }
@@ -42,7 +32,7 @@ void checkServes(const DeviceStaging& staging, int device) {
 
 bool touchesDeviceMemory(const CollectiveCall& call, int rank) {
   device::Runtime& rt = device::runtime();
-  const Uses uses = usesOf(call, rank);
+  const BufferUses uses = buffersUsed(call, rank);
   return (uses.in && call.input && rt.classify(call.input).device) ||
          (uses.out && call.output && rt.classify(call.output).device);
 }
@@ -50,7 +40,7 @@ bool touchesDeviceMemory(const CollectiveCall& call, int rank) {
 int CommunicatorImpl::deviceOf(const CollectiveCall& call, const CollectiveOptions& options) const {
   device::Runtime& rt = device::runtime();
   const std::string name = toString(call.collective);
-  const Uses uses = usesOf(call, rank_);
+  const BufferUses uses = buffersUsed(call, rank_);
   const device::Memory in = uses.in && call.input ? rt.classify(call.input) : device::Memory{};
   const device::Memory out = uses.out && call.output ? rt.classify(call.output) : device::Memory{};
   if (uses.in && uses.out && call.count > 0 && (in.device != out.device || in.ordinal != out.ordinal)) {
@@ -91,7 +81,7 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
   closePointToPoint();  // transfers issued later run after this call
   const size_t elem = dataTypeSize(call.type);
   const size_t n = call.count;
-  const Uses uses = usesOf(call, rank_);
+  const BufferUses uses = buffersUsed(call, rank_);
   // The host calls (one per chunk) on the pinned block, each chunk's
   // copies, and the algorithm that runs each.
   std::vector<CollectiveCall> hostCalls;

@@ -6,11 +6,11 @@
 #include "gradcomm/error.hpp"
 
 #if GRADCOMM_HAVE_NCCL
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <cstring>
 
+#include "device/cuda_scope.hpp"
 #include "device/nccl_library.hpp"
 #endif
 
@@ -19,43 +19,30 @@ namespace {
 
 #if GRADCOMM_HAVE_NCCL
 
+// NCCL's functions the engine calls: (member, NCCL name).
+#define GRADCOMM_NCCL_FUNCTIONS(X)                                                                          \
+  X(getVersion, ncclGetVersion) X(getUniqueId, ncclGetUniqueId) X(initRankConfig, ncclCommInitRankConfig) \
+  X(getAsyncError, ncclCommGetAsyncError) X(destroy, ncclCommDestroy) X(abort, ncclCommAbort)              \
+  X(errorString, ncclGetErrorString) X(lastError, ncclGetLastError) X(allReduce, ncclAllReduce)          \
+  X(broadcast, ncclBroadcast) X(reduce, ncclReduce) X(allGather, ncclAllGather)                          \
+  X(reduceScatter, ncclReduceScatter)
+
 /// NCCL's functions, looked up once in the library NcclLibrary opened.
 struct NcclApi {
-  decltype(&ncclGetVersion) getVersion = nullptr;
-  decltype(&ncclGetUniqueId) getUniqueId = nullptr;
-  decltype(&ncclCommInitRankConfig) initRankConfig = nullptr;
-  decltype(&ncclCommGetAsyncError) getAsyncError = nullptr;
-  decltype(&ncclCommDestroy) destroy = nullptr;
-  decltype(&ncclCommAbort) abort = nullptr;
-  decltype(&ncclGetErrorString) errorString = nullptr;
-  decltype(&ncclGetLastError) lastError = nullptr;
-  decltype(&ncclAllReduce) allReduce = nullptr;
-  decltype(&ncclBroadcast) broadcast = nullptr;
-  decltype(&ncclReduce) reduce = nullptr;
-  decltype(&ncclAllGather) allGather = nullptr;
-  decltype(&ncclReduceScatter) reduceScatter = nullptr;
+#define GRADCOMM_NCCL_MEMBER(member, name) decltype(&name) member = nullptr;
+  GRADCOMM_NCCL_FUNCTIONS(GRADCOMM_NCCL_MEMBER)
+#undef GRADCOMM_NCCL_MEMBER
   std::string missing;  ///< the first function the library lacks, or ""
 
   void load(NcclLibrary& lib) {
-    auto get = [&](auto& fn, const char* name) {
-      fn = lib.get<std::remove_reference_t<decltype(fn)>>(name);
-      if (!fn && missing.empty()) missing = name;
-    };
-    get(getVersion, "ncclGetVersion");
-    get(getUniqueId, "ncclGetUniqueId");
-    get(initRankConfig, "ncclCommInitRankConfig");
-    get(getAsyncError, "ncclCommGetAsyncError");
-    get(destroy, "ncclCommDestroy");
-    get(abort, "ncclCommAbort");
-    get(errorString, "ncclGetErrorString");
-    get(lastError, "ncclGetLastError");
-    get(allReduce, "ncclAllReduce");
-    get(broadcast, "ncclBroadcast");
-    get(reduce, "ncclReduce");
-    get(allGather, "ncclAllGather");
-    get(reduceScatter, "ncclReduceScatter");
+#define GRADCOMM_NCCL_LOOKUP(member, name)                    \
+  member = lib.get<decltype(&name)>(#name);                   \
+  if (!member && missing.empty()) missing = #name;
+    GRADCOMM_NCCL_FUNCTIONS(GRADCOMM_NCCL_LOOKUP)
+#undef GRADCOMM_NCCL_LOOKUP
   }
 };
+#undef GRADCOMM_NCCL_FUNCTIONS
 
 ncclDataType_t ncclType(DataType t) {
   switch (t) {
@@ -81,26 +68,6 @@ ncclRedOp_t ncclOp(ReduceOp op) {
   }
   throw InvalidArgument("NCCL engine: unknown reduction");
 }
-
-/// Makes `device` current on this thread for the scope: NCCL forms and
-/// launches on the current device.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int device) {
-    int current = -1;
-    if (cudaGetDevice(&current) == cudaSuccess && current == device) return;
-    previous_ = current;
-    cudaSetDevice(device);
-  }
-  ~CurrentDevice() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 /// One NCCL communicator. Calls come from the caller's threads; abort()
 /// may come from the progress thread when the gradcomm communicator fails,
@@ -171,7 +138,7 @@ class NcclComm final : public DeviceComm {
   void run(const char* what, F&& call) {
     std::unique_lock<std::mutex> lock(mu_);
     if (aborted_) throw DeviceError(std::string(what) + ": the NCCL group was aborted (the communicator failed)");
-    CurrentDevice scope(device_);
+    DeviceScope scope(device_);
     ncclResult_t rc = call();
     while (rc == ncclInProgress) {
       lock.unlock();
@@ -227,7 +194,7 @@ class Nccl final : public CollectiveLibrary {
     ncclUniqueId id;
     if (idBytes.size() != sizeof id.internal) throw InternalError("NCCL engine: a group id of the wrong size");
     std::memcpy(id.internal, idBytes.data(), sizeof id.internal);
-    CurrentDevice scope(device);
+    DeviceScope scope(device);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t comm = nullptr;

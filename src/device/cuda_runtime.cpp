@@ -4,36 +4,14 @@
 #include <atomic>
 #include <string>
 
+#include "device/cuda_scope.hpp"
 #include "device/runtime.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::device {
 namespace {
 
-void check(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return;
-  cudaGetLastError();  // a sticky error stays; others are cleared for the next call
-  throw DeviceError(std::string(what) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
-}
-
-/// Makes `device` current on this thread for the scope (the progress thread
-/// serves every device a process uses; the caller's thread keeps its own).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice");
-    else previous_ = -1;
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = -1;
-};
+void check(cudaError_t err, const char* what) { checkCuda(err, what); }
 
 class CudaRuntime final : public Runtime {
  public:
