@@ -103,10 +103,23 @@ bool onDevice(const void* a, const void* b) {
   return isDeviceMemory(a) || isDeviceMemory(b);
 }
 
+bool servedByRealNccl(ncclComm_t comm, const char* function) {
+  if (comm->real) {
+    core::logOnce(core::LogLevel::kInfo, comm->rank,
+                  std::string("NCCL shim: ") + function + " on device memory forwarded to the real NCCL");
+    return true;
+  }
+  core::logOnce(core::LogLevel::kInfo, comm->rank,
+                std::string("NCCL shim: ") + function + " on device memory served by gradcomm (no real NCCL "
+                "communicator: " + comm->realWhy + ")");
+  return false;
+}
+
 ncclResult_t deviceComm(ncclComm_t comm, const char* function, ncclComm_t* real) {
   if (!comm->real) {
-    return fail(ncclInvalidUsage, std::string(function) + ": device buffers go to the real NCCL, but this "
-                                                          "communicator has none: " + comm->realWhy);
+    return fail(ncclInvalidUsage, std::string(function) + ": point-to-point transfers of device buffers go to the "
+                                                          "real NCCL, but this communicator has none: " +
+                                                          comm->realWhy);
   }
   core::logOnce(core::LogLevel::kInfo, comm->rank,
                 std::string("NCCL shim: ") + function + " on device memory forwarded to the real NCCL");

@@ -42,9 +42,14 @@ ncclResult_t hostOp(ncclRedOp_t op, const HostType& t, ncclDataType_t type, cons
 /// NCCL's name of a data type ("ncclFloat32").
 const char* ncclTypeName(ncclDataType_t type);
 
-/// True when the call touches device memory and so goes to the real NCCL.
+/// True when the call touches device memory.
 bool onDevice(const void* a, const void* b);
-/// The real NCCL's communicator for a device call, or an ncclInvalidUsage
+/// Whether a collective on device memory goes to the real NCCL (true) or
+/// to gradcomm's communicator, whose device path serves it (false: this
+/// communicator has no real one). Logs the first of each at info.
+bool servedByRealNccl(ncclComm_t comm, const char* function);
+/// The real NCCL's communicator for a point-to-point call on device memory
+/// (gradcomm's transfers take host memory only), or an ncclInvalidUsage
 /// saying why there is none. Logs the first forwarding at info.
 ncclResult_t deviceComm(ncclComm_t comm, const char* function, ncclComm_t* real);
 

@@ -1,5 +1,8 @@
 // The collectives and point-to-point calls of the NCCL ABI. Host buffers
-// run on gradcomm's communicator; device buffers go to the real NCCL.
+// run on gradcomm's communicator; device buffers go to the real NCCL, and
+// where this communicator has none (no NCCL in the process, or ranks that
+// share a GPU, which NCCL refuses) collectives on device buffers run on
+// gradcomm's communicator too, through its device path.
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -111,6 +114,11 @@ ncclResult_t enqueueReduction(const char* fn, const void* sendbuff, void* recvbu
     if (auto r = checkPointer(fn, "recvbuff", recvbuff, count)) return r;
   }
   const bool flip = t.isUnsigned && (rop == ReduceOp::kMin || rop == ReduceOp::kMax);
+  if (flip && onDevice(sendbuff, recvbuff)) {
+    return invalidArgument(fn, "op",
+                           "min and max of unsigned integers on device buffers need the real NCCL, and this "
+                           "communicator has none: " + comm->realWhy);
+  }
   if (!flip && !inGroup()) {
     return runNow(comm, stream, fn, [&]() -> Work {
       switch (coll) {
@@ -132,9 +140,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   static const char* fn = "ncclAllReduce";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(sendbuff, recvbuff)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
+    if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
+      ncclComm_t real = comm->real;
       if (datatype == ncclFloat32 && (op == ncclSum || op == ncclAvg) && !inGroup()) {
         const ncclResult_t r = compressedDeviceAllReduce(sendbuff, recvbuff, count, op, comm, stream);
         if (r != ncclNumResults) return r;  // ncclNumResults: compression is off
@@ -151,9 +158,8 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   static const char* fn = "ncclReduce";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(sendbuff, recvbuff)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
+    if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
+      ncclComm_t real = comm->real;
       auto f = GRADCOMM_REAL(ncclReduce);
       return f ? fromReal(fn, f(sendbuff, recvbuff, count, datatype, op, root, real, stream)) : realMissing(fn);
     }
@@ -166,9 +172,8 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   static const char* fn = "ncclReduceScatter";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(sendbuff, recvbuff)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
+    if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
+      ncclComm_t real = comm->real;
       auto f = GRADCOMM_REAL(ncclReduceScatter);
       return f ? fromReal(fn, f(sendbuff, recvbuff, recvcount, datatype, op, real, stream)) : realMissing(fn);
     }
@@ -182,9 +187,8 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   static const char* fn = "ncclBroadcast";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(sendbuff, recvbuff)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
+    if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
+      ncclComm_t real = comm->real;
       auto f = GRADCOMM_REAL(ncclBroadcast);
       return f ? fromReal(fn, f(sendbuff, recvbuff, count, datatype, root, real, stream)) : realMissing(fn);
     }
@@ -223,9 +227,8 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   static const char* fn = "ncclAllGather";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(sendbuff, recvbuff)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
+    if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
+      ncclComm_t real = comm->real;
       auto f = GRADCOMM_REAL(ncclAllGather);
       return f ? fromReal(fn, f(sendbuff, recvbuff, sendcount, datatype, real, stream)) : realMissing(fn);
     }

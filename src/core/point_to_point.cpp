@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/communicator_impl.hpp"
+#include "device/runtime.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::detail {
@@ -360,6 +361,10 @@ std::string checkTransfer(const Communicator::Transfer& t, int rank, int size, b
   }
   if (t.tag < 0 || t.tag > Communicator::kMaxTag) {
     return what + "tag " + std::to_string(t.tag) + " is not in [0, " + std::to_string(Communicator::kMaxTag) + "]";
+  }
+  if (t.count > 0 && device::runtime().devicesPresent() && device::runtime().classify(t.buffer).device) {
+    return what + "the buffer is device memory; point-to-point transfers take host memory only (copy the data "
+                  "to host memory first, or use a collective, which takes device buffers)";
   }
   return {};
 }

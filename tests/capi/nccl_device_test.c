@@ -127,6 +127,38 @@ int main(void) {
       }
     }
   }
+  /* Two ranks on the one GPU: the real NCCL refuses them, so the shim's
+   * communicators have no real one and gradcomm's device path serves their
+   * collectives; point-to-point on device buffers is refused, named. */
+  {
+    ncclComm_t two[2];
+    int devs[2] = {0, 0};
+    NCCL_OK(ncclCommInitAll(two, 2, devs));
+    float* x[2];
+    for (int r = 0; r < 2; ++r) {
+      CUDA_OK(cudaMalloc((void**)&x[r], kCount * sizeof(float)));
+      CUDA_OK(cudaMemcpy(x[r], h, kCount * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    NCCL_OK(ncclGroupStart());
+    for (int r = 0; r < 2; ++r) NCCL_OK(ncclAllReduce(x[r], x[r], kCount, ncclFloat32, ncclSum, two[r], s));
+    NCCL_OK(ncclGroupEnd());
+    CUDA_OK(cudaStreamSynchronize(s));
+    for (int r = 0; r < 2; ++r) {
+      CUDA_OK(cudaMemcpy(back, x[r], kCount * sizeof(float), cudaMemcpyDeviceToHost));
+      int bad = 0;
+      for (int i = 0; i < kCount && !bad; ++i) bad = back[i] != 2.0f * h[i];
+      CHECK(!bad, "two ranks sharing the GPU: rank %d's device allreduce is wrong", r);
+    }
+    ncclResult_t p2p = ncclSend(x[0], 4, ncclFloat32, 1, two[0], s);
+    CHECK(p2p == ncclInvalidUsage && strstr(ncclGetLastError(two[0]), "point-to-point"),
+          "ncclSend of device memory without a real NCCL gave %d (%s)", (int)p2p, ncclGetLastError(two[0]));
+    for (int r = 0; r < 2; ++r) {
+      cudaFree(x[r]);
+      ncclCommDestroy(two[r]);
+    }
+    printf("two ranks sharing the GPU, served by gradcomm: %s\n", failures ? "FAILED" : "exact");
+  }
+
   NCCL_OK(ncclCommDestroy(comm));
   cudaFree(d);
   cudaFree(e);

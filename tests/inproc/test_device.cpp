@@ -197,6 +197,21 @@ TEST(DeviceErrors, AStreamOfAnotherDevice) {
                                    "CollectiveOptions::stream belongs to device 1 but the buffers are on device 0");
 }
 
+TEST(DeviceErrors, PointToPointOnDeviceMemoryIsRefusedOnEveryRank) {
+  FakeDevice::Installed fake;
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* d = fake->allocate<float>(0, 16);
+    std::vector<float> h(16);
+    if (ctx.rank == 0) {
+      ctx.comm.send(d, 16, DataType::kFloat32, 1).wait();
+    } else {
+      ctx.comm.recv(h.data(), 16, DataType::kFloat32, 0).wait();
+    }
+  });
+  expectOnCallerAndRemoteElsewhere(out, 0, ErrorCode::kInvalidArgument,
+                                   "the buffer is device memory; point-to-point transfers take host memory only");
+}
+
 TEST(DeviceErrors, DeviceBuffersOnABuildWithoutCuda) {
   FakeDevice::Installed fake(/*cuda=*/false);
   const Outcome out = perRank(2, [&](RankContext& ctx) {
