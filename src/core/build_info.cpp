@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/build_config.hpp"
+#include "device/collective_library.hpp"
 #include "gradcomm/config.hpp"
 #include "gradcomm/version.hpp"
 #include "kernels/reduce.hpp"
@@ -73,6 +74,17 @@ std::vector<std::pair<std::string, std::string>> buildInfo() {
 #else
   info.emplace_back("nccl", "no");
 #endif
+  // What serves device buffers (GRADCOMM_DEVICE_ENGINE=auto decides per
+  // communicator, with the other ranks, at its first device call).
+  if (!device::runtime().canMoveDeviceMemory()) {
+    info.emplace_back("device engine", "none: built without CUDA (device buffers are refused)");
+  } else if (auto lib = device::collectiveLibrary(); lib && lib->unavailable().empty()) {
+    info.emplace_back("device engine", lib->name() + " where every rank has a device of its own, else staged "
+                                                     "through pinned host memory");
+  } else {
+    info.emplace_back("device engine", "staged through pinned host memory (no NCCL engine: " +
+                                           (lib ? lib->unavailable() : std::string("built without NCCL")) + ")");
+  }
 #if GRADCOMM_HAVE_UCX
   info.emplace_back("ucx", "yes, built against " + std::to_string(UCP_API_MAJOR) + "." + std::to_string(UCP_API_MINOR) +
                                ", running " + transport::ucxVersionText());
