@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/hash.hpp"
 #include "algorithms/catalog.hpp"
 #include "algorithms/compressed.hpp"
 #include "base/log.hpp"
@@ -430,8 +431,7 @@ uint32_t CommunicatorImpl::agreeOnGroupId(const std::vector<int>& members) {
   }
   // The list itself rides along: members that listed the group differently
   // fail (their messages' fingerprints differ, and the lists are compared).
-  uint64_t listHash = 1469598103934665603ull;
-  for (int m : members) listHash = (listHash ^ static_cast<uint64_t>(m)) * 1099511628211ull;
+  const uint64_t listHash = core::fnv1a64(core::kFnv64Basis, members.data(), members.size() * sizeof(int));
   mine.resize(kRecordBytes);
   std::memcpy(mine.data() + kIdBytes, &listHash, sizeof listHash);
   const size_t n = members.size();

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "algorithms/catalog.hpp"
+#include "base/hash.hpp"
 #include "base/log.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/device_staging.hpp"
@@ -34,12 +35,6 @@ struct IdRecord {
   uint32_t bytes = 0;
   char id[kMaxIdBytes] = {};
 };
-
-uint64_t identityHash(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 /// The host part of an NCCL engine call: no data, only the call check.
 class CheckOnly final : public algorithms::Schedule {
@@ -168,7 +163,8 @@ std::shared_ptr<device::DeviceComm> CommunicatorImpl::directEngine(const Collect
   const std::string mine = !lib ? "this gradcomm was built without NCCL" : lib->unavailable();
   EngineRecord record;
   record.usable = mine.empty() ? 1 : 0;
-  record.identity = identityHash(device::runtime().identity(device));
+  const std::string identity = device::runtime().identity(device);
+  record.identity = core::fnv1a64(core::kFnv64Basis, identity.data(), identity.size());
   const std::vector<char> all = exchangeForDeviceCall(call, &record, sizeof record);
   std::vector<EngineRecord> ranks(static_cast<size_t>(size_));
   std::memcpy(ranks.data(), all.data(), all.size());

@@ -3,17 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/hash.hpp"
+
 namespace gradcomm::transport {
 namespace {
-
-uint32_t fnv(uint32_t h, const void* data, size_t n) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 16777619u;
-  }
-  return h;
-}
 
 void copyText(char (&dst)[16], const std::string& src) {
   std::memset(dst, 0, sizeof dst);
@@ -52,16 +45,17 @@ CallSignature CallSignature::make(uint64_t seq, Collective collective, DataType 
   s.type = static_cast<uint8_t>(type);
   s.op = static_cast<uint8_t>(isReduction(collective) ? op : ReduceOp::kSum);
   s.custom = custom;
-  uint32_t h = fnv(2166136261u, algorithm.data(), algorithm.size());
-  h = fnv(h, "/", 1);
-  s.namesHash = fnv(h, compression.data(), compression.size());
+  uint32_t h = core::fnv1a32(core::kFnv32Basis, algorithm.data(), algorithm.size());
+  h = core::fnv1a32(h, "/", 1);
+  s.namesHash = core::fnv1a32(h, compression.data(), compression.size());
   copyText(s.algorithm, algorithm);
   copyText(s.compression, compression);
   return s;
 }
 
 uint32_t CallSignature::fingerprint() const {
-  return fnv(2166136261u, reinterpret_cast<const char*>(this) + sizeof seq, sizeof(CallSignature) - sizeof seq);
+  return core::fnv1a32(core::kFnv32Basis, reinterpret_cast<const char*>(this) + sizeof seq,
+                       sizeof(CallSignature) - sizeof seq);
 }
 
 bool CallSignature::sameCall(const CallSignature& o) const {
