@@ -164,10 +164,14 @@ class CudaRuntime final : public Runtime {
     return std::make_unique<CudaDeviceCompressor>(
         compression::makeCompressor(spec, compression::MemoryKind::kDevice, compression::detectIsa(), s), device);
   }
+  // A kernel goes only to a stream of the current device (these run on the
+  // progress thread).
   void divide(float* data, size_t n, float divisor, Stream s) override {
+    DeviceScope scope(streamDevice(s));
     kernels::cuda::divide(data, n, DataType::kFloat32, divisor, s);
   }
   void multiply(float* data, size_t n, float factor, Stream s) override {
+    DeviceScope scope(streamDevice(s));
     kernels::cuda::multiply(data, n, factor, s);
   }
 
