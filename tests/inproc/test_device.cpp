@@ -466,7 +466,7 @@ TEST(DeviceCompression, DeviceCompressedAllreduceEqualsTheHostOneBitForBit) {
       for (const char* compression : {"fp16", "bf16", "fp16:prescale", "bf16:ef=1", "fp16:ef=1:prescale",
                                       "topk:50:exact:ef=0", "topk:0.1:exact"}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-          for (size_t n : {size_t{1}, size_t{1000}}) {
+          for (size_t n : {size_t{0}, size_t{1}, size_t{1000}}) {
             ASSERT_EQ(compareHostAndDevice(ctx.comm, *fake.fake, ctx.rank, compression, op, n, 3), "")
                 << "ranks " << p;
           }
