@@ -29,7 +29,12 @@ class Store;
 /// past gradients that compression has not sent yet, added to the next call.
 /// The caller keeps one per tensor (gradient bucket) and passes it with every
 /// compressed allreduce of that tensor (CollectiveOptions::errorFeedback);
-/// its memory is that tensor's size and goes when the object does.
+/// its memory is that tensor's size and goes when the object does. It lives
+/// where the calls' buffers do: host memory for host buffers, memory of the
+/// buffers' device for device buffers (allocated there by the first call).
+/// Passing one that holds host memory with device buffers, or device memory
+/// with host buffers or buffers of another device, is an InvalidArgument:
+/// clear() it when the tensor moves.
 class GRADCOMM_API ErrorFeedback {
  public:
   ErrorFeedback();
@@ -40,8 +45,12 @@ class GRADCOMM_API ErrorFeedback {
   void clear();
   /// Elements carried (0 before first use).
   size_t size() const;
-  /// The carried error, size() floats; null when empty.
+  /// The carried error, size() floats; null when empty. Device memory of
+  /// device() where that is not -1.
   const float* data() const;
+  /// The device whose memory holds the carried error; -1 for host memory
+  /// and when empty.
+  int device() const;
   /// For the library: the state behind it.
   compression::Residual& residual() { return *impl_; }
 

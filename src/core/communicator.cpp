@@ -209,6 +209,7 @@ ErrorFeedback& ErrorFeedback::operator=(ErrorFeedback&&) noexcept = default;
 void ErrorFeedback::clear() { impl_->clear(); }
 size_t ErrorFeedback::size() const { return impl_->size(); }
 const float* ErrorFeedback::data() const { return impl_->data(); }
+int ErrorFeedback::device() const { return impl_->device(); }
 
 std::vector<std::string> algorithmNames(Collective collective) {
   std::vector<std::string> out;

@@ -799,7 +799,7 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
 std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const CollectiveCall& call,
                                                                       const compression::Spec& spec,
                                                                       const CollectiveOptions& options,
-                                                                      bool onDevice) {
+                                                                      bool onDevice, CompressedChoice* chosen) {
   const CollectiveCall inner = algorithms::compressedInnerCall(call, spec, size_);
   std::string forced = options.algorithm;
   if (!forced.empty() && !algorithms::findAlgorithm(inner.collective, forced)) {
@@ -818,6 +818,8 @@ std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const Coll
   compression::Residual* residual = nullptr;
   if (spec.errorFeedback && options.errorFeedback) {
     residual = &options.errorFeedback->residual();
+    // Device calls check their device when they place the residual.
+    if (!onDevice) residual->checkPlace(-1);
   } else if (spec.errorFeedback) {
     core::logOnce(core::LogLevel::kWarn, rank_,
                   "compression '" + spec.toString() +
@@ -847,6 +849,7 @@ std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const Coll
     return algorithms::compressedAllreduce(call, ctx, spec, residual, *algo);
   };
   op->customWhat = "allreduce[" + spec.toString() + "]";
+  if (chosen) *chosen = {algo, residual};
   return op;
 }
 

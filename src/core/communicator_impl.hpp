@@ -183,11 +183,24 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::shared_ptr<core::ProgressEngine> engine_;
   Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
                         const CollectiveOptions& options);
-  /// The operation of a compressed allreduce (not yet submitted); `onDevice`:
-  /// a chunk of a call on device buffers, staged in host memory.
+  /// What compressedOperation chose: the algorithm that moves the payloads
+  /// and the tensor's error feedback (null: none).
+  struct CompressedChoice {
+    const algorithms::Algorithm* inner = nullptr;
+    compression::Residual* residual = nullptr;
+  };
+  /// The operation of a compressed allreduce (not yet submitted), running
+  /// the host compressors on the call's buffers; `onDevice`: a call on
+  /// device buffers, whose caller replaces the operation's schedule (see
+  /// `choice`).
   std::shared_ptr<OperationState> compressedOperation(const algorithms::CollectiveCall& call,
                                                       const compression::Spec& spec, const CollectiveOptions& options,
-                                                      bool onDevice);
+                                                      bool onDevice, CompressedChoice* choice = nullptr);
+  /// A compressed allreduce on device buffers of `device`: compressed and
+  /// decompressed on the device, payloads exchanged through pinned host
+  /// memory (core/device_compressed.cpp).
+  Work submitDeviceCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
+                              const CollectiveOptions& options, int device);
   /// A call whose buffers are device memory (core/device_calls.cpp).
   Work submitDevice(const algorithms::CollectiveCall& call, const CollectiveOptions& options);
   /// The device of a call's buffers; throws for buffers that mix host and

@@ -92,10 +92,9 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
     validate(call);
     spec = compressionFor(call, options);
     const int device = deviceOf(call, options);
-    // Compressed calls are staged: their compressors run on the host copy.
-    if (spec.kind == compression::Kind::kNone) {
-      if (auto comm = directEngine(call, device)) return submitDirect(comm, call, options, device);
-    }
+    // Compressed calls compress on the device; their payloads are staged.
+    if (spec.kind != compression::Kind::kNone) return submitDeviceCompressed(call, spec, options, device);
+    if (auto comm = directEngine(call, device)) return submitDirect(comm, call, options, device);
     auto staging = deviceStaging(device);
     const bool perRank = call.collective == Collective::kAllgather || call.collective == Collective::kReduceScatter;
     const size_t hostBytes = n * elem * (perRank ? static_cast<size_t>(size_) : 1);
@@ -120,11 +119,8 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
       chunks.push_back(c);
       hostCalls.push_back(h);
     } else {
-      // Elementwise collectives: chunks of GRADCOMM_DEVICE_CHUNK_SIZE. A
-      // compressed allreduce is one chunk: its error feedback covers the
-      // whole tensor.
-      const bool compressed = spec.kind != compression::Kind::kNone;
-      const size_t per = compressed ? std::max<size_t>(n, 1) : std::max<size_t>(1, config_.deviceChunkBytes / elem);
+      // Elementwise collectives: chunks of GRADCOMM_DEVICE_CHUNK_SIZE.
+      const size_t per = std::max<size_t>(1, config_.deviceChunkBytes / elem);
       for (size_t first = 0; first < n || (n == 0 && chunks.empty()); first += per) {
         const size_t len = std::min(per, n - first), off = first * elem;
         StagedCall::Chunk c;
@@ -138,24 +134,12 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
         if (n == 0) break;
       }
     }
-    if (spec.kind == compression::Kind::kNone) {
-      for (const CollectiveCall& hc : hostCalls) {
-        algos.push_back(selector_.select(hc, {*transport_, view_}, options.algorithm).algorithm);
-      }
+    for (const CollectiveCall& hc : hostCalls) {
+      algos.push_back(selector_.select(hc, {*transport_, view_}, options.algorithm).algorithm);
     }
     staged->start(options.stream);
   } catch (const Error& err) {
     reject(err, call);
-  }
-  if (spec.kind != compression::Kind::kNone) {
-    // Compressed on the host copy, by the CPU compressors (the CUDA ones do
-    // not run here yet).
-    auto op = compressedOperation(hostCalls[0], spec, options, true);
-    op->staged = staged;
-    op->deviceDone = staged;
-    noteQueued(op);
-    engine_->submit(op);
-    return Work(op);
   }
   Work last;
   for (size_t i = 0; i < hostCalls.size(); ++i) {

@@ -61,11 +61,19 @@ StagedCall::~StagedCall() {
   } catch (...) {
     // A device error: the block may still be in use; leak it rather than reuse it.
     host_ = nullptr;
+    deviceMemory_.clear();
   }
   staging_->release(host_, capacity_);
+  for (void* p : deviceMemory_) rt_.freeDevice(p);
   for (device::Event e : inputDone_) rt_.destroyEvent(e);
   rt_.destroyEvent(callerReady_);
   rt_.destroyEvent(copiedBack_);
+}
+
+void StagedCall::setDeviceWork(std::function<void(device::Stream)> beforeInputs,
+                               std::function<void(device::Stream)> afterCopyBack) {
+  beforeInputs_ = std::move(beforeInputs);
+  afterCopyBack_ = std::move(afterCopyBack);
 }
 
 void StagedCall::start(device::Stream stream) {
@@ -87,6 +95,13 @@ void StagedCall::copyInputs() {
   // After the copies back of earlier calls (this input may be their output).
   rt_.record(copiedBack_, staging_->toDevice());
   rt_.streamWait(staging_->toHost(), copiedBack_);
+  try {
+    if (beforeInputs_) beforeInputs_(staging_->toHost());
+  } catch (...) {
+    // What was queued before the failure still runs; the destructor waits for it.
+    rt_.record(inputDone_.back(), staging_->toHost());
+    throw;
+  }
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const Chunk& c = chunks_[i];
     if (c.inBytes) rt_.copy(c.hostIn, c.deviceIn, c.inBytes, staging_->toHost());
@@ -99,8 +114,16 @@ bool StagedCall::inputReady(size_t i) { return rt_.done(inputDone_.at(i)); }
 void StagedCall::copyBack(size_t i) {
   const Chunk& c = chunks_.at(i);
   if (c.outBytes) rt_.copy(c.deviceOut, c.hostOut, c.outBytes, staging_->toDevice());
-  rt_.record(copiedBack_, staging_->toDevice());
+  // The event follows the copy even when the device work after it fails to
+  // be queued: the pinned block goes back only after that copy read it.
   anyCopyBack_ = true;
+  try {
+    if (afterCopyBack_) afterCopyBack_(staging_->toDevice());
+  } catch (...) {
+    rt_.record(copiedBack_, staging_->toDevice());
+    throw;
+  }
+  rt_.record(copiedBack_, staging_->toDevice());
 }
 
 bool StagedCall::done() { return !anyCopyBack_ || rt_.done(copiedBack_); }

@@ -6,6 +6,7 @@
 // chunk is copied back on a second stream at once, so copying chunk i+1 in,
 // reducing chunk i and copying chunk i-1 out overlap.
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,17 @@ class StagedCall final : public DeviceCompletion {
 
   char* host() const { return host_; }
   std::vector<Chunk>& chunks() { return chunks_; }
+  /// Device work around the copies (a compressed call: compress before the
+  /// copies to the host, decompress after the copy back). `beforeInputs`
+  /// is queued on the to-host stream ahead of the first copy to the host,
+  /// once that stream waits for the caller and for earlier calls' copies
+  /// back; `afterCopyBack` on the to-device stream after each chunk's copy
+  /// back, before the event the Work waits for. Set before start().
+  void setDeviceWork(std::function<void(device::Stream)> beforeInputs,
+                     std::function<void(device::Stream)> afterCopyBack);
+  /// Device memory the call's device work uses, freed once its copies and
+  /// device work are done (when this object goes).
+  void keepDeviceMemory(void* p) { deviceMemory_.push_back(p); }
   /// Marks the caller's `stream` (on the calling thread, at the call): the
   /// copies to the host will follow the work queued on it so far.
   void start(device::Stream stream);
@@ -107,6 +119,9 @@ class StagedCall final : public DeviceCompletion {
   device::Event copiedBack_ = nullptr;
   bool anyCopyBack_ = false;
   bool inputsQueued_ = false;
+  std::function<void(device::Stream)> beforeInputs_;
+  std::function<void(device::Stream)> afterCopyBack_;
+  std::vector<void*> deviceMemory_;
 };
 
 /// True when a buffer the call reads or writes on `rank` is device memory

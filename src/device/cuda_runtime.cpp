@@ -3,15 +3,47 @@
 
 #include <atomic>
 #include <string>
+#include <utility>
 
 #include "device/cuda_scope.hpp"
 #include "device/runtime.hpp"
 #include "gradcomm/error.hpp"
+#include "kernels/reduce_cuda.hpp"
 
 namespace gradcomm::device {
 namespace {
 
 void check(cudaError_t err, const char* what) { checkCuda(err, what); }
+
+/// A CUDA compressor whose calls make its device current first: the
+/// progress thread that drives them serves every device of the process, and
+/// a kernel goes only to a stream of the current device.
+class CudaDeviceCompressor final : public compression::Compressor {
+ public:
+  CudaDeviceCompressor(compression::CompressorPtr inner, int device) : inner_(std::move(inner)), device_(device) {}
+  compression::Kind kind() const override { return inner_->kind(); }
+  compression::MemoryKind memory() const override { return inner_->memory(); }
+  bool summable() const override { return inner_->summable(); }
+  DataType payloadType() const override { return inner_->payloadType(); }
+  size_t payloadBytes(size_t n) const override { return inner_->payloadBytes(n); }
+  void compress(const float* in, float* residual, size_t n, void* payload,
+                const compression::CompressArgs& args) override {
+    DeviceScope scope(device_);
+    inner_->compress(in, residual, n, payload, args);
+  }
+  void decompress(const void* payload, float* out, size_t n) override {
+    DeviceScope scope(device_);
+    inner_->decompress(payload, out, n);
+  }
+  void decompressAdd(const void* payload, float* out, size_t n) override {
+    DeviceScope scope(device_);
+    inner_->decompressAdd(payload, out, n);
+  }
+
+ private:
+  compression::CompressorPtr inner_;
+  int device_;
+};
 
 class CudaRuntime final : public Runtime {
  public:
@@ -112,6 +144,21 @@ class CudaRuntime final : public Runtime {
   }
   void freePinned(void* p) override {
     if (p) cudaFreeHost(p);
+  }
+  compression::CompressorPtr makeCompressor(const compression::Spec& spec, int device, Stream s) override {
+    DeviceScope scope(device);
+    return std::make_unique<CudaDeviceCompressor>(
+        compression::makeCompressor(spec, compression::MemoryKind::kDevice, compression::detectIsa(), s), device);
+  }
+  // A kernel goes only to a stream of the current device (these run on the
+  // progress thread).
+  void divide(float* data, size_t n, float divisor, Stream s) override {
+    DeviceScope scope(streamDevice(s));
+    kernels::cuda::divide(data, n, DataType::kFloat32, divisor, s);
+  }
+  void multiply(float* data, size_t n, float factor, Stream s) override {
+    DeviceScope scope(streamDevice(s));
+    kernels::cuda::multiply(data, n, factor, s);
   }
 
  private:

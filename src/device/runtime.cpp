@@ -80,6 +80,19 @@ std::atomic<Runtime*> current{nullptr};
 
 }  // namespace
 
+compression::CompressorPtr Runtime::makeCompressor(const compression::Spec& spec, int, Stream) {
+  throw UnsupportedError("the device runtime '" + name() + "' runs no " + spec.toString() +
+                         " compressor on its device; compress host buffers instead");
+}
+
+void Runtime::divide(float*, size_t, float, Stream) {
+  throw UnsupportedError("the device runtime '" + name() + "' cannot scale device memory");
+}
+
+void Runtime::multiply(float*, size_t, float, Stream) {
+  throw UnsupportedError("the device runtime '" + name() + "' cannot scale device memory");
+}
+
 std::shared_ptr<Runtime> makeHostOnlyRuntime() { return std::make_shared<HostOnlyRuntime>(); }
 
 Runtime& runtime() {

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "compression/compressor.hpp"
+
 namespace gradcomm::device {
 
 using Stream = void*;  ///< a cudaStream_t; null is the legacy default stream
@@ -65,6 +67,19 @@ class Runtime {
   /// Page-locked host memory (null when bytes is 0).
   virtual void* allocatePinned(size_t bytes) = 0;
   virtual void freePinned(void* p) = 0;
+
+  /// The compressor of `spec` for memory of `device`, ordered on `s` (a
+  /// stream of `device`): compress() and decompress() are queued on `s` and
+  /// may return before they ran; decompressAdd() may wait for `s` (it
+  /// validates a payload that came over the wire). Its memory() is kDevice.
+  /// Default: UnsupportedError (a runtime that cannot compute on its device).
+  virtual compression::CompressorPtr makeCompressor(const compression::Spec& spec, int device, Stream s);
+  /// data[i] = data[i] / divisor for n float32 values of device memory, on
+  /// `s` (the same IEEE division the host kernels do). Default: UnsupportedError.
+  virtual void divide(float* data, size_t n, float divisor, Stream s);
+  /// data[i] = data[i] * factor for n float32 values of device memory, on
+  /// `s`. Default: UnsupportedError.
+  virtual void multiply(float* data, size_t n, float factor, Stream s);
 };
 
 /// The process's runtime (CUDA where built with it, else the refusing one).

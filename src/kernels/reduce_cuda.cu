@@ -57,6 +57,13 @@ __global__ void divideKernel(T* data, size_t n, float divisor) {
   }
 }
 
+__global__ void multiplyKernelF32(float* data, size_t n, float factor) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    data[i] = data[i] * factor;
+  }
+}
+
 __global__ void divideKernelF64(double* data, size_t n, double divisor) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -125,6 +132,12 @@ void divide(void* data, size_t n, DataType type, double divisor, void* stream) {
     default: throw UnsupportedError(std::string("division is not defined for ") + toString(type));
   }
   check(cudaGetLastError(), "division kernel launch");
+}
+
+void multiply(float* data, size_t n, float factor, void* stream) {
+  if (n == 0) return;
+  multiplyKernelF32<<<blocksFor(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(data, n, factor);
+  check(cudaGetLastError(), "multiplication kernel launch");
 }
 
 }  // namespace gradcomm::kernels::cuda

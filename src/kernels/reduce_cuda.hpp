@@ -17,5 +17,7 @@ int deviceCount(std::string* why = nullptr);
 void reduce(void* dst, const void* a, const void* b, size_t n, DataType type, ReduceOp op, void* stream);
 /// data[i] /= divisor on `stream` (floating types only).
 void divide(void* data, size_t n, DataType type, double divisor, void* stream);
+/// data[i] *= factor (float32) on `stream`.
+void multiply(float* data, size_t n, float factor, void* stream);
 
 }  // namespace gradcomm::kernels::cuda

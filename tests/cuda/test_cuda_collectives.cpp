@@ -201,3 +201,55 @@ TEST(CudaCollectives, TheReducerAveragesDeviceGradientsOnTheCallersStream) {
     cudaStreamDestroy(stream);
   }, chunked());
 }
+
+// ---- compressed allreduce on the device (the CUDA compressors) -------------
+
+#include <random>
+
+TEST(CudaCollectives, DeviceCompressedAllreduceEqualsTheHostOneBitForBit) {
+  REQUIRE_GPU();
+  for (int p : {2, 3}) {
+    runRanks(p, [&](RankContext& ctx) {
+      for (const char* compression : {"fp16", "bf16", "fp16:ef=1:prescale", "bf16:ef=1", "topk:0.01:exact",
+                                      "topk:100:exact:ef=0"}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          SCOPED_TRACE(std::string(compression) + " " + toString(op) + ", ranks " + std::to_string(p));
+          const size_t n = 300000;
+          ErrorFeedback hostEf, deviceEf;
+          CollectiveOptions ho, dopt;
+          ho.compression = dopt.compression = compression;
+          ho.errorFeedback = &hostEf;
+          dopt.errorFeedback = &deviceEf;
+          float* d = nullptr;
+          ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d), n * sizeof(float)), cudaSuccess);
+          cudaStream_t stream;
+          ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+          dopt.stream = stream;
+          std::mt19937 gen(static_cast<uint32_t>(7 + ctx.rank));
+          std::normal_distribution<float> dist(0.0f, 3.0f);
+          for (int step = 0; step < 3; ++step) {
+            std::vector<float> g(n), hout(n), dout(n);
+            for (float& x : g) x = dist(gen);
+            ASSERT_EQ(cudaMemcpyAsync(d, g.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream), cudaSuccess);
+            Work w = ctx.comm.allreduce(d, d, n, DataType::kFloat32, op, dopt);
+            ctx.comm.allreduce(g.data(), hout.data(), n, DataType::kFloat32, op, ho).wait();
+            w.synchronize(stream);
+            ASSERT_EQ(cudaMemcpyAsync(dout.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, stream), cudaSuccess);
+            ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+            ASSERT_EQ(std::memcmp(dout.data(), hout.data(), n * sizeof(float)), 0) << "step " << step;
+          }
+          ASSERT_EQ(hostEf.size(), deviceEf.size());
+          if (deviceEf.size()) {
+            EXPECT_EQ(deviceEf.device(), 0);
+            std::vector<float> residual(n);
+            ASSERT_EQ(cudaMemcpy(residual.data(), deviceEf.data(), n * sizeof(float), cudaMemcpyDeviceToHost),
+                      cudaSuccess);
+            EXPECT_EQ(std::memcmp(residual.data(), hostEf.data(), n * sizeof(float)), 0);
+          }
+          cudaStreamDestroy(stream);
+          cudaFree(d);
+        }
+      }
+    }, chunked());
+  }
+}

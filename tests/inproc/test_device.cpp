@@ -606,3 +606,175 @@ TEST(DeviceReducer, HostAndDeviceGradientsMixedAreRefusedAndCompressedDeviceBuck
     for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(d[i], 1.0f + (i % 9)) << i;
   }, quick());
 }
+
+// ---- compressed allreduce on the device --------------------------------------
+// The fake runtime's compressors are the CPU ones run as kernels on its
+// streams (and refusing host pointers), so the device path (compress on
+// the device, payloads through pinned memory, decompress on the device)
+// must give the host path's result bit for bit.
+
+#include <random>
+
+namespace {
+
+/// Gradients of `rank` at `step`: normally distributed, so casts round and
+/// top-k has no ties.
+std::vector<float> gradients(size_t n, int rank, int step) {
+  std::mt19937 gen(static_cast<uint32_t>(1000 * rank + step + 17));
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+/// Runs `steps` compressed allreduces of the same gradients on host and on
+/// device buffers (each with its own ErrorFeedback) and says where they
+/// differ ("" when bit for bit equal, residuals included).
+std::string compareHostAndDevice(Communicator& comm, FakeDevice& fake, int rank, const std::string& compression,
+                                 ReduceOp op, size_t n, int steps) {
+  ErrorFeedback hostEf, deviceEf;
+  CollectiveOptions ho, dopt;
+  ho.compression = dopt.compression = compression;
+  ho.errorFeedback = &hostEf;
+  dopt.errorFeedback = &deviceEf;
+  const std::string what = compression + " " + toString(op) + " n=" + std::to_string(n);
+  float* din = fake.allocate<float>(0, n);
+  float* dout = fake.allocate<float>(0, n);
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<float> g = gradients(n, rank, step);
+    std::vector<float> hout(n, -1.0f);
+    std::memcpy(din, g.data(), n * sizeof(float));
+    // In place on odd steps.
+    float* dst = step % 2 ? din : dout;
+    comm.allreduce(g.data(), hout.data(), n, DataType::kFloat32, op, ho).wait();
+    Work w = comm.allreduce(din, dst, n, DataType::kFloat32, op, dopt);
+    w.wait();
+    if (!w.onDevice()) return what + ": the device call did not run on the device";
+    if (n && std::memcmp(hout.data(), dst, n * sizeof(float)) != 0) {
+      for (size_t i = 0; i < n; ++i) {
+        if (std::memcmp(&hout[i], &dst[i], sizeof(float)) != 0) {
+          return what + " step " + std::to_string(step) + " element " + std::to_string(i) + ": host " +
+                 std::to_string(hout[i]) + ", device " + std::to_string(dst[i]);
+        }
+      }
+    }
+  }
+  if (hostEf.size() != deviceEf.size()) return what + ": residual sizes differ";
+  if (hostEf.size()) {
+    if (hostEf.device() != -1 || deviceEf.device() != 0 || !fake.classify(deviceEf.data()).device) {
+      return what + ": residuals are not where their calls ran";
+    }
+    if (std::memcmp(hostEf.data(), deviceEf.data(), n * sizeof(float)) != 0) return what + ": residuals differ";
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(DeviceCompression, DeviceCompressedAllreduceEqualsTheHostOneBitForBit) {
+  FakeDevice::Installed fake;
+  for (int p : {2, 3}) {
+    runRanks(p, [&](RankContext& ctx) {
+      for (const char* compression : {"fp16", "bf16", "fp16:prescale", "bf16:ef=1", "fp16:ef=1:prescale",
+                                      "topk:50:exact:ef=0", "topk:0.1:exact"}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          for (size_t n : {size_t{0}, size_t{1}, size_t{1000}}) {
+            ASSERT_EQ(compareHostAndDevice(ctx.comm, *fake.fake, ctx.rank, compression, op, n, 3), "")
+                << "ranks " << p;
+          }
+        }
+      }
+    }, smallChunks());
+  }
+  // The device path ran the device compressors (not the host ones on a copy).
+  EXPECT_GT(fake->compressions(), 0);
+}
+
+TEST(DeviceCompression, ErrorFeedbackIsCarriedAcrossCallsInDeviceMemory) {
+  FakeDevice::Installed fake;
+  runRanks(2, [&](RankContext& ctx) {
+    // top-1 of the same four values on both ranks: what is not sent waits
+    // in the residual and wins a later step.
+    const float g[4] = {4, 3, 2, 1};
+    float* d = fake->allocate<float>(0, 4);
+    ErrorFeedback ef;
+    CollectiveOptions o;
+    o.compression = "topk:1:exact";
+    o.errorFeedback = &ef;
+    const float want[3][4] = {{8, 0, 0, 0}, {0, 12, 0, 0}, {16, 0, 0, 0}};
+    for (int step = 0; step < 3; ++step) {
+      std::memcpy(d, g, sizeof(g));
+      ctx.comm.allreduce(d, d, 4, DataType::kFloat32, ReduceOp::kSum, o).wait();
+      for (int i = 0; i < 4; ++i) ASSERT_EQ(d[i], want[step][i]) << "step " << step << " element " << i;
+    }
+    ASSERT_EQ(ef.size(), 4u);
+    EXPECT_EQ(ef.device(), 0);
+    EXPECT_TRUE(fake->classify(ef.data()).device);
+    const float residual[4] = {0, 3, 6, 3};
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(ef.data()[i], residual[i]) << i;
+    // clear() forgets it, place included: the tensor may move to the host.
+    ef.clear();
+    EXPECT_EQ(ef.device(), -1);
+    float h[4] = {4, 3, 2, 1};
+    ctx.comm.allreduce(h, h, 4, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    EXPECT_EQ(h[0], 8.0f);
+    EXPECT_EQ(ef.device(), -1);
+  }, quick());
+}
+
+TEST(DeviceCompressionErrors, AHostResidualWithDeviceBuffers) {
+  FakeDevice::Installed fake;
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* d = fake->allocate<float>(0, 64);
+    std::vector<float> h(64, 1.0f);
+    ErrorFeedback ef, fresh;
+    CollectiveOptions o;
+    o.compression = "topk:4:exact";
+    o.errorFeedback = &ef;
+    ctx.comm.allreduce(h.data(), h.data(), 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    if (ctx.rank == 1) o.errorFeedback = &fresh;
+    ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
+  });
+  expectOnCallerAndRemoteElsewhere(out, 0, ErrorCode::kInvalidArgument,
+                                   "the error-feedback residual lives in host memory");
+}
+
+TEST(DeviceCompressionErrors, ADeviceResidualWithHostBuffers) {
+  FakeDevice::Installed fake;
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* d = fake->allocate<float>(0, 64);
+    std::vector<float> h(64, 1.0f);
+    ErrorFeedback ef, fresh;
+    CollectiveOptions o;
+    o.compression = "fp16:ef=1";
+    o.errorFeedback = &ef;
+    ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    if (ctx.rank == 0) o.errorFeedback = &fresh;
+    ctx.comm.allreduce(h.data(), h.data(), 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
+  });
+  expectOnCallerAndRemoteElsewhere(out, 1, ErrorCode::kInvalidArgument,
+                                   "the error-feedback residual lives in device memory (device 0)");
+}
+
+TEST(DeviceCompressionErrors, ADeviceErrorDuringCompressionFailsTheCallOnEveryRankWithoutAHang) {
+  FakeDevice::Installed fake;
+  std::atomic<int> armed{0};
+  const Outcome out = perRank(2, [&](RankContext& ctx) {
+    float* a = fake->allocate<float>(0, 4096);
+    CollectiveOptions o;
+    o.compression = "topk:0.01:exact:ef=0";
+    ctx.comm.allreduce(a, a, 4096, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    ctx.comm.barrier().wait();
+    if (armed.exchange(1) == 0) fake->failNextCompressions(1);  // whichever rank compresses first
+    ctx.comm.barrier().wait();
+    ctx.comm.allreduce(a, a, 4096, DataType::kFloat32, ReduceOp::kSum, o).wait();
+  }, quick("8s"));
+  int device = 0, remote = 0;
+  for (size_t r = 0; r < 2; ++r) {
+    device += out.code[r] == static_cast<int>(ErrorCode::kDevice) && contains(out.what[r], "cudaErrorLaunchFailure");
+    remote += out.code[r] == static_cast<int>(ErrorCode::kRemote) && contains(out.what[r], "cudaErrorLaunchFailure");
+    EXPECT_LT(out.seconds[r], 6.0) << r;
+  }
+  EXPECT_EQ(device, 1) << out.what[0] << "\n" << out.what[1];
+  EXPECT_EQ(remote, 1) << out.what[0] << "\n" << out.what[1];
+}

@@ -3,13 +3,16 @@
 // is no GPU: "device memory" is host memory registered with a device
 // number, each stream is a thread that runs its queue in order (copies,
 // event records, waits on events, and work a test queues as a "kernel"),
-// and events complete when their stream reaches them. Install it with
+// and events complete when their stream reaches them. Its compressors are
+// the CPU ones, run as kernels on its streams and refusing buffers that are
+// not its "device memory". Install it with
 // FakeDevice::Installed; restore happens when that goes out of scope.
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -75,6 +78,12 @@ class FakeDevice final : public device::Runtime {
     copyDelay_ = d;
     intoDeviceDelay_ = intoDevice.count() < 0 ? d : intoDevice;
   }
+  /// The next `count` compress() calls of its compressors (whichever
+  /// rank's come first) fail at launch with a DeviceError, as a kernel
+  /// launch error would.
+  void failNextCompressions(int count = 1) { failCompress_ = count; }
+  /// compress() calls its compressors ran.
+  int compressions() const { return compressions_.load(); }
   int pinnedAllocations() const { return pinned_.load(); }
   int copies() const { return copies_.load(); }
 
@@ -159,8 +168,85 @@ class FakeDevice final : public device::Runtime {
     return bytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr;
   }
   void freePinned(void* p) override { std::free(p); }
+  compression::CompressorPtr makeCompressor(const compression::Spec& spec, int device, device::Stream s) override {
+    if (streamDevice(s) != device) throw InvalidArgument("fake device: a compressor's stream is of another device");
+    return std::make_unique<FakeCompressor>(*this, compression::makeCpuCompressor(spec, compression::detectIsa()), s);
+  }
+  void divide(float* data, size_t n, float divisor, device::Stream s) override {
+    requireDevice(data, "divide");
+    launch(s, [=] {
+      for (size_t i = 0; i < n; ++i) data[i] = data[i] / divisor;
+    });
+  }
+  void multiply(float* data, size_t n, float factor, device::Stream s) override {
+    requireDevice(data, "multiply");
+    launch(s, [=] {
+      for (size_t i = 0; i < n; ++i) data[i] = data[i] * factor;
+    });
+  }
 
  private:
+  /// A device kernel may not read host memory: a null or host pointer here
+  /// is a bug of the caller (InternalError, thrown at launch).
+  void requireDevice(const void* p, const char* what) {
+    if (p && !classify(p).device) {
+      throw InternalError(std::string("fake device: ") + what + " was given host memory");
+    }
+  }
+  /// A CPU compressor whose work runs on a fake stream, in order.
+  class FakeCompressor final : public compression::Compressor {
+   public:
+    FakeCompressor(FakeDevice& dev, compression::CompressorPtr cpu, device::Stream s)
+        : dev_(dev), cpu_(std::move(cpu)), stream_(s) {}
+    compression::Kind kind() const override { return cpu_->kind(); }
+    compression::MemoryKind memory() const override { return compression::MemoryKind::kDevice; }
+    bool summable() const override { return cpu_->summable(); }
+    DataType payloadType() const override { return cpu_->payloadType(); }
+    size_t payloadBytes(size_t n) const override { return cpu_->payloadBytes(n); }
+    void compress(const float* in, float* residual, size_t n, void* payload,
+                  const compression::CompressArgs& args) override {
+      if (dev_.failCompress_.fetch_sub(1) > 0) throw DeviceError("compression kernel launch failed: cudaErrorLaunchFailure (fake device)");
+      if (n) {
+        dev_.requireDevice(in, "compress (input)");
+        dev_.requireDevice(residual, "compress (residual)");
+      }
+      dev_.requireDevice(payload, "compress (payload)");
+      auto cpu = cpu_;
+      FakeDevice* dev = &dev_;
+      dev_.launch(stream_, [=] {
+        ++dev->compressions_;
+        cpu->compress(in, residual, n, payload, args);
+      });
+    }
+    void decompress(const void* payload, float* out, size_t n) override {
+      dev_.requireDevice(payload, "decompress (payload)");
+      if (n) dev_.requireDevice(out, "decompress (output)");
+      auto cpu = cpu_;
+      dev_.launch(stream_, [=] { cpu->decompress(payload, out, n); });
+    }
+    /// Waits for its stream, as the CUDA one does to validate the payload;
+    /// a malformed payload throws here.
+    void decompressAdd(const void* payload, float* out, size_t n) override {
+      dev_.requireDevice(payload, "decompressAdd (payload)");
+      if (n) dev_.requireDevice(out, "decompressAdd (output)");
+      auto cpu = cpu_;
+      auto error = std::make_shared<std::exception_ptr>();
+      dev_.launch(stream_, [=] {
+        try {
+          cpu->decompressAdd(payload, out, n);
+        } catch (...) {
+          *error = std::current_exception();
+        }
+      });
+      dev_.drain(stream_);
+      if (*error) std::rethrow_exception(*error);
+    }
+
+   private:
+    FakeDevice& dev_;
+    std::shared_ptr<compression::Compressor> cpu_;
+    device::Stream stream_;
+  };
   struct FakeEvent {
     std::mutex mu;
     std::condition_variable cv;
@@ -220,6 +306,8 @@ class FakeDevice final : public device::Runtime {
   std::once_flag defaultOnce_;
   std::unique_ptr<FakeStream> default_;
   std::atomic<bool> failNext_{false};
+  std::atomic<int> failCompress_{0};
+  std::atomic<int> compressions_{0};
   std::chrono::microseconds copyDelay_{0};
   std::chrono::microseconds intoDeviceDelay_{0};
   std::atomic<int> pinned_{0}, copies_{0};

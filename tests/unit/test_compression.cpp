@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -144,6 +145,42 @@ TEST(CompressionResidual, IsZeroOnFirstUseAndKeepsItsSize) {
   EXPECT_TRUE(r.empty());
   EXPECT_EQ(r.data(7)[3], 0.0f);
   EXPECT_EQ(r.size(), 7u);
+}
+
+TEST(CompressionResidual, LivesWhereItsFirstUsePutsItUntilCleared) {
+  // A stand-in for device memory: the allocator is all the residual sees.
+  int allocations = 0;
+  const Residual::DeviceAllocator allocate = [&](size_t bytes) {
+    ++allocations;
+    auto block = std::make_shared<std::vector<float>>(bytes / sizeof(float), 0.0f);
+    return std::shared_ptr<void>(block, block->data());
+  };
+  Residual r;
+  EXPECT_EQ(r.device(), -1);
+  float* d = r.deviceData(50, 1, allocate);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(r.device(), 1);
+  EXPECT_EQ(r.size(), 50u);
+  EXPECT_EQ(r.data(), d);
+  EXPECT_EQ(r.deviceData(50, 1, allocate), d);
+  EXPECT_EQ(allocations, 1);
+  EXPECT_THROW(r.deviceData(49, 1, allocate), InvalidArgument);
+  try {
+    r.data(50);
+    ADD_FAILURE() << "a device residual served a host call";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("lives in device memory (device 1)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(r.deviceData(50, 0, allocate), InvalidArgument);
+  EXPECT_THROW(r.checkPlace(-1), InvalidArgument);
+  EXPECT_NO_THROW(r.checkPlace(1));
+  r.clear();
+  EXPECT_EQ(r.device(), -1);
+  EXPECT_NO_THROW(r.checkPlace(-1));
+  r.data(10);
+  EXPECT_THROW(r.deviceData(10, 0, allocate), InvalidArgument);
+  EXPECT_THROW(r.checkPlace(0), InvalidArgument);
+  EXPECT_EQ(allocations, 1);
 }
 
 // ---- casts --------------------------------------------------------------------------

@@ -1,0 +1,145 @@
+// Compressed allreduce of device buffers: the device runtime's compressors
+// run on the device, and only payloads pass through pinned host memory.
+//
+//   to-host stream:   [wait caller, earlier copies back] compress (input +
+//                     residual -> payload, device) -> copy payload to pinned
+//   progress engine:  the host algorithm moves the payloads (an allreduce of
+//                     summable payloads, an allgather of top-k slots)
+//   to-device stream: copy payload(s) back -> decompress / decompressAdd
+//                     into the output -> avg or pre-scale correction -> the
+//                     event Work::wait / synchronize wait for
+//
+// Every step mirrors algorithms/allreduce_compressed.cpp (same payload
+// shape, seed, scale, inner algorithm and rank order of decompressAdd), so
+// with deterministic compressors the result equals the host path's bit for
+// bit. The residual lives in device memory of the call's device.
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "compression/compressor.hpp"
+#include "core/communicator_impl.hpp"
+#include "core/device_staging.hpp"
+#include "kernels/reduce.hpp"
+
+namespace gradcomm::detail {
+
+using algorithms::CollectiveCall;
+
+Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const compression::Spec& spec,
+                                              const CollectiveOptions& options, int device) {
+  auto staging = deviceStaging(device);
+  device::Runtime* rt = &staging->runtime();
+  // One compressor per stream: compress runs on the to-host stream (after
+  // the caller's work), decompress on the to-device stream (before the event
+  // the caller waits for).
+  std::shared_ptr<compression::Compressor> compressor = rt->makeCompressor(spec, device, staging->toHost());
+  std::shared_ptr<compression::Compressor> decompressor = rt->makeCompressor(spec, device, staging->toDevice());
+  const size_t n = call.count;
+  const int p = size_, r = rank_;
+  const bool summable = compressor->summable();
+  const DataType type = compressor->payloadType();
+  const size_t slot = compressor->payloadBytes(n);
+  // As the host path: a summed payload is at least one element; top-k
+  // payloads are one fixed slot per rank.
+  const size_t bytes = summable ? std::max(slot, dataTypeSize(type)) : slot * static_cast<size_t>(p);
+  const size_t mine = summable ? 0 : static_cast<size_t>(r) * slot;
+
+  // The signature says "device" and, as every staged call, in place.
+  CollectiveCall sig = call;
+  sig.inPlace = true;
+  CompressedChoice choice;
+  auto op = compressedOperation(sig, spec, options, true, &choice);
+  float* residual = nullptr;
+  if (choice.residual) {
+    // Allocated (and zeroed on the to-host stream, ahead of this call's
+    // compress) by the first device call of the tensor.
+    residual = choice.residual->deviceData(n, device, [rt, staging, device](size_t residualBytes) {
+      void* q = rt->allocateDevice(device, residualBytes);
+      std::shared_ptr<void> owned(q, [keep = device::sharedRuntime()](void* x) { keep->freeDevice(x); });
+      rt->zero(q, residualBytes, staging->toHost());
+      return owned;
+    });
+  }
+
+  auto staged = std::make_shared<StagedCall>(staging, bytes);
+  char* payloads = static_cast<char*>(rt->allocateDevice(device, bytes));
+  staged->keepDeviceMemory(payloads);
+  StagedCall::Chunk c;
+  c.deviceIn = payloads + mine;
+  c.hostIn = staged->host() + mine;
+  c.inBytes = slot;
+  c.hostOut = staged->host();
+  c.deviceOut = payloads;
+  c.outBytes = summable ? slot : bytes;
+  staged->chunks().push_back(c);
+
+  const bool prescale = spec.prescale && summable;
+  compression::CompressArgs args;
+  args.scale = prescale ? 1.0f / static_cast<float>(p) : 1.0f;
+  args.seed = op->seq * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r);
+  const auto* in = static_cast<const float*>(call.input);
+  auto* out = static_cast<float*>(call.output);
+  const bool avg = call.op == ReduceOp::kAvg;
+  staged->setDeviceWork(
+      [compressor, in, residual, n, payloads, mine, args](device::Stream) {
+        compressor->compress(in, residual, n, payloads + mine, args);
+      },
+      [decompressor, rt, out, n, payloads, slot, summable, prescale, avg, p](device::Stream s) {
+        if (summable) {
+          decompressor->decompress(payloads, out, n);
+        } else {
+          for (int q = 0; q < p; ++q) {
+            const char* from = payloads + static_cast<size_t>(q) * slot;
+            try {
+              if (q == 0) {
+                decompressor->decompress(from, out, n);
+              } else {
+                decompressor->decompressAdd(from, out, n);
+              }
+            } catch (const TransportError& e) {
+              throw TransportError("payload of rank " + std::to_string(q) + ": " + e.what());
+            }
+          }
+        }
+        // As the host path: pre-scaled values summed to the average (a sum
+        // is scaled back); otherwise avg divides.
+        if (prescale && !avg) {
+          rt->multiply(out, n, static_cast<float>(p), s);
+        } else if (!prescale && avg && n) {
+          rt->divide(out, n, static_cast<float>(p), s);
+        }
+      });
+  staged->start(options.stream);
+
+  // The host part: move the payloads in the pinned block.
+  CollectiveCall inner;
+  inner.type = type;
+  inner.count = slot / dataTypeSize(type);
+  inner.inPlace = true;
+  if (summable) {
+    inner.collective = Collective::kAllreduce;
+    inner.op = ReduceOp::kSum;
+    inner.input = staged->host();
+    inner.output = staged->host();
+  } else {
+    inner.collective = Collective::kAllgather;
+    inner.input = staged->host() + mine;
+    inner.output = staged->host();
+  }
+  const algorithms::Algorithm* algo = choice.inner;
+  op->custom = [inner, algo, summable](const algorithms::RunContext& ctx) {
+    algorithms::RunContext c = ctx;
+    if (summable) c.reduce = kernels::reduceFunction(inner.type, ReduceOp::kSum, ctx.simd);
+    return algo->schedule(inner, c);
+  };
+  op->customWhat = "allreduce[" + spec.toString() + ", on device]";
+  op->staged = staged;
+  op->deviceDone = staged;
+  op->stagedChunk = 0;
+  noteQueued(op);
+  engine_->submit(op);
+  return Work(op);
+}
+
+}  // namespace gradcomm::detail
