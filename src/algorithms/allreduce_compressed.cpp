@@ -111,22 +111,7 @@ class CompressedSchedule final : public Schedule {
     const size_t n = call_.count;
     const int p = ctx_.transport->size();
     auto* out = static_cast<float*>(call_.output);
-    if (compressor_->summable()) {
-      compressor_->decompress(payloads_, out, n);
-    } else {
-      for (int q = 0; q < p; ++q) {
-        const char* slot = payloads_ + static_cast<size_t>(q) * slotBytes_;
-        try {
-          if (q == 0) {
-            compressor_->decompress(slot, out, n);
-          } else {
-            compressor_->decompressAdd(slot, out, n);
-          }
-        } catch (const TransportError& e) {
-          throw TransportError("payload of rank " + std::to_string(q) + ": " + e.what());
-        }
-      }
-    }
+    compression::decompressAll(*compressor_, payloads_, slotBytes_, p, out, n);
     // Pre-scaled values already summed to the average (a sum is scaled
     // back); otherwise avg divides, exactly like the uncompressed paths.
     const bool avg = call_.op == ReduceOp::kAvg;

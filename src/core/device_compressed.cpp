@@ -85,23 +85,8 @@ Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const 
       [compressor, in, residual, n, payloads, mine, args](device::Stream) {
         compressor->compress(in, residual, n, payloads + mine, args);
       },
-      [decompressor, rt, out, n, payloads, slot, summable, prescale, avg, p](device::Stream s) {
-        if (summable) {
-          decompressor->decompress(payloads, out, n);
-        } else {
-          for (int q = 0; q < p; ++q) {
-            const char* from = payloads + static_cast<size_t>(q) * slot;
-            try {
-              if (q == 0) {
-                decompressor->decompress(from, out, n);
-              } else {
-                decompressor->decompressAdd(from, out, n);
-              }
-            } catch (const TransportError& e) {
-              throw TransportError("payload of rank " + std::to_string(q) + ": " + e.what());
-            }
-          }
-        }
+      [decompressor, rt, out, n, payloads, slot, prescale, avg, p](device::Stream s) {
+        compression::decompressAll(*decompressor, payloads, slot, p, out, n);
         // As the host path: pre-scaled values summed to the average (a sum
         // is scaled back); otherwise avg divides.
         if (prescale && !avg) {

@@ -722,37 +722,39 @@ TEST(DeviceCompression, ErrorFeedbackIsCarriedAcrossCallsInDeviceMemory) {
   }, quick());
 }
 
-TEST(DeviceCompressionErrors, AHostResidualWithDeviceBuffers) {
-  FakeDevice::Installed fake;
-  const Outcome out = perRank(2, [&](RankContext& ctx) {
-    float* d = fake->allocate<float>(0, 64);
+namespace {
+
+/// Each rank makes a residual with a call on host (or device) buffers and
+/// then passes it with device (or host) buffers; the rank other than
+/// `caller` passes a new ErrorFeedback the second time, so only `caller` errs.
+Outcome residualMovedBetweenMemories(FakeDevice& fake, bool firstOnDevice, const char* compression, int caller) {
+  return perRank(2, [&](RankContext& ctx) {
+    float* d = fake.allocate<float>(0, 64);
     std::vector<float> h(64, 1.0f);
     ErrorFeedback ef, fresh;
     CollectiveOptions o;
-    o.compression = "topk:4:exact";
+    o.compression = compression;
     o.errorFeedback = &ef;
-    ctx.comm.allreduce(h.data(), h.data(), 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
-    if (ctx.rank == 1) o.errorFeedback = &fresh;
-    ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    float* first = firstOnDevice ? d : h.data();
+    float* second = firstOnDevice ? h.data() : d;
+    ctx.comm.allreduce(first, first, 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    if (ctx.rank != caller) o.errorFeedback = &fresh;
+    ctx.comm.allreduce(second, second, 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
   });
-  expectOnCallerAndRemoteElsewhere(out, 0, ErrorCode::kInvalidArgument,
-                                   "the error-feedback residual lives in host memory");
+}
+
+}  // namespace
+
+TEST(DeviceCompressionErrors, AHostResidualWithDeviceBuffers) {
+  FakeDevice::Installed fake;
+  expectOnCallerAndRemoteElsewhere(residualMovedBetweenMemories(*fake.fake, false, "topk:4:exact", 0), 0,
+                                   ErrorCode::kInvalidArgument, "the error-feedback residual lives in host memory");
 }
 
 TEST(DeviceCompressionErrors, ADeviceResidualWithHostBuffers) {
   FakeDevice::Installed fake;
-  const Outcome out = perRank(2, [&](RankContext& ctx) {
-    float* d = fake->allocate<float>(0, 64);
-    std::vector<float> h(64, 1.0f);
-    ErrorFeedback ef, fresh;
-    CollectiveOptions o;
-    o.compression = "fp16:ef=1";
-    o.errorFeedback = &ef;
-    ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
-    if (ctx.rank == 0) o.errorFeedback = &fresh;
-    ctx.comm.allreduce(h.data(), h.data(), 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
-  });
-  expectOnCallerAndRemoteElsewhere(out, 1, ErrorCode::kInvalidArgument,
+  expectOnCallerAndRemoteElsewhere(residualMovedBetweenMemories(*fake.fake, true, "fp16:ef=1", 1), 1,
+                                   ErrorCode::kInvalidArgument,
                                    "the error-feedback residual lives in device memory (device 0)");
 }
 
