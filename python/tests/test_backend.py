@@ -132,7 +132,8 @@ def test_distributed_data_parallel_on_a_cuda_model_matches_gloo_on_any_stream(tm
     results = assert_all_ok(run_job("cuda_wrappers", 2, tmp_path, timeout=300))
     for r in results:
         res = r.result
-        assert res["max_param_diff_default"] <= 1e-5 and res["max_param_diff_side"] <= 1e-5, res
+        # The worker checks allclose (rtol 1e-4, atol 1e-5) per parameter: GPU against CPU arithmetic.
+        assert res["max_param_diff_default"] <= 1e-4 and res["max_param_diff_side"] <= 1e-4, res
         assert res["buckets_default"] >= 2, res  # several allreduces overlapped with backward
 
 

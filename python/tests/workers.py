@@ -1252,6 +1252,7 @@ def scenario_cuda_wrappers(rank, world, init_method, outdir):
         assert model.device == dev and model._reducer.device == str(dev), (model.device, model._reducer.device)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         stream = torch.cuda.Stream() if where == "side" else torch.cuda.current_stream()
+        stream.wait_stream(torch.cuda.current_stream())  # the parameters as constructed and broadcast
         with torch.cuda.stream(stream):
             for x, y in _batches(rank, 20):
                 opt.zero_grad()
