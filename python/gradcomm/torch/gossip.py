@@ -93,6 +93,7 @@ class GossipDataParallel(torch.nn.Module):
             else:
                 registered.append(p.detach())
         self._devices = sorted({p.device for p, _ in self._staged}, key=str)
+        self._copied_back = {}  # device -> the stream of the last copies from the host copies
         try:
             # Collective: every rank checks its own parameters, then all agree.
             self._gossip = _C.GossipAverager(pg, registered, peers_per_step=peers_per_step,
@@ -126,6 +127,10 @@ class GossipDataParallel(torch.nn.Module):
         copies queued on each device's current stream, then waited for)."""
         if not self._staged:
             return
+        for d, last in self._copied_back.items():
+            # The copies back read the host copies on `last`: overwrite them after.
+            if last != torch.cuda.current_stream(d):
+                torch.cuda.current_stream(d).wait_stream(last)
         with torch.no_grad():
             for p, h in self._staged:
                 h.copy_(p.detach(), non_blocking=True)
@@ -135,10 +140,11 @@ class GossipDataParallel(torch.nn.Module):
     def _to_device(self):
         """The mixed values back into the CUDA parameters, queued on the
         current stream. The host copies are next written after _to_host's
-        wait on the same stream, which follows these copies."""
+        wait, on a stream ordered after these copies."""
         with torch.no_grad():
             for p, h in self._staged:
                 p.detach().copy_(h, non_blocking=True)
+        self._copied_back = {d: torch.cuda.current_stream(d) for d in self._devices}
 
     def gossip_step(self):
         """Pushes a share of the parameters to this step's peer(s), mixes the
