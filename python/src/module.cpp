@@ -84,6 +84,13 @@ PYBIND11_MODULE(_C, m) {
       .def("finalize", &TorchReducer::finalize, py::call_guard<py::gil_scoped_release>())
       .def("buckets", &TorchReducer::buckets)
       .def("__len__", &TorchReducer::size)
+      .def_property_readonly(
+          "device",
+          [](const TorchReducer& r) -> py::object {
+            if (auto d = r.device()) return py::str(d->str());
+            return py::none();
+          },
+          "The parameters' CUDA device (\"cuda:N\"), or None for CPU parameters.")
       .def("last_step_stats", [](const TorchReducer& r) {
         const auto s = r.lastStepStats();
         py::dict d;

@@ -9,7 +9,11 @@ namespace gradcomm::torch_backend {
 std::string gossipTensorProblem(size_t i, const at::Tensor& t) {
   const std::string which = "tensor " + std::to_string(i);
   if (!t.defined()) return which + " is undefined";
-  if (!t.device().is_cpu()) return which + " is on " + t.device().str() + "; this build averages CPU tensors only";
+  if (!t.device().is_cpu()) {
+    return which + " is on " + t.device().str() +
+           "; the gossip averager averages host memory: CPU tensors (GossipDataParallel stages CUDA parameters "
+           "through host copies; other devices are not supported)";
+  }
   if (t.layout() != at::kStrided) return which + " is not a dense (strided) tensor";
   if (t.scalar_type() != at::kFloat) {
     return which + " has dtype " + std::string(c10::toString(t.scalar_type())) +

@@ -96,3 +96,29 @@ def assert_all_ok(results):
     bad = [r for r in results if r.returncode != 0]
     assert not bad, "\n".join(map(repr, results))
     return results
+
+
+def cuda_here():
+    """(usable, why not): a GPU torch can use, and an extension that takes CUDA tensors."""
+    probe = ("import torch, gradcomm.torch as g; "
+             "print(int(torch.cuda.is_available()), int(g.cuda_supported), torch.__version__, torch.version.cuda)")
+    p = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, env=base_env())
+    if p.returncode != 0:
+        return False, "probing torch failed: " + (p.stderr.strip().splitlines() or ["?"])[-1]
+    available, supported, version, cuda = p.stdout.split()
+    if available != "1":
+        return False, f"torch.cuda.is_available() is false (torch {version}, CUDA {cuda}): no GPU here"
+    if supported != "1":
+        return False, f"this build of gradcomm.torch takes CPU tensors only (torch {version})"
+    return True, ""
+
+
+def require_cuda(what):
+    """Skips the calling test without a usable GPU; with
+    GRADCOMM_REQUIRE_CUDA=1 (scripts/gpu-check) fails it instead."""
+    import pytest
+    usable, why = cuda_here()
+    if not usable:
+        if os.environ.get("GRADCOMM_REQUIRE_CUDA") == "1":
+            pytest.fail(f"GRADCOMM_REQUIRE_CUDA=1 but {what} cannot be tested: {why}")
+        pytest.skip(f"{what} not tested: {why}")

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from harness import HERE, PYTHON, assert_all_ok, base_env, free_port, run_job
+from harness import HERE, PYTHON, assert_all_ok, base_env, free_port, require_cuda, run_job
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -111,29 +111,10 @@ def test_backend_is_registered_for_cuda_and_rejects_calls_mixing_devices(tmp_pat
         assert res["usable_after"], res
 
 
-def _cuda_here():
-    """(usable, why not): a GPU torch can use, and an extension that takes CUDA tensors."""
-    probe = ("import torch, gradcomm.torch as g; "
-             "print(int(torch.cuda.is_available()), int(g.cuda_supported), torch.__version__, torch.version.cuda)")
-    p = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, timeout=120, env=base_env())
-    if p.returncode != 0:
-        return False, "probing torch failed: " + (p.stderr.strip().splitlines() or ["?"])[-1]
-    available, supported, version, cuda = p.stdout.split()
-    if available != "1":
-        return False, f"torch.cuda.is_available() is false (torch {version}, CUDA {cuda}): no GPU here"
-    if supported != "1":
-        return False, f"this build of gradcomm.torch takes CPU tensors only (torch {version})"
-    return True, ""
-
-
 def test_cuda_tensors_every_collective_stream_order_future_and_ddp(tmp_path):
     """Needs a GPU. scripts/gpu-check sets GRADCOMM_REQUIRE_CUDA=1, where a
     skip is a failure."""
-    usable, why = _cuda_here()
-    if not usable:
-        if os.environ.get("GRADCOMM_REQUIRE_CUDA") == "1":
-            pytest.fail("GRADCOMM_REQUIRE_CUDA=1 but CUDA tensors cannot be tested: " + why)
-        pytest.skip("CUDA tensors not tested: " + why)
+    require_cuda("CUDA tensors")
     results = assert_all_ok(run_job("cuda", 2, tmp_path, timeout=300))
     for r in results:
         res = r.result
@@ -143,6 +124,38 @@ def test_cuda_tensors_every_collective_stream_order_future_and_ddp(tmp_path):
         if res["devices"] >= 2:
             msg = res["errors"]["two_cuda_devices"]
             assert msg is not None and "same CUDA device" in msg, res
+
+
+def test_distributed_data_parallel_on_a_cuda_model_matches_gloo_on_any_stream(tmp_path):
+    """Needs a GPU (a failure instead of a skip under GRADCOMM_REQUIRE_CUDA=1)."""
+    require_cuda("DistributedDataParallel on CUDA")
+    results = assert_all_ok(run_job("cuda_wrappers", 2, tmp_path, timeout=300))
+    for r in results:
+        res = r.result
+        # The worker checks allclose (rtol 1e-4, atol 1e-5) per parameter: GPU against CPU arithmetic.
+        assert res["max_param_diff_default"] <= 1e-4 and res["max_param_diff_side"] <= 1e-4, res
+        assert res["buckets_default"] >= 2, res  # several allreduces overlapped with backward
+
+
+def test_wrappers_reject_parameters_on_several_devices_or_unsupported_ones(tmp_path):
+    results = assert_all_ok(run_job("wrapper_devices", 2, tmp_path, timeout=60))
+    for r in results:
+        e = r.result["errors"]
+        msg = e["ddp_cpu_and_meta"]
+        assert msg and msg.startswith("ValueError") and "'b'" in msg and "meta" in msg, e
+        assert "DistributedDataParallel" in msg and "CPU or on one CUDA device" in msg, e
+        msg = e["ddp_all_meta"]
+        assert msg and msg.startswith("ValueError") and "'0.weight'" in msg and "meta" in msg, e
+        msg = e["gossip_cpu_and_meta"]
+        assert msg and msg.startswith("ValueError") and "GossipDataParallel" in msg, e
+        assert "parameter 'b' is on meta" in msg, e
+        msg = e["reducer_cpu_and_meta"]
+        assert msg and "parameter 1 is on meta" in msg, e
+        msg = e["cpu_and_cuda"]
+        assert msg and "2 devices" in msg and "cpu: 'w'" in msg and "cuda:0: 'v'" in msg, e
+        msg = e["two_cuda"]
+        assert msg and "cuda:0: 'w'" in msg and "cuda:1: 'v', 'u'" in msg and "one device" in msg, e
+        assert r.result["one"] == "cpu", r.result
 
 
 def test_unsupported_ops_name_what_to_use(tmp_path):

@@ -1170,6 +1170,171 @@ def scenario_cuda(rank, world, init_method, outdir):
     dist.destroy_process_group()
 
 
+class _TwoDevices(torch.nn.Module):
+    """A parameter on the CPU and one on `other` (meta here: a device no GPU is needed for)."""
+
+    def __init__(self, other):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.ones(4))
+        self.b = torch.nn.Parameter(torch.ones(4, device=other))
+
+
+def scenario_wrapper_devices(rank, world, init_method, outdir):
+    """DistributedDataParallel and GossipDataParallel on modules whose
+    parameters are on more than one device, or on a device neither CPU nor
+    CUDA: a clear error on construction, and the group stays usable."""
+    from types import SimpleNamespace
+
+    from gradcomm.torch.parallel import check_one_device
+    init(rank, world, init_method, timeout_s=30)
+    errors = {}
+    for name, make in (("ddp_cpu_and_meta", lambda: gradcomm.torch.DistributedDataParallel(_TwoDevices("meta"))),
+                       ("ddp_all_meta", lambda: gradcomm.torch.DistributedDataParallel(_model().to("meta"))),
+                       ("gossip_cpu_and_meta", lambda: gradcomm.torch.GossipDataParallel(_TwoDevices("meta")))):
+        try:
+            make()
+            errors[name] = None
+        except (ValueError, RuntimeError) as e:
+            errors[name] = f"{type(e).__name__}: {e}"
+    # The C++ Reducer's own check (the wrapper's is first).
+    pg = gradcomm.torch.get_backend_group()
+    errors["reducer_cpu_and_meta"] = _rejected(
+        lambda: gradcomm.torch._C.Reducer(pg, [torch.ones(3), torch.ones(3, device="meta")]))
+    # Devices only a GPU machine can make tensors on: the wrapper's check
+    # sees only each parameter's device, so stand-ins carry them.
+    fake = lambda d: SimpleNamespace(device=torch.device(d))  # noqa: E731
+    for name, named in (("cpu_and_cuda", [("w", fake("cpu")), ("v", fake("cuda:0"))]),
+                        ("two_cuda", [("w", fake("cuda:0")), ("v", fake("cuda:1")), ("u", fake("cuda:1"))])):
+        errors[name] = _rejected(lambda: check_one_device(named, "DDP"))
+    one = check_one_device([("w", fake("cpu")), ("v", fake("cpu"))], "DDP")
+    # Still usable: nothing collective ran before the errors.
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    assert t.tolist() == [world * (world + 1) / 2] * 4, t
+    result({"errors": errors, "one": str(one)})
+    dist.destroy_process_group()
+
+
+def _cuda_device(rank):
+    torch.cuda.set_device(rank % torch.cuda.device_count())
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def _slow_backward(model):
+    """Delays the gradients on the GPU (~tens of ms of device time at the
+    output): a missing stream order would read them before they exist."""
+    def hook(m, inp, out):
+        if out.requires_grad:
+            out.register_hook(lambda g: (torch.cuda._sleep(20_000_000), g)[1])
+    model.register_forward_hook(hook)
+    return model
+
+
+def scenario_cuda_wrappers(rank, world, init_method, outdir):
+    """gradcomm.torch.DistributedDataParallel on a CUDA model (needs a GPU):
+    the same parameters as torch's DDP on Gloo on the CPU, trained on the
+    default stream and on a side stream."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    init(rank, world, init_method)
+    dev = _cuda_device(rank)
+    gloo = dist.new_group(backend="gloo")
+    ref = DDP(_model(), process_group=gloo, bucket_cap_mb=1)
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
+    for x, y in _batches(rank, 20):
+        opt_ref.zero_grad()
+        torch.nn.functional.mse_loss(ref(x), y).backward()
+        opt_ref.step()
+    out = {"rank": rank, "device": str(dev)}
+    for where in ("default", "side"):
+        # Small buckets: several allreduces, launched during backward.
+        model = gradcomm.torch.DistributedDataParallel(_slow_backward(_model().to(dev)), bucket_cap_mb=0.002,
+                                                       first_bucket_mb=0.001)
+        assert model.device == dev and model._reducer.device == str(dev), (model.device, model._reducer.device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        stream = torch.cuda.Stream() if where == "side" else torch.cuda.current_stream()
+        stream.wait_stream(torch.cuda.current_stream())  # the parameters as constructed and broadcast
+        with torch.cuda.stream(stream):
+            for x, y in _batches(rank, 20):
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x.to(dev)), y.to(dev)).backward()
+                opt.step()
+        torch.cuda.synchronize()
+        worst = 0.0
+        for (name, a), b in zip(model.module.named_parameters(), ref.module.parameters()):
+            assert a.is_cuda, name
+            worst = max(worst, (a.detach().cpu() - b.detach()).abs().max().item())
+            torch.testing.assert_close(a.detach().cpu(), b.detach(), rtol=1e-4, atol=1e-5,
+                                       msg=lambda m: f"{where} stream, parameter {name}: {m}")
+        out[f"max_param_diff_{where}"] = worst
+        out[f"buckets_{where}"] = len(model.buckets())
+        del model, opt
+        gc.collect()
+    result(out)
+    dist.destroy_process_group()
+
+
+def scenario_gossip_cuda(rank, world, init_method, outdir):
+    """GossipDataParallel on a CUDA model (needs a GPU): synchronize() gives
+    the exact mean of the ranks' parameters, gossip steps mix them, and
+    training lowers the loss as on the CPU."""
+    init(rank, world, init_method)
+    dev = _cuda_device(rank)
+    model = gradcomm.torch.GossipDataParallel(_model().to(dev))
+    params = list(model.module.parameters())
+    assert all(p.is_cuda for p in params)
+    # Rank-specific values, queued on the current stream (the staging copy must wait for them).
+    with torch.no_grad():
+        torch.cuda._sleep(20_000_000)
+        for i, p in enumerate(params):
+            p.fill_(float(rank + 1) * (i + 1))
+    model.synchronize()
+    mean = (world + 1) / 2
+    for i, p in enumerate(params):
+        want = torch.full_like(p, mean * (i + 1))
+        torch.testing.assert_close(p.detach(), want, msg=lambda m: f"synchronize, parameter {i}: {m}")
+    # One gossip step from distinct values: every value moves towards the others' and stays within their range.
+    with torch.no_grad():
+        for p in params:
+            p.fill_(float(rank + 1))
+    for _ in range(5):
+        dist.barrier()
+        time.sleep(0.01)  # the peer's push lands (loopback)
+        model.gossip_step()
+    flat = torch.cat([p.detach().reshape(-1) for p in params]).cpu()
+    moved = bool((flat != float(rank + 1)).all())
+    assert moved, f"rank {rank}: five gossip steps left the parameters at this rank's own value"
+    assert flat.min().item() >= 1 - 1e-5 and flat.max().item() <= world + 1e-5, (flat.min(), flat.max())
+    st = model.stats()
+    # Training: the loss falls as on the CPU (the same problem as scenario_gossip_train).
+    model = gradcomm.torch.GossipDataParallel(_model().to(dev))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = _shard(rank)
+    x, y = x.to(dev), y.to(dev)
+    def global_loss():  # the mean over ranks of the local loss
+        with torch.no_grad():
+            loss = torch.nn.functional.mse_loss(model(x), y).reshape(1)
+        dist.all_reduce(loss)
+        return loss.item() / world
+
+    start_loss = global_loss()
+    for _ in range(200):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        model.gossip_step()
+        dist.barrier()
+    model.synchronize()
+    end_loss = global_loss()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.module.parameters()])
+    lo, hi = flat.clone(), flat.clone()
+    dist.all_reduce(lo, op=R.MIN)
+    dist.all_reduce(hi, op=R.MAX)
+    assert torch.equal(lo, hi), "ranks differ after synchronize()"
+    result({"rank": rank, "moved": moved, "received": st["received"], "start_loss": start_loss,
+            "end_loss": end_loss})
+    dist.destroy_process_group()
+
+
 SCENARIOS = {k[len("scenario_"):]: v for k, v in globals().items() if k.startswith("scenario_")}
 
 if __name__ == "__main__":

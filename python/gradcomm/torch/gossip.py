@@ -7,6 +7,14 @@ C++ GossipAverager: push-sum over a time-varying directed exponential graph
 (Stochastic Gradient Push, Assran et al. 2019). A step never waits for a
 peer; ``synchronize()`` makes the parameters the exact average (an
 allreduce), for evaluation or checkpoints.
+
+CUDA models are staged through host memory: the averager works on pinned
+host copies of the CUDA parameters; ``gossip_step()`` and
+``synchronize()`` copy the parameters to them on the current stream, wait
+for that stream, mix on the host, and queue the copies back on the current
+stream (so work queued after the call sees the mixed values). That is one
+device-to-host and one host-to-device copy of the parameters per gossip
+step; parameters on the CPU are averaged in place as before.
 """
 import datetime
 import re
@@ -40,8 +48,9 @@ class GossipDataParallel(torch.nn.Module):
         model.synchronize()       # exact average over the ranks (before evaluation)
 
     Construction is collective: the parameters that require gradients
-    (float32, contiguous, CPU; anything else is a ValueError on every rank)
-    are registered with the averager, then parameters and buffers are
+    (float32; on the CPU and contiguous, or on CUDA devices, staged through
+    pinned host copies; anything else is a ValueError on every rank) are
+    registered with the averager, then parameters and buffers are
     broadcast from rank 0, as torch's DDP does.
 
     ``gossip_step()`` writes the mixed (de-biased) values into the
@@ -70,9 +79,24 @@ class GossipDataParallel(torch.nn.Module):
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
+        # CUDA parameters: the averager mixes pinned host copies (it averages
+        # host memory); (parameter, host copy) pairs, refreshed around each
+        # gossip step. A device neither CPU nor CUDA is left to the averager,
+        # whose collective check rejects it on every rank.
+        self._staged = []
+        registered = []
+        for p in self._params:
+            if p.device.type == "cuda":
+                h = torch.empty(p.shape, dtype=p.dtype, pin_memory=True)
+                self._staged.append((p, h))
+                registered.append(h)
+            else:
+                registered.append(p.detach())
+        self._devices = sorted({p.device for p, _ in self._staged}, key=str)
+        self._copied_back = {}  # device -> the stream of the last copies from the host copies
         try:
             # Collective: every rank checks its own parameters, then all agree.
-            self._gossip = _C.GossipAverager(pg, [p.detach() for p in self._params], peers_per_step=peers_per_step,
+            self._gossip = _C.GossipAverager(pg, registered, peers_per_step=peers_per_step,
                                              max_staleness=max_staleness, peer_timeout=_seconds(peer_timeout),
                                              consensus_distance=consensus_distance, timeline_path=timeline_path)
         except ValueError as e:
@@ -98,6 +122,30 @@ class GossipDataParallel(torch.nn.Module):
                                    "storage it was registered with (param.data was replaced or resized); update "
                                    "parameters in place, or wrap the module again")
 
+    def _to_host(self):
+        """The CUDA parameters' current values in their host copies (the
+        copies queued on each device's current stream, then waited for)."""
+        if not self._staged:
+            return
+        for d, last in self._copied_back.items():
+            # The copies back read the host copies on `last`: overwrite them after.
+            if last != torch.cuda.current_stream(d):
+                torch.cuda.current_stream(d).wait_stream(last)
+        with torch.no_grad():
+            for p, h in self._staged:
+                h.copy_(p.detach(), non_blocking=True)
+            for d in self._devices:
+                torch.cuda.current_stream(d).synchronize()
+
+    def _to_device(self):
+        """The mixed values back into the CUDA parameters, queued on the
+        current stream. The host copies are next written after _to_host's
+        wait, on a stream ordered after these copies."""
+        with torch.no_grad():
+            for p, h in self._staged:
+                p.detach().copy_(h, non_blocking=True)
+        self._copied_back = {d: torch.cuda.current_stream(d) for d in self._devices}
+
     def gossip_step(self):
         """Pushes a share of the parameters to this step's peer(s), mixes the
         pushes that arrived, and leaves the de-biased parameters in place.
@@ -106,7 +154,9 @@ class GossipDataParallel(torch.nn.Module):
         stop when stats()["clock"] reaches N (a rank that stops early looks
         dead to the others after the peer timeout)."""
         self._check_storage("gossip_step")
+        self._to_host()
         self._gossip.step()
+        self._to_device()
 
     def synchronize(self):
         """Makes the parameters the exact average over all ranks (an
@@ -115,7 +165,9 @@ class GossipDataParallel(torch.nn.Module):
         Pushes still in flight are dropped. Raises RuntimeError naming
         them when peers were removed from the gossip graph."""
         self._check_storage("synchronize")
+        self._to_host()
         self._gossip.synchronize()
+        self._to_device()
         buffers = [b for b in self.module.buffers() if b.is_floating_point()]
         if buffers:
             world = dist.get_world_size(self.process_group)

@@ -9,6 +9,15 @@ backward the averaged gradients are written back into ``param.grad``.
 
     model = gradcomm.torch.DistributedDataParallel(model)   # on a "gradcomm" group
 
+CUDA models: when every parameter is on one CUDA device, the buckets live
+on that device and the Reducer runs in device mode (buckets staged through
+pinned host memory for the transport), ordered after torch's current
+stream: gradients are copied into the buckets on the stream autograd
+produced them on, and the averaged gradients are written back into
+``param.grad`` on the stream current at ``backward()``, so the optimizer
+step that follows reads them complete. Parameters on more than one device
+(CPU and CUDA, or two CUDA devices) are a ValueError at construction.
+
 Per-step statistics (``last_step_stats()``, or GRADCOMM_STATS=1) and the
 timeline (GRADCOMM_TIMELINE) are the Reducer's, as in C++.
 """
@@ -18,7 +27,40 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _C, get_backend_group
+from . import _C, cuda_supported, get_backend_group
+
+
+def _names_by_device(named):
+    by = {}
+    for name, p in named:
+        by.setdefault(p.device, []).append(name)
+    return by
+
+
+def _listed(names, most=3):
+    shown = ", ".join(f"'{n}'" for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def check_one_device(named, who):
+    """The one device (CPU or one CUDA device) of the parameters
+    ``named`` ((name, parameter) pairs); a ValueError naming the
+    parameters and their devices otherwise. None when there are none."""
+    by = _names_by_device(named)
+    for device, names in by.items():
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError(f"{who}: parameter(s) {_listed(names)} are on {device}; parameters must be on the "
+                             "CPU or on one CUDA device")
+    if len(by) > 1:
+        where = "; ".join(f"{device}: {_listed(names)}" for device, names in by.items())
+        raise ValueError(f"{who}: the module's parameters are on {len(by)} devices ({where}); every parameter "
+                         "must be on one device (the CPU or a single CUDA device): move the module with "
+                         "module.to(device) first")
+    device = next(iter(by), None)
+    if device is not None and device.type == "cuda" and not cuda_supported:
+        raise ValueError(f"{who}: the parameters are on {device} but this build of gradcomm.torch takes CPU "
+                         "tensors only (built against a torch without c10::Stream::native_handle)")
+    return device
 
 
 class DistributedDataParallel(torch.nn.Module):
@@ -26,7 +68,12 @@ class DistributedDataParallel(torch.nn.Module):
     ``process_group`` (a gradcomm group; default: the world group) during
     backward. Parameters and buffers are broadcast from rank 0 at
     construction, as torch's DDP does. ``compression``: "fp16", "bf16",
-    "topk:0.01", ... for float32 buckets (with error feedback)."""
+    "topk:0.01", ... for float32 buckets (with error feedback).
+
+    The parameters (those that require gradients) must all be on the CPU or
+    all on one CUDA device (``self.device``); construct the wrapper after
+    ``module.to(device)``, with the stream the training loop uses current
+    (any stream works; others are ordered with events)."""
 
     def __init__(self, module, process_group=None, bucket_cap_mb=25, first_bucket_mb=1, compression="",
                  broadcast_buffers=True):
@@ -34,8 +81,11 @@ class DistributedDataParallel(torch.nn.Module):
         self.module = module
         self.process_group = process_group
         self.broadcast_buffers = broadcast_buffers
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        # Before anything collective: a bad module is an error on this rank at once.
+        self.device = check_one_device(named, "gradcomm.torch.DistributedDataParallel")
         pg = get_backend_group(process_group)
-        self._params = [p for p in module.parameters() if p.requires_grad]
+        self._params = [p for _, p in named]
         with torch.no_grad():
             self._broadcast(list(module.state_dict().values()))
         self._reducer = _C.Reducer(pg, [p.detach() for p in self._params],
