@@ -643,7 +643,7 @@ std::string compareHostAndDevice(Communicator& comm, FakeDevice& fake, int rank,
   for (int step = 0; step < steps; ++step) {
     const std::vector<float> g = gradients(n, rank, step);
     std::vector<float> hout(n, -1.0f);
-    std::memcpy(din, g.data(), n * sizeof(float));
+    if (n) std::memcpy(din, g.data(), n * sizeof(float));
     // In place on odd steps.
     float* dst = step % 2 ? din : dout;
     comm.allreduce(g.data(), hout.data(), n, DataType::kFloat32, op, ho).wait();
