@@ -86,26 +86,22 @@ class DirectCall final : public DeviceCompletion {
   /// mismatch: its kernels will not end by themselves, so the group is
   /// aborted) or the library reports an error.
   void throwIfFailed() {
-    throwIfCommunicatorFailed();
+    onEngine([](core::ProgressEngine& e) { e.throwIfFailed(); });
     const std::string error = comm_->asyncError();
     if (error.empty()) return;
     // A group fails when a rank whose call failed aborted it; that rank's
     // reason comes through the communicator, a moment later.
-    if (auto engine = engine_.lock()) {
-      try {
-        engine->throwIfPeerAborted(std::chrono::seconds(1), what_);
-      } catch (const Error&) {
-        comm_->abort();
-        throw;
-      }
-    }
+    onEngine([this](core::ProgressEngine& e) { e.throwIfPeerAborted(std::chrono::seconds(1), what_); });
     throw DeviceError(what_ + ": " + error);
   }
-  void throwIfCommunicatorFailed() {
+  /// Runs `check` on the communicator's engine; when it throws (the
+  /// communicator failed), the group is aborted first.
+  template <typename F>
+  void onEngine(F&& check) {
     auto engine = engine_.lock();
     if (!engine) return;
     try {
-      engine->throwIfFailed();
+      check(*engine);
     } catch (const Error&) {
       comm_->abort();
       throw;

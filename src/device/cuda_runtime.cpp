@@ -13,8 +13,6 @@
 namespace gradcomm::device {
 namespace {
 
-void check(cudaError_t err, const char* what) { checkCuda(err, what); }
-
 /// A CUDA compressor whose calls make its device current first: the
 /// progress thread that drives them serves every device of the process, and
 /// a kernel goes only to a stream of the current device.
@@ -71,7 +69,7 @@ class CudaRuntime final : public Runtime {
   }
   std::string identity(int device) override {
     cudaDeviceProp prop{};
-    check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    checkCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
     static const char* hex = "0123456789abcdef";
     std::string id = "GPU-";
     for (unsigned char b : prop.uuid.bytes) id += std::string{hex[b >> 4], hex[b & 15]};
@@ -80,16 +78,16 @@ class CudaRuntime final : public Runtime {
   int streamDevice(Stream s) override {
     int device = -1;
     if (!s) {
-      check(cudaGetDevice(&device), "cudaGetDevice");
+      checkCuda(cudaGetDevice(&device), "cudaGetDevice");
       return device;
     }
-    check(cudaStreamGetDevice(static_cast<cudaStream_t>(s), &device), "cudaStreamGetDevice");
+    checkCuda(cudaStreamGetDevice(static_cast<cudaStream_t>(s), &device), "cudaStreamGetDevice");
     return device;
   }
   Stream createStream(int device) override {
     DeviceScope scope(device);
     cudaStream_t s = nullptr;
-    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    checkCuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     return s;
   }
   void destroyStream(Stream s) override {
@@ -98,17 +96,17 @@ class CudaRuntime final : public Runtime {
   Event createEvent(int device) override {
     DeviceScope scope(device);
     cudaEvent_t e = nullptr;
-    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    checkCuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     return e;
   }
   void destroyEvent(Event e) override {
     if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   }
   void record(Event e, Stream s) override {
-    check(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(s)), "cudaEventRecord");
+    checkCuda(cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(s)), "cudaEventRecord");
   }
   void streamWait(Stream s, Event e) override {
-    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0), "cudaStreamWaitEvent");
+    checkCuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0), "cudaStreamWaitEvent");
   }
   bool done(Event e) override {
     const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(e));
@@ -116,30 +114,30 @@ class CudaRuntime final : public Runtime {
       cudaGetLastError();
       return false;
     }
-    check(err, "cudaEventQuery");
+    checkCuda(err, "cudaEventQuery");
     return true;
   }
-  void synchronize(Event e) override { check(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "cudaEventSynchronize"); }
+  void synchronize(Event e) override { checkCuda(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "cudaEventSynchronize"); }
   void copy(void* dst, const void* src, size_t bytes, Stream s) override {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s)), "cudaMemcpyAsync");
+    checkCuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(s)), "cudaMemcpyAsync");
   }
   void* allocateDevice(int device, size_t bytes) override {
     if (bytes == 0) return nullptr;
     DeviceScope scope(device);
     void* p = nullptr;
-    check(cudaMalloc(&p, bytes), "cudaMalloc");
+    checkCuda(cudaMalloc(&p, bytes), "cudaMalloc");
     return p;
   }
   void freeDevice(void* p) override {
     if (p) cudaFree(p);
   }
   void zero(void* p, size_t bytes, Stream s) override {
-    check(cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(s)), "cudaMemsetAsync");
+    checkCuda(cudaMemsetAsync(p, 0, bytes, static_cast<cudaStream_t>(s)), "cudaMemsetAsync");
   }
   void* allocatePinned(size_t bytes) override {
     if (bytes == 0) return nullptr;
     void* p = nullptr;
-    check(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+    checkCuda(cudaHostAlloc(&p, bytes, cudaHostAllocPortable), "cudaHostAlloc");
     return p;
   }
   void freePinned(void* p) override {
