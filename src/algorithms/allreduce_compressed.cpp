@@ -44,6 +44,7 @@ class CompressedSchedule final : public Schedule {
         prescale_(spec.prescale && compressor_->summable()) {}
 
   bool advance() override {
+    if (done_) return false;
     bool moved = false;
     if (!innerSchedule_) {
       const auto t0 = Clock::now();

@@ -6,7 +6,9 @@
 namespace gradcomm::algorithms {
 
 /// One collective in flight, advanced by whichever thread drives progress.
-/// advance() never blocks; the engine calls it until done().
+/// advance() never blocks; the engine calls it at least once and then until
+/// done(), never after (a schedule that wraps another does the same for the
+/// inner one).
 class Schedule {
  public:
   virtual ~Schedule() = default;

@@ -63,8 +63,7 @@ Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const 
   }
 
   auto staged = std::make_shared<StagedCall>(staging, bytes);
-  char* payloads = static_cast<char*>(rt->allocateDevice(device, bytes));
-  staged->keepDeviceMemory(payloads);
+  char* payloads = static_cast<char*>(staged->deviceBlock(bytes));
   StagedCall::Chunk c;
   c.deviceIn = payloads + mine;
   c.hostIn = staged->host() + mine;

@@ -45,18 +45,19 @@ class CheckOnly final : public algorithms::Schedule {
 };
 
 /// The device part of an NCCL engine call: the event recorded after it on
-/// the caller's stream.
+/// the caller's stream (from the staging's pool, given back at the end).
 class DirectCall final : public DeviceCompletion {
  public:
-  DirectCall(std::shared_ptr<device::Runtime> rt, device::Event event, std::shared_ptr<device::DeviceComm> comm,
+  DirectCall(std::shared_ptr<DeviceStaging> staging, device::Event event, std::shared_ptr<device::DeviceComm> comm,
              std::weak_ptr<core::ProgressEngine> engine, std::chrono::nanoseconds timeout, std::string what)
-      : rt_(std::move(rt)),
+      : staging_(std::move(staging)),
+        rt_(&staging_->runtime()),
         event_(event),
         comm_(std::move(comm)),
         engine_(std::move(engine)),
         timeout_(timeout),
         what_(std::move(what)) {}
-  ~DirectCall() override { rt_->destroyEvent(event_); }
+  ~DirectCall() override { staging_->giveEvent(event_); }
   bool done() override {
     throwIfFailed();
     return rt_->done(event_);
@@ -107,7 +108,8 @@ class DirectCall final : public DeviceCompletion {
       throw;
     }
   }
-  std::shared_ptr<device::Runtime> rt_;
+  std::shared_ptr<DeviceStaging> staging_;
+  device::Runtime* rt_;
   device::Event event_;
   std::shared_ptr<device::DeviceComm> comm_;
   std::weak_ptr<core::ProgressEngine> engine_;
@@ -211,7 +213,6 @@ std::shared_ptr<device::DeviceComm> CommunicatorImpl::directEngine(const Collect
 
 Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& comm, const CollectiveCall& call,
                                     const CollectiveOptions& options, int device) {
-  std::shared_ptr<device::Runtime> rt = device::sharedRuntime();
   const device::Stream stream = options.stream;
   switch (call.collective) {
     case Collective::kAllreduce:
@@ -232,8 +233,9 @@ Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& c
     default:
       throw InternalError(std::string("NCCL engine: ") + toString(call.collective) + " has no device form");
   }
-  device::Event event = rt->createEvent(device);
-  rt->record(event, stream);
+  auto staging = deviceStaging(device);
+  device::Event event = staging->takeEvent();
+  staging->runtime().record(event, stream);
   auto op = OperationState::create();
   op->algorithm = "nccl";
   op->signature = callSignature(call, "nccl", {});
@@ -257,7 +259,7 @@ Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& c
     return algorithms::makeSchedule<CheckOnly>(ctx.workspace);
   };
   op->customWhat = std::string(toString(call.collective)) + " on NCCL";
-  op->deviceDone = std::make_shared<DirectCall>(rt, event, comm, engine_, config_.timeout,
+  op->deviceDone = std::make_shared<DirectCall>(staging, event, comm, engine_, config_.timeout,
                                                 std::string(toString(call.collective)) + " on NCCL");
   // Ranks whose calls differ have queued kernels that will never match:
   // the failed check ends them.

@@ -19,24 +19,26 @@ DeviceStaging::DeviceStaging(std::shared_ptr<device::Runtime> runtime, int devic
 }
 
 DeviceStaging::~DeviceStaging() {
-  for (auto& [capacity, block] : free_) runtime_->freePinned(block);
+  // Everything cached was given back by a call that had finished.
+  for (auto& [capacity, block] : pinned_) runtime_->freePinned(block);
+  for (auto& [capacity, block] : deviceBlocks_) runtime_->freeDevice(block);
+  for (device::Event e : events_) runtime_->destroyEvent(e);
   runtime_->destroyStream(toHost_);
   runtime_->destroyStream(toDevice_);
 }
 
+void* DeviceStaging::takeCached(Blocks& blocks, size_t bytes, size_t* capacity) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = blocks.lower_bound(bytes);
+  if (it == blocks.end() || it->first > 2 * bytes + 4096) return nullptr;
+  void* block = it->second;
+  *capacity = it->first;
+  blocks.erase(it);
+  return block;
+}
+
 void* DeviceStaging::acquire(size_t bytes, size_t* capacity) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    // The smallest cached block that holds the call, unless it is more than
-    // twice the size (a small call would pin a large block).
-    auto it = free_.lower_bound(bytes);
-    if (it != free_.end() && it->first <= 2 * bytes + 4096) {
-      void* block = it->second;
-      *capacity = it->first;
-      free_.erase(it);
-      return block;
-    }
-  }
+  if (void* block = takeCached(pinned_, bytes, capacity)) return block;
   *capacity = bytes;
   return runtime_->allocatePinned(bytes);
 }
@@ -44,7 +46,37 @@ void* DeviceStaging::acquire(size_t bytes, size_t* capacity) {
 void DeviceStaging::release(void* block, size_t capacity) {
   if (!block) return;
   std::lock_guard<std::mutex> lock(mu_);
-  free_.emplace(capacity, block);
+  pinned_.emplace(capacity, block);
+}
+
+void* DeviceStaging::acquireDevice(size_t bytes, size_t* capacity) {
+  if (void* block = takeCached(deviceBlocks_, bytes, capacity)) return block;
+  *capacity = bytes;
+  return runtime_->allocateDevice(device_, bytes);
+}
+
+void DeviceStaging::releaseDevice(void* block, size_t capacity) {
+  if (!block) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  deviceBlocks_.emplace(capacity, block);
+}
+
+device::Event DeviceStaging::takeEvent() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!events_.empty()) {
+      device::Event e = events_.back();
+      events_.pop_back();
+      return e;
+    }
+  }
+  return runtime_->createEvent(device_);
+}
+
+void DeviceStaging::giveEvent(device::Event event) {
+  if (!event) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(event);
 }
 
 StagedCall::StagedCall(std::shared_ptr<DeviceStaging> staging, size_t hostBytes)
@@ -59,15 +91,23 @@ StagedCall::~StagedCall() {
     if (!inputDone_.empty()) rt_.synchronize(inputDone_.back());
     if (anyCopyBack_) rt_.synchronize(copiedBack_);
   } catch (...) {
-    // A device error: the block may still be in use; leak it rather than reuse it.
+    // A device error: the blocks may still be in use; leak them rather
+    // than reuse them (the events are only recorded again).
     host_ = nullptr;
-    deviceMemory_.clear();
+    deviceBlocks_.clear();
   }
   staging_->release(host_, capacity_);
-  for (void* p : deviceMemory_) rt_.freeDevice(p);
-  for (device::Event e : inputDone_) rt_.destroyEvent(e);
-  rt_.destroyEvent(callerReady_);
-  rt_.destroyEvent(copiedBack_);
+  for (auto& [block, capacity] : deviceBlocks_) staging_->releaseDevice(block, capacity);
+  for (device::Event e : inputDone_) staging_->giveEvent(e);
+  staging_->giveEvent(callerReady_);
+  staging_->giveEvent(copiedBack_);
+}
+
+void* StagedCall::deviceBlock(size_t bytes) {
+  size_t capacity = 0;
+  void* block = staging_->acquireDevice(bytes, &capacity);
+  deviceBlocks_.emplace_back(block, capacity);
+  return block;
 }
 
 void StagedCall::setDeviceWork(std::function<void(device::Stream)> beforeInputs,
@@ -77,11 +117,10 @@ void StagedCall::setDeviceWork(std::function<void(device::Stream)> beforeInputs,
 }
 
 void StagedCall::start(device::Stream stream) {
-  const int device = staging_->device();
-  callerReady_ = rt_.createEvent(device);
-  copiedBack_ = rt_.createEvent(device);
+  callerReady_ = staging_->takeEvent();
+  copiedBack_ = staging_->takeEvent();
   inputDone_.reserve(chunks_.size());
-  for (size_t i = 0; i < chunks_.size(); ++i) inputDone_.push_back(rt_.createEvent(device));
+  for (size_t i = 0; i < chunks_.size(); ++i) inputDone_.push_back(staging_->takeEvent());
   rt_.record(callerReady_, stream);
   // The copies back follow the caller's work too: a chunk whose output the
   // caller's stream still writes must not be overwritten before.
@@ -150,8 +189,10 @@ class StagedSchedule final : public algorithms::Schedule {
       inner_ = make_();
       moved = true;
     }
-    moved = inner_->advance() || moved;
-    if (inner_->done() && !copied_) {
+    if (copied_) return moved;
+    // Not after done(): the copy back is reading the output.
+    if (!inner_->done()) moved = inner_->advance() || moved;
+    if (inner_->done()) {
       call_->copyBack(chunk_);
       copied_ = true;
       moved = true;

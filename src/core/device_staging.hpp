@@ -19,7 +19,10 @@
 namespace gradcomm::detail {
 
 /// A context's device resources: the one device it serves, a stream per
-/// direction, and the pinned blocks of finished calls kept for the next.
+/// direction, and what finished calls leave for the next ones (pinned and
+/// device blocks, events): a call allocates nothing once the sizes it uses
+/// were seen (cudaFree and cudaFreeHost wait for the whole device, and
+/// creating an event costs about as much as queuing a small collective).
 class DeviceStaging {
  public:
   DeviceStaging(std::shared_ptr<device::Runtime> runtime, int device);
@@ -34,14 +37,30 @@ class DeviceStaging {
   /// A pinned block of at least `bytes`, from the cache or new.
   void* acquire(size_t bytes, size_t* capacity);
   void release(void* block, size_t capacity);
+  /// A block of at least `bytes` of the device's memory, from the cache or
+  /// new; given back once the device work using it finished.
+  void* acquireDevice(size_t bytes, size_t* capacity);
+  void releaseDevice(void* block, size_t capacity);
+  /// An event of the device, from the pool or new. Given back once nothing
+  /// on the host asks it any more; a later record replaces its state (waits
+  /// queued on streams before keep the state they saw, as with CUDA).
+  device::Event takeEvent();
+  void giveEvent(device::Event event);
 
  private:
+  using Blocks = std::multimap<size_t, void*>;  // capacity -> block
+  /// The smallest cached block that holds `bytes` (not one more than about
+  /// twice as large: a small call would hold a large block), or null.
+  void* takeCached(Blocks& blocks, size_t bytes, size_t* capacity);
+
   std::shared_ptr<device::Runtime> runtime_;
   int device_;
   device::Stream toHost_ = nullptr;
   device::Stream toDevice_ = nullptr;
-  std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // capacity -> block; guarded by mu_
+  std::mutex mu_;  // guards the caches below
+  Blocks pinned_;
+  Blocks deviceBlocks_;
+  std::vector<device::Event> events_;
 };
 
 /// How a call on device buffers reaches its end on the device after its
@@ -87,9 +106,10 @@ class StagedCall final : public DeviceCompletion {
   /// back, before the event the Work waits for. Set before start().
   void setDeviceWork(std::function<void(device::Stream)> beforeInputs,
                      std::function<void(device::Stream)> afterCopyBack);
-  /// Device memory the call's device work uses, freed once its copies and
-  /// device work are done (when this object goes).
-  void keepDeviceMemory(void* p) { deviceMemory_.push_back(p); }
+  /// A block of device memory of at least `bytes` for the call's device
+  /// work, from the staging's cache; it goes back once the call's copies
+  /// and device work are done (when this object goes).
+  void* deviceBlock(size_t bytes);
   /// Marks the caller's `stream` (on the calling thread, at the call): the
   /// copies to the host will follow the work queued on it so far.
   void start(device::Stream stream);
@@ -121,7 +141,7 @@ class StagedCall final : public DeviceCompletion {
   bool inputsQueued_ = false;
   std::function<void(device::Stream)> beforeInputs_;
   std::function<void(device::Stream)> afterCopyBack_;
-  std::vector<void*> deviceMemory_;
+  std::vector<std::pair<void*, size_t>> deviceBlocks_;  // block, capacity
 };
 
 /// True when a buffer the call reads or writes on `rank` is device memory

@@ -379,8 +379,10 @@ bool ProgressEngine::drive() {
     queue_.pop_front();
   }
   bool pollAbortNow = false;
+  bool fresh = false;
   try {
     if (!active_->schedule) {
+      fresh = true;
       const auto now = Clock::now();
       active_->startedAt = now;
       active_->status.store(OperationState::kRunning);
@@ -419,7 +421,11 @@ bool ProgressEngine::drive() {
     }
     bool moved = !check_.done() && check_.advance(active_->describe());
     try {
-      moved = active_->schedule->advance() || moved;
+      // Advanced at least once; once finished, it waits here for the call
+      // check alone and is not advanced again (Schedule's contract: an
+      // algorithm that finished may not redo its last step, e.g. reduce
+      // again into an output that a copy back is already reading).
+      if (fresh || !active_->schedule->done()) moved = active_->schedule->advance() || moved;
       if (pollAbortNow) {
         lastAbortPoll_ = Clock::now();
         if (auto remote = transport_->pollAbort()) {

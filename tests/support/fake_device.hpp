@@ -85,6 +85,9 @@ class FakeDevice final : public device::Runtime {
   /// compress() calls its compressors ran.
   int compressions() const { return compressions_.load(); }
   int pinnedAllocations() const { return pinned_.load(); }
+  /// Runtime::allocateDevice calls (not the test's own allocate()).
+  int deviceAllocations() const { return deviceAllocations_.load(); }
+  int eventsCreated() const { return eventsCreated_.load(); }
   int copies() const { return copies_.load(); }
 
   // ---- device::Runtime ----
@@ -109,6 +112,7 @@ class FakeDevice final : public device::Runtime {
   /// Events live as long as the FakeDevice: as with CUDA, one may be
   /// destroyed while a stream still has work that records or waits on it.
   device::Event createEvent(int) override {
+    ++eventsCreated_;
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::make_unique<FakeEvent>());
     return events_.back().get();
@@ -158,7 +162,10 @@ class FakeDevice final : public device::Runtime {
       std::memcpy(dst, src, bytes);
     });
   }
-  void* allocateDevice(int device, size_t bytes) override { return bytes ? allocate(device, bytes) : nullptr; }
+  void* allocateDevice(int device, size_t bytes) override {
+    ++deviceAllocations_;
+    return bytes ? allocate(device, bytes) : nullptr;
+  }
   void freeDevice(void*) override {}  // freed with the FakeDevice (a stream may still use it)
   void zero(void* p, size_t bytes, device::Stream s) override {
     stream(s).push([=] { std::memset(p, 0, bytes); });
@@ -310,7 +317,7 @@ class FakeDevice final : public device::Runtime {
   std::atomic<int> compressions_{0};
   std::chrono::microseconds copyDelay_{0};
   std::chrono::microseconds intoDeviceDelay_{0};
-  std::atomic<int> pinned_{0}, copies_{0};
+  std::atomic<int> pinned_{0}, copies_{0}, deviceAllocations_{0}, eventsCreated_{0};
 };
 
 }  // namespace gradcomm::testing
