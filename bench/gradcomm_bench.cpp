@@ -10,6 +10,9 @@
 #if GRADCOMM_HAVE_MPI
 #include <mpi.h>
 #endif
+#if GRADCOMM_BENCH_CUDA
+#include <cuda_runtime.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -65,6 +68,7 @@ struct Args {
   /// so the times compared at a size are taken close together.
   bool interleave = false;
   bool digest = false;  ///< --digest: a hash of one call's result on random floats
+  bool device = false;  ///< --memory device: CUDA buffers and a stream
 };
 
 struct Row {
@@ -213,6 +217,10 @@ void usage() {
       "  --digest                after timing each size, run one call on random values of mixed\n"
       "                          magnitudes and report a hash of every rank's result (the JSON's\n"
       "                          \"digest\"): equal hashes across runs = bitwise-identical results\n"
+      "  --memory host|device    where the buffers live (default host). device: CUDA buffers on\n"
+      "                          GPU (local rank mod GPUs), each call on a stream of the bench's\n"
+      "                          and waited for; baselines: memcpy (device to device); mpi and p2p\n"
+      "                          are host-only. Needs a build with CUDA and a GPU (exits 77 without)\n"
       "  --interleave            measure every configuration (algorithms, baselines) at a size before\n"
       "                          the next size, instead of one configuration's whole sweep after the\n"
       "                          other: on a machine whose speed drifts, the ratios at a size compare\n"
@@ -308,6 +316,10 @@ Args parseArgs(int argc, char** argv) {
       a.interleave = true;
     } else if (k == "--digest") {
       a.digest = true;
+    } else if (k == "--memory") {
+      const std::string v = next();
+      if (v != "host" && v != "device") die("--memory must be host or device, not '" + v + "'");
+      a.device = v == "device";
     } else {
       usage();
       die("unknown option '" + k + "'");
@@ -500,24 +512,127 @@ bool close(DataType t, double got, double want) {
 }
 
 // Rotating buffers: enough sets that the footprint exceeds the caches.
+// ---- where the buffers live ------------------------------------------------
+
+/// Host memory, or (--memory device) CUDA memory with the stream the calls
+/// run on. The bench fills and checks buffers through host copies.
+class Memory {
+ public:
+  bool device() const { return device_; }
+  /// Selects the GPU of this rank (local rank mod the GPUs) and makes the
+  /// stream; exits 77 (skipped) without a build with CUDA or a GPU.
+  void useDevice() {
+#if GRADCOMM_BENCH_CUDA
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+      std::fprintf(stderr, "gradcomm-bench: --memory device: no usable CUDA device here\n");
+      bench::finalizeMpiIfUp();
+      std::exit(77);
+    }
+    int local = gRank;
+    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "GRADCOMM_LOCAL_RANK"}) {
+      if (const char* e = std::getenv(v)) {
+        local = std::atoi(e);
+        break;
+      }
+    }
+    ok(cudaSetDevice(local % n), "cudaSetDevice");
+    ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    device_ = true;
+#else
+    std::fprintf(stderr, "gradcomm-bench: --memory device: this gradcomm-bench was built without CUDA\n");
+    bench::finalizeMpiIfUp();
+    std::exit(77);
+#endif
+  }
+  void* stream() const {
+#if GRADCOMM_BENCH_CUDA
+    return stream_;
+#else
+    return nullptr;
+#endif
+  }
+  unsigned char* allocate(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 1);
+#if GRADCOMM_BENCH_CUDA
+    if (device_) {
+      void* p = nullptr;
+      ok(cudaMalloc(&p, bytes), "cudaMalloc");
+      ok(cudaMemset(p, 0, bytes), "cudaMemset");
+      return static_cast<unsigned char*>(p);
+    }
+#endif
+    auto* p = new unsigned char[bytes];
+    std::memset(p, 0, bytes);
+    return p;
+  }
+  void release(unsigned char* p) {
+#if GRADCOMM_BENCH_CUDA
+    if (device_) {
+      cudaFree(p);
+      return;
+    }
+#endif
+    delete[] p;
+  }
+  /// dst and src are buffers or host memory, as the bench's kind says:
+  /// host -> buffer, buffer -> host, buffer -> buffer; waited for.
+  void upload(void* dst, const void* host, size_t bytes) { copy(dst, host, bytes); }
+  void download(void* host, const void* src, size_t bytes) { copy(host, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+#if GRADCOMM_BENCH_CUDA
+    if (device_) {
+      ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+      ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+      return;
+    }
+#endif
+    std::memcpy(dst, src, bytes);
+  }
+
+ private:
+#if GRADCOMM_BENCH_CUDA
+  static void ok(cudaError_t rc, const char* what) {
+    if (rc != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(rc));
+  }
+  cudaStream_t stream_ = nullptr;
+#endif
+  bool device_ = false;
+};
+Memory gMemory;
+
 struct Buffers {
   size_t inBytes = 0, outBytes = 0;
   int sets = 1;
-  std::vector<std::unique_ptr<unsigned char[]>> in, out;
+  std::vector<unsigned char*> in, out;
+  Buffers() = default;
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+  ~Buffers() { clear(); }
+  void clear() {
+    for (unsigned char* p : in) gMemory.release(p);
+    for (unsigned char* p : out) gMemory.release(p);
+    in.clear();
+    out.clear();
+  }
   void allocate(size_t inB, size_t outB) {
     inBytes = inB;
     outBytes = outB;
     const size_t footprint = 256u << 20;
     const size_t per = std::max<size_t>(inB + outB, 1);
     sets = static_cast<int>(std::clamp<size_t>((footprint + per - 1) / per, 2, 16));
-    in.clear();
-    out.clear();
+    clear();
     for (int s = 0; s < sets; ++s) {
-      in.emplace_back(new unsigned char[std::max<size_t>(inB, 1)]);
-      out.emplace_back(new unsigned char[std::max<size_t>(outB, 1)]);
-      std::memset(in.back().get(), 0, inB);
-      std::memset(out.back().get(), 0, outB);
+      in.push_back(gMemory.allocate(inB));
+      out.push_back(gMemory.allocate(outB));
     }
+  }
+  /// Fills every set's input with `fill`'s host values (`elems` of `elem` bytes).
+  template <typename F> void fillInputs(size_t bytes, F&& fill) {
+    std::vector<unsigned char> host(std::max<size_t>(bytes, 1));
+    fill(host.data());
+    for (unsigned char* p : in) gMemory.upload(p, host.data(), bytes);
   }
 };
 
@@ -629,8 +744,8 @@ long long countWrong(const Context& ctx, DataType t, ReduceOp op, const Geometry
 
 // Pointers of set `s` for a call, honouring the in-place layouts.
 std::pair<void*, void*> callBuffers(const Context& ctx, Buffers& b, int s, bool inPlace, const Geometry& g, size_t elem) {
-  unsigned char* in = b.in[static_cast<size_t>(s)].get();
-  unsigned char* out = b.out[static_cast<size_t>(s)].get();
+  unsigned char* in = b.in[static_cast<size_t>(s)];
+  unsigned char* out = b.out[static_cast<size_t>(s)];
   if (!inPlace) return {in, out};
   switch (ctx.args.collective) {
     case Collective::kAllgather: return {out + static_cast<size_t>(gRank) * g.count * elem, out};
@@ -709,6 +824,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
   CollectiveOptions opts;
   if (!isBaseline && algo != "default") opts.algorithm = algo;
   opts.compression = compression;
+  opts.stream = gMemory.stream();  // device buffers: ordered on the bench's stream
   // The buffer's error feedback, kept as a training loop keeps one per
   // tensor (used when the compression asks for it: top-k's default).
   ErrorFeedback feedback;
@@ -737,7 +853,8 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
 #if GRADCOMM_HAVE_MPI
     } else if (base == "mpi") {
       MPI_Datatype mt = mpiType(t);
-      supported = mt != MPI_DATATYPE_NULL && op != ReduceOp::kAvg;
+      // MPI here takes host memory only.
+      supported = mt != MPI_DATATYPE_NULL && op != ReduceOp::kAvg && !gMemory.device();
       call = [&, mt](int, void* in, void* out) {
         const int n = static_cast<int>(g.count);
         switch (coll) {
@@ -745,7 +862,7 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
           case Collective::kAllgather: MPI_Allgather(inPlace ? MPI_IN_PLACE : in, n, mt, out, n, mt, ctx.mpi); break;
           case Collective::kReduceScatter:
             // MPI's in-place form reads the whole input from the output buffer.
-            MPI_Reduce_scatter_block(inPlace ? MPI_IN_PLACE : in, inPlace ? static_cast<void*>(b.out[0].get()) : out, n, mt,
+            MPI_Reduce_scatter_block(inPlace ? MPI_IN_PLACE : in, inPlace ? static_cast<void*>(b.out[0]) : out, n, mt,
                                      mpiOp(op), ctx.mpi);
             break;
           case Collective::kBroadcast:
@@ -760,11 +877,11 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       call = [&](int set, void*, void*) {
         // The same bytes between two whole (output-sized) buffers, whatever
         // the collective's in-place layout.
-        std::memcpy(b.out[static_cast<size_t>(set)].get(), b.out[static_cast<size_t>((set + 1) % b.sets)].get(),
-                    std::min(realBytes, b.outBytes));
+        gMemory.copy(b.out[static_cast<size_t>(set)], b.out[static_cast<size_t>((set + 1) % b.sets)],
+                     std::min(realBytes, b.outBytes));
       };
     } else if (base == "p2p") {
-      supported = gSize >= 2;
+      supported = gSize >= 2 && !gMemory.device();
     }
     if (!supported) continue;
 
@@ -783,9 +900,9 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
         std::vector<MPI_Request> reqs;
         for (int i = 0; i < iters; ++i) {
           MPI_Request r;
-          unsigned char* buf = b.out[static_cast<size_t>(i % b.sets)].get();
+          unsigned char* buf = b.out[static_cast<size_t>(i % b.sets)];
           if (gRank == 0) MPI_Isend(buf, n, MPI_BYTE, 1, 5, ctx.mpi, &r), reqs.push_back(r);
-          if (gRank == 1) MPI_Irecv(b.out[static_cast<size_t>(i % b.sets)].get(), n, MPI_BYTE, 0, 5, ctx.mpi, &r), reqs.push_back(r);
+          if (gRank == 1) MPI_Irecv(b.out[static_cast<size_t>(i % b.sets)], n, MPI_BYTE, 0, 5, ctx.mpi, &r), reqs.push_back(r);
           if (reqs.size() >= 4) {  // a window of 4 messages in flight
             MPI_Wait(&reqs.front(), MPI_STATUS_IGNORE);
             reqs.erase(reqs.begin());
@@ -807,45 +924,48 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       if (last.valid()) ran = last.algorithm();
     }
 
+    // One checked call: `fill` writes this rank's input (g.inElems, or an
+    // in-place allgather's own part) in host memory; the call's input goes
+    // where the layout reads it, and its result comes back to the host.
+    const size_t resultBytes = (coll == Collective::kReduceScatter ? g.count : g.outElems) * elem;
+    std::vector<unsigned char> host(std::max({b.inBytes, b.outBytes, size_t{1}}));
+    auto checkedCall = [&](const std::function<void(void*, size_t)>& fill) {
+      auto [in, out] = callBuffers(ctx, b, 0, inPlace, g, elem);
+      // In place, the input is read from the output buffer (an allgather:
+      // this rank's part of it).
+      const bool ownPart = inPlace && coll == Collective::kAllgather;
+      const size_t n = ownPart ? g.count : g.inElems;
+      fill(host.data(), n);
+      gMemory.upload(inPlace && !ownPart ? b.out[0] : in, host.data(), n * elem);
+      call(0, in, out);
+      gMemory.download(host.data(), out, resultBytes);
+      // Restore plausible data for the next timed runs.
+      b.fillInputs(g.inElems * elem, [&](void* h) { fillInput(ctx, t, op, g, h); });
+    };
     long long wrong = 0;
     if (ctx.args.check && !isBaseline && lossy) wrong = -1;  // top-k is lossy by design: not checked
     if (ctx.args.check && !isBaseline && !lossy) {
-      auto [in, out] = callBuffers(ctx, b, 0, inPlace, g, elem);
-      if (inPlace) {
-        // Put this rank's input where the in-place call reads it.
-        if (coll == Collective::kAllgather) {
-          for (size_t i = 0; i < g.count; ++i) store(t, in, i, baseValue(i, gRank, op));
-        } else {
-          fillInput(ctx, t, op, g, b.out[0].get());
-        }
-      } else {
-        fillInput(ctx, t, op, g, in);
-      }
-      call(0, in, out);
-      wrong = countWrong(ctx, t, op, g, out);
-      wrong = ctx.control.sum(wrong);
-      // Restore plausible data for the next timed runs.
-      for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
+      checkedCall([&](void* h, size_t n) {
+        for (size_t i = 0; i < n; ++i) store(t, h, i, baseValue(i, gRank, op));
+      });
+      wrong = ctx.control.sum(countWrong(ctx, t, op, g, host.data()));
     }
     uint64_t digest = 0;
     if (ctx.args.digest && !isBaseline) {
       // Values of mixed magnitudes, so that sums in another order round
       // differently: equal digests mean the same order of operations.
-      auto [in, out] = callBuffers(ctx, b, 0, inPlace, g, elem);
-      void* src = inPlace && coll != Collective::kAllgather ? b.out[0].get() : in;
-      uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(gRank + 1);
-      for (size_t i = 0; i < g.inElems; ++i) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        const double v = (static_cast<double>(x >> 11) * 0x1.0p-53 * 2 - 1) * std::ldexp(1.0, static_cast<int>(x & 15) - 8);
-        store(t, src, i, op == ReduceOp::kProd ? 1 + v / 512 : v);
-      }
-      call(0, in, out);
-      const unsigned char* bytes = static_cast<const unsigned char*>(out);
-      const size_t outBytes = (coll == Collective::kReduceScatter ? g.count : g.outElems) * elem;
+      checkedCall([&](void* h, size_t n) {
+        uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(gRank + 1);
+        for (size_t i = 0; i < n; ++i) {
+          x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+          const double v =
+              (static_cast<double>(x >> 11) * 0x1.0p-53 * 2 - 1) * std::ldexp(1.0, static_cast<int>(x & 15) - 8);
+          store(t, h, i, op == ReduceOp::kProd ? 1 + v / 512 : v);
+        }
+      });
       uint64_t h = 1469598103934665603ull;
-      for (size_t i = 0; i < outBytes; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+      for (size_t i = 0; i < resultBytes; ++i) h = (h ^ host[i]) * 1099511628211ull;
       digest = static_cast<uint64_t>(ctx.control.sum(static_cast<long long>(h >> 1)));
-      for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
     }
     double predictedUs = -1;
     if (!isBaseline && compression == "none") {
@@ -898,6 +1018,7 @@ int main(int argc, char** argv) {
     gEnvComm = envComm.get();
   }
   Args args = parseArgs(argc, argv);
+  if (args.device) gMemory.useDevice();
   // Without MPI: the transport the environment's communicator runs on (ucx,
   // or inproc for one rank in a build without UCX).
   if (args.transports.empty()) args.transports = {gUseMpi ? std::string("mpi") : envComm->transportName()};
@@ -942,10 +1063,11 @@ int main(int argc, char** argv) {
 
   if (gRank == 0) {
     std::printf("# gradcomm-bench %s: %s, %d ranks on %d host%s, minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %d "
-                "iters: %d validation: %d\n",
+                "iters: %d validation: %d memory: %s\n",
                 GRADCOMM_VERSION_STRING, toString(args.collective), gSize, hosts, hosts == 1 ? "" : "s", args.minBytes,
                 args.maxBytes, args.increment ? static_cast<double>(args.increment) : args.factor,
-                args.increment ? "bytes" : "factor", args.warmup, args.iters, args.check ? 1 : 0);
+                args.increment ? "bytes" : "factor", args.warmup, args.iters, args.check ? 1 : 0,
+                args.device ? "device" : "host");
   }
 
   std::vector<Row> all;
@@ -996,7 +1118,7 @@ int main(int argc, char** argv) {
     const size_t elem = dataTypeSize(t);
     const Geometry g = geometry(args.collective, bytes, elem);
     b.allocate(g.inElems * elem, std::max(g.outElems, g.inElems) * elem);
-    for (int s = 0; s < b.sets; ++s) fillInput(ctx, t, op, g, b.in[static_cast<size_t>(s)].get());
+    b.fillInputs(g.inElems * elem, [&](void* h) { fillInput(ctx, t, op, g, h); });
     try {
       return runSize(ctx, cfg, cfg.rfind("baseline:", 0) == 0 ? "none" : run.compression, t, op, bytes, b);
     } catch (const Error& e) {
@@ -1131,7 +1253,8 @@ int main(int argc, char** argv) {
   if (gRank == 0) {
     if (!args.json.empty()) {
       std::ofstream f(args.json);
-      f << "{\"ranks\": " << gSize << ", \"hosts\": " << hosts << ", \"collective\": \"" << toString(args.collective)
+      f << "{\"ranks\": " << gSize << ", \"hosts\": " << hosts << ", \"memory\": \"" << (args.device ? "device" : "host")
+        << "\", \"collective\": \"" << toString(args.collective)
         << "\", \"results\": [\n";
       for (size_t i = 0; i < all.size(); ++i) {
         const Row& r = all[i];
