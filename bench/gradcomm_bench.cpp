@@ -10,9 +10,6 @@
 #if GRADCOMM_HAVE_MPI
 #include <mpi.h>
 #endif
-#if GRADCOMM_BENCH_CUDA
-#include <cuda_runtime.h>
-#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,6 +33,7 @@
 #if GRADCOMM_HAVE_MPI
 #include "gradcomm/mpi.hpp"
 #endif
+#include "device_memory.hpp"
 #include "launch.hpp"
 
 using namespace gradcomm;
@@ -512,95 +510,7 @@ bool close(DataType t, double got, double want) {
 }
 
 // Rotating buffers: enough sets that the footprint exceeds the caches.
-// ---- where the buffers live ------------------------------------------------
-
-/// Host memory, or (--memory device) CUDA memory with the stream the calls
-/// run on. The bench fills and checks buffers through host copies.
-class Memory {
- public:
-  bool device() const { return device_; }
-  /// Selects the GPU of this rank (local rank mod the GPUs) and makes the
-  /// stream; exits 77 (skipped) without a build with CUDA or a GPU.
-  void useDevice() {
-#if GRADCOMM_BENCH_CUDA
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-      std::fprintf(stderr, "gradcomm-bench: --memory device: no usable CUDA device here\n");
-      bench::finalizeMpiIfUp();
-      std::exit(77);
-    }
-    int local = gRank;
-    for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK", "GRADCOMM_LOCAL_RANK"}) {
-      if (const char* e = std::getenv(v)) {
-        local = std::atoi(e);
-        break;
-      }
-    }
-    ok(cudaSetDevice(local % n), "cudaSetDevice");
-    ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    device_ = true;
-#else
-    std::fprintf(stderr, "gradcomm-bench: --memory device: this gradcomm-bench was built without CUDA\n");
-    bench::finalizeMpiIfUp();
-    std::exit(77);
-#endif
-  }
-  void* stream() const {
-#if GRADCOMM_BENCH_CUDA
-    return stream_;
-#else
-    return nullptr;
-#endif
-  }
-  unsigned char* allocate(size_t bytes) {
-    bytes = std::max<size_t>(bytes, 1);
-#if GRADCOMM_BENCH_CUDA
-    if (device_) {
-      void* p = nullptr;
-      ok(cudaMalloc(&p, bytes), "cudaMalloc");
-      ok(cudaMemset(p, 0, bytes), "cudaMemset");
-      return static_cast<unsigned char*>(p);
-    }
-#endif
-    auto* p = new unsigned char[bytes];
-    std::memset(p, 0, bytes);
-    return p;
-  }
-  void release(unsigned char* p) {
-#if GRADCOMM_BENCH_CUDA
-    if (device_) {
-      cudaFree(p);
-      return;
-    }
-#endif
-    delete[] p;
-  }
-  /// dst and src are buffers or host memory, as the bench's kind says:
-  /// host -> buffer, buffer -> host, buffer -> buffer; waited for.
-  void upload(void* dst, const void* host, size_t bytes) { copy(dst, host, bytes); }
-  void download(void* host, const void* src, size_t bytes) { copy(host, src, bytes); }
-  void copy(void* dst, const void* src, size_t bytes) {
-    if (!bytes) return;
-#if GRADCOMM_BENCH_CUDA
-    if (device_) {
-      ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
-      ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-      return;
-    }
-#endif
-    std::memcpy(dst, src, bytes);
-  }
-
- private:
-#if GRADCOMM_BENCH_CUDA
-  static void ok(cudaError_t rc, const char* what) {
-    if (rc != cudaSuccess) die(std::string(what) + ": " + cudaGetErrorString(rc));
-  }
-  cudaStream_t stream_ = nullptr;
-#endif
-  bool device_ = false;
-};
-Memory gMemory;
+bench::DeviceMemory gMemory;  // --memory device: CUDA buffers and a stream
 
 struct Buffers {
   size_t inBytes = 0, outBytes = 0;
@@ -1018,7 +928,7 @@ int main(int argc, char** argv) {
     gEnvComm = envComm.get();
   }
   Args args = parseArgs(argc, argv);
-  if (args.device) gMemory.useDevice();
+  if (args.device) gMemory.useDevice("gradcomm-bench", gRank);
   // Without MPI: the transport the environment's communicator runs on (ucx,
   // or inproc for one rank in a build without UCX).
   if (args.transports.empty()) args.transports = {gUseMpi ? std::string("mpi") : envComm->transportName()};

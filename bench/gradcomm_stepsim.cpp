@@ -13,6 +13,12 @@
 //   noverlap   one allreduce of all gradients after the whole backward
 //   pertensor  an allreduce per gradient as soon as it exists, no buckets
 //   reducer    gradcomm's Reducer (buckets launched while backward continues)
+// With --memory device the gradients are CUDA memory (the Reducer's buckets
+// on the GPU, every call on one stream): each layer's gradient is written by
+// a copy queued on the stream, and the host thread then waits out the
+// layer's compute time (as --compute sleep). The GPU itself runs only those
+// writes and the communication: what backward kernels would take from it
+// (SMs, memory bandwidth) is not modelled.
 // The first step of each mode is a warm-up (and the Reducer's bucket
 // rebuild) and is not reported.
 #if GRADCOMM_HAVE_MPI
@@ -38,6 +44,7 @@
 #include "gradcomm/mpi.hpp"
 #endif
 #include "gradcomm/reducer.hpp"
+#include "device_memory.hpp"
 #include "launch.hpp"
 
 using namespace gradcomm;
@@ -226,6 +233,7 @@ struct Args {
   int steps = 6;
   double computeMs = 200;
   bool computeSleep = false;  ///< --compute sleep: GPU-like compute that leaves the CPU free
+  bool device = false;        ///< --memory device: gradients in CUDA memory
   std::string json;
   std::string algorithm;
   std::string transport;  // empty: mpi under mpirun, ucx without MPI
@@ -237,11 +245,23 @@ struct Result {
   double lastMs = 0;  // the last bucket's allreduce (noverlap: the one allreduce; pertensor: the last tensor's)
 };
 
+bench::DeviceMemory gMemory;
+
+/// The value every gradient of `rank` holds at `step`.
+float gradientValue(int rank, int step) { return static_cast<float>(rank + 1) * 0.5f + static_cast<float>(step); }
+
 // Busy work that also writes the gradient: returns when `until` is reached.
-void backwardLayer(float* grad, size_t n, int rank, int step, Clock::time_point until, bool sleep) {
-  const float v = static_cast<float>(rank + 1) * 0.5f + static_cast<float>(step);
-  for (size_t i = 0; i < n; ++i) grad[i] = v;
-  if (sleep) {
+// Device gradients are written on the stream from `pattern` (n values of
+// this step's gradientValue, in host memory).
+void backwardLayer(float* grad, size_t n, int rank, int step, Clock::time_point until, bool sleep,
+                   const std::vector<float>& pattern) {
+  if (gMemory.device()) {
+    gMemory.copyAsync(grad, pattern.data(), n * sizeof(float));
+  } else {
+    const float v = gradientValue(rank, step);
+    for (size_t i = 0; i < n; ++i) grad[i] = v;
+  }
+  if (sleep || gMemory.device()) {
     std::this_thread::sleep_until(until);
     return;
   }
@@ -254,7 +274,7 @@ void backwardLayer(float* grad, size_t n, int rank, int step, Clock::time_point 
 double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 Result steps(Communicator& comm, const std::vector<Layer>& layers, const std::string& mode, const Args& a,
-             const std::vector<size_t>& offset, const std::vector<double>& layerMs, std::vector<float>& flat,
+             const std::vector<size_t>& offset, const std::vector<double>& layerMs, float* flat, size_t total,
              Reducer* reducer);
 
 Result run(Communicator& comm, const std::vector<Layer>& layers, const std::string& mode, const Args& a) {
@@ -267,7 +287,9 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
   std::vector<double> layerMs(n);
   for (size_t i = 0; i < n; ++i) layerMs[i] = a.computeMs * static_cast<double>(layers[i].params) / total;
 
-  std::vector<float> flat(total, 0.0f);  // noverlap and pertensor gradients
+  // noverlap and pertensor gradients, host or device memory
+  std::unique_ptr<unsigned char, std::function<void(unsigned char*)>> flat(
+      gMemory.allocate(total * sizeof(float)), [](unsigned char* p) { gMemory.release(p); });
   std::unique_ptr<Reducer> reducer;
   if (mode == "reducer") {
     // Construction is collective and fails on every rank alike (bad
@@ -279,6 +301,8 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
       ReducerOptions o;
       o.gradientAsBucketView = true;
       o.algorithm = a.algorithm;
+      o.device = gMemory.ordinal();
+      o.stream = gMemory.stream();
       reducer = std::make_unique<Reducer>(comm, specs, o);
     } catch (const Error& e) {
       error = e.what();
@@ -286,23 +310,29 @@ Result run(Communicator& comm, const std::vector<Layer>& layers, const std::stri
     agreeOrDie(error);
   }
   try {
-    return steps(comm, layers, mode, a, offset, layerMs, flat, reducer.get());
+    return steps(comm, layers, mode, a, offset, layerMs, reinterpret_cast<float*>(flat.get()), total, reducer.get());
   } catch (const Error& e) {
     abortJob(std::string(toString(e.code())) + " in mode " + mode + ": " + e.what());
   }
 }
 
 Result steps(Communicator& comm, const std::vector<Layer>& layers, const std::string& mode, const Args& a,
-             const std::vector<size_t>& offset, const std::vector<double>& layerMs, std::vector<float>& flat,
+             const std::vector<size_t>& offset, const std::vector<double>& layerMs, float* flat, size_t total,
              Reducer* reducer) {
   const size_t n = layers.size();
-  const size_t total = flat.size();
+  size_t largest = 0;
+  for (const auto& l : layers) largest = std::max(largest, l.params);
+  std::vector<float> pattern(gMemory.device() ? largest : 0);
   CollectiveOptions co;
   co.algorithm = a.algorithm;
+  co.stream = gMemory.stream();
   Result r;
   r.mode = mode;
   int measured = 0;
   for (int step = 0; step < a.steps; ++step) {
+    // Device gradients: the copies of the last step read the pattern until
+    // the check below waited for the stream.
+    std::fill(pattern.begin(), pattern.end(), gradientValue(comm.rank(), step));
     comm.barrier().wait();
     const auto start = Clock::now();
     auto until = start;
@@ -310,8 +340,8 @@ Result steps(Communicator& comm, const std::vector<Layer>& layers, const std::st
     for (size_t k = 0; k < n; ++k) {
       const size_t i = n - 1 - k;  // backward: last layer first
       until += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(layerMs[i]));
-      float* g = reducer ? static_cast<float*>(reducer->gradient(i)) : flat.data() + offset[i];
-      backwardLayer(g, layers[i].params, comm.rank(), step, until, a.computeSleep);
+      float* g = reducer ? static_cast<float*>(reducer->gradient(i)) : flat + offset[i];
+      backwardLayer(g, layers[i].params, comm.rank(), step, until, a.computeSleep, pattern);
       if (reducer) reducer->markReady(i);
       if (mode == "pertensor") {
         works.push_back(comm.allreduce(g, g, layers[i].params, DataType::kFloat32, ReduceOp::kAvg, co));
@@ -321,7 +351,7 @@ Result steps(Communicator& comm, const std::vector<Layer>& layers, const std::st
     const auto blocked = Clock::now();
     double commMs = 0, lastMs = 0;
     if (mode == "noverlap") {
-      Work w = comm.allreduce(flat.data(), flat.data(), total, DataType::kFloat32, ReduceOp::kAvg, co);
+      Work w = comm.allreduce(flat, flat, total, DataType::kFloat32, ReduceOp::kAvg, co);
       w.wait();
       commMs = std::chrono::duration<double, std::milli>(w.endTime() - w.startTime()).count();
       lastMs = commMs;
@@ -336,12 +366,16 @@ Result steps(Communicator& comm, const std::vector<Layer>& layers, const std::st
       commMs = reducer->lastStepStats().commMs;
       lastMs = reducer->lastStepStats().lastBucketMs;
     }
+    // Device gradients: the step ends when the stream has the results.
+    gMemory.synchronize();
     const double exposed = msSince(blocked);
     const double stepMs = msSince(start);
     // Check one value per step: the average of (rank + 1) * 0.5 + step.
-    const float* g0 = reducer ? static_cast<const float*>(reducer->gradient(0)) : flat.data();
+    const float* g0 = reducer ? static_cast<const float*>(reducer->gradient(0)) : flat;
+    float got = 0;
+    gMemory.download(&got, g0, sizeof got);
     const float want = static_cast<float>(comm.size() + 1) * 0.25f + static_cast<float>(step);
-    if (std::fabs(g0[0] - want) > 1e-3f) abortJob("wrong average in mode " + mode);
+    if (std::fabs(got - want) > 1e-3f) abortJob("wrong average in mode " + mode);
     if (step == 0) continue;  // warm-up
     r.stepMs += stepMs;
     r.computeMs += computeMs;
@@ -380,6 +414,10 @@ int main(int argc, char** argv) {
       const std::string v = next();
       if (v != "busy" && v != "sleep") die("--compute must be busy or sleep, not '" + v + "'");
       a.computeSleep = v == "sleep";
+    } else if (k == "--memory") {
+      const std::string v = next();
+      if (v != "host" && v != "device") die("--memory must be host or device, not '" + v + "'");
+      a.device = v == "device";
     } else if (k == "--json") a.json = next();
     else if (k == "--algo") a.algorithm = next();
     else if (k == "--transport") a.transport = next();
@@ -388,7 +426,9 @@ int main(int argc, char** argv) {
       if (gRank == 0) {
         std::printf("usage: mpirun -np N gradcomm-stepsim [--model resnet50|bert-base|uniform:NxBYTES]\n"
                     "         [--mode noverlap|pertensor|reducer|all] [--steps N] [--compute-ms MS] [--compute busy|sleep]\n"
-                    "         [--algo NAME] [--transport mpi|ucx] [--no-mpi] [--json FILE]\n"
+                    "         [--algo NAME] [--transport mpi|ucx] [--no-mpi] [--memory host|device] [--json FILE]\n"
+                    "--memory device: gradients in CUDA memory (GPU = local rank mod the GPUs), the\n"
+                    "host waiting out each layer's compute; exit 77 without CUDA or a GPU.\n"
                     "Without MPI (GRADCOMM_RANK or torchrun's RANK set, or --no-mpi under mpirun) the\n"
                     "communicator is formed from the environment and bytes move through UCX.\n");
       }
@@ -424,6 +464,10 @@ int main(int argc, char** argv) {
   }
   gComm = commHolder.get();
   gRank = gComm->rank();
+  if (a.device) {
+    gMemory.useDevice("gradcomm-stepsim", gRank);
+    a.computeSleep = true;  // the host of GPU training waits while the GPU computes
+  }
   dieIfRankZeroFailed(gRank == 0 && !a.json.empty() && !bench::unwritable(a.json).empty() ? "--json: " + bench::unwritable(a.json)
                                                                                      : std::string());
   std::vector<Layer> layers;
@@ -443,7 +487,7 @@ int main(int argc, char** argv) {
     const int onHost = bench::ranksOnThisHost(*gComm);
     const double perRank = 2.0 * static_cast<double>(params) * 4, available = availableMemoryBytes();
     std::string error;
-    if (available > 0 && perRank * onHost > available) {
+    if (!a.device && available > 0 && perRank * onHost > available) {
       char text[256];
       std::snprintf(text, sizeof text,
                     "--model %s needs about %.1f GiB per rank (%.1f GiB for the %d ranks on this host), more than "
@@ -464,9 +508,10 @@ int main(int argc, char** argv) {
     transportName = comm.transportName();
     if (gRank == 0) {
       std::printf("# gradcomm-stepsim: %s, %zu gradients, %.1f MB float32, %d ranks on %d host%s over %s, compute %.0f "
-                  "ms/step (%s), %d steps (first is warm-up)\n",
+                  "ms/step (%s), %d steps (first is warm-up), %s memory\n",
                   a.model.c_str(), layers.size(), params * 4 / 1e6, size, hosts, hosts == 1 ? "" : "s",
-                  transportName.c_str(), a.computeMs, a.computeSleep ? "sleep" : "busy", a.steps);
+                  transportName.c_str(), a.computeMs, a.computeSleep ? "sleep" : "busy", a.steps,
+                  a.device ? "device" : "host");
       std::printf("# %-10s %10s %11s %13s %11s %11s %9s %12s\n", "mode", "step_ms", "compute_ms", "exposed_ms", "comm_ms",
                   "utilization", "last_ms", "step/(c+last)");
       std::printf("# last_ms: the allreduce of the last bucket (pertensor: last tensor; noverlap: everything)\n");
@@ -497,7 +542,8 @@ int main(int argc, char** argv) {
       const auto& r = results[i];
       f << "  {\"model\": \"" << a.model << "\", \"mode\": \"" << r.mode << "\", \"transport\": \"" << transportName
         << "\", \"ranks\": " << size
-        << ", \"hosts\": " << hosts << ", \"compute\": \"" << (a.computeSleep ? "sleep" : "busy")
+        << ", \"hosts\": " << hosts << ", \"memory\": \"" << (a.device ? "device" : "host")
+        << "\", \"compute\": \"" << (a.computeSleep ? "sleep" : "busy")
         << "\", \"step_ms\": " << r.stepMs << ", \"compute_ms\": " << r.computeMs
         << ", \"exposed_comm_ms\": " << r.exposedMs << ", \"comm_ms\": " << r.commMs
         << ", \"last_bucket_ms\": " << r.lastMs
