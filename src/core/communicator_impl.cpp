@@ -796,6 +796,28 @@ Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compre
   return Work(op);
 }
 
+compression::Residual* CommunicatorImpl::residualFor(const compression::Spec& spec, const CollectiveOptions& options,
+                                                     bool onDevice) const {
+  // Error feedback lives only in the caller's ErrorFeedback: the
+  // communicator cannot tell one tensor from another at a reused address
+  // (caching allocators hand freed memory to the next tensor), so it keeps
+  // no memory of its own and a call without one carries nothing.
+  if (spec.errorFeedback && options.errorFeedback) {
+    compression::Residual* residual = &options.errorFeedback->residual();
+    // Device calls check their device when they place the residual.
+    if (!onDevice) residual->checkPlace(-1);
+    return residual;
+  }
+  if (spec.errorFeedback) {
+    core::logOnce(core::LogLevel::kWarn, rank_,
+                  "compression '" + spec.toString() +
+                      "' asks for error feedback, but the call passes no CollectiveOptions::errorFeedback: it runs "
+                      "without (gradcomm keeps no error per buffer address, which an allocator may reuse for "
+                      "another tensor); pass one ErrorFeedback per tensor, or add ':ef=0' to say so");
+  }
+  return nullptr;
+}
+
 std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const CollectiveCall& call,
                                                                       const compression::Spec& spec,
                                                                       const CollectiveOptions& options,
@@ -811,22 +833,7 @@ std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const Coll
   auto choice = selector_.select(inner, {*transport_, view_}, forced);
   if (!choice.note.empty()) core::logOnce(core::LogLevel::kWarn, rank_, choice.note);
   const algorithms::Algorithm* algo = choice.algorithm;
-  // Error feedback lives only in the caller's ErrorFeedback: the
-  // communicator cannot tell one tensor from another at a reused address
-  // (caching allocators hand freed memory to the next tensor), so it keeps
-  // no memory of its own and a call without one carries nothing.
-  compression::Residual* residual = nullptr;
-  if (spec.errorFeedback && options.errorFeedback) {
-    residual = &options.errorFeedback->residual();
-    // Device calls check their device when they place the residual.
-    if (!onDevice) residual->checkPlace(-1);
-  } else if (spec.errorFeedback) {
-    core::logOnce(core::LogLevel::kWarn, rank_,
-                  "compression '" + spec.toString() +
-                      "' asks for error feedback, but the call passes no CollectiveOptions::errorFeedback: it runs "
-                      "without (gradcomm keeps no error per buffer address, which an allocator may reuse for "
-                      "another tensor); pass one ErrorFeedback per tensor, or add ':ef=0' to say so");
-  }
+  compression::Residual* residual = residualFor(spec, options, onDevice);
   auto op = OperationState::create();
   op->algorithm = spec.toString() + "+" + algo->name();
   op->signature = callSignature(call, algo->name(), spec.toString());

@@ -196,9 +196,15 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::shared_ptr<OperationState> compressedOperation(const algorithms::CollectiveCall& call,
                                                       const compression::Spec& spec, const CollectiveOptions& options,
                                                       bool onDevice, CompressedChoice* choice = nullptr);
+  /// The residual of a compressed call: the caller's ErrorFeedback's where
+  /// the compression asks for error feedback (else null, with a warning
+  /// when the call passes none).
+  compression::Residual* residualFor(const compression::Spec& spec, const CollectiveOptions& options,
+                                     bool onDevice) const;
   /// A compressed allreduce on device buffers of `device`: compressed and
-  /// decompressed on the device, payloads exchanged through pinned host
-  /// memory (core/device_compressed.cpp).
+  /// decompressed on the device; fp16/bf16 payloads summed by the NCCL
+  /// engine where this communicator has it, other payloads exchanged
+  /// through pinned host memory (core/device_compressed.cpp).
   Work submitDeviceCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
                               const CollectiveOptions& options, int device);
   /// A call whose buffers are device memory (core/device_calls.cpp).
@@ -217,6 +223,20 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// host operation that checks the ranks' calls.
   Work submitDirect(const std::shared_ptr<device::DeviceComm>& comm, const algorithms::CollectiveCall& call,
                     const CollectiveOptions& options, int device);
+  /// The NCCL engine's operation for `call` (its host part: the call
+  /// check; its device part: an event recorded after what `queue` queues
+  /// on the caller's stream, given the operation's sequence number).
+  /// `label` names the compression ("" for none); device blocks taken
+  /// from the staging for the kernels go back once they finished.
+  Work submitDirectOperation(const std::shared_ptr<device::DeviceComm>& comm, const algorithms::CollectiveCall& call,
+                             const std::string& label, const CollectiveOptions& options, int device,
+                             const std::function<void(uint64_t seq)>& queue,
+                             std::vector<std::pair<void*, size_t>> blocks = {});
+  /// A compressed allreduce of summable payloads on the NCCL engine:
+  /// compress, ncclAllReduce of the payloads, decompress, all on the
+  /// caller's stream.
+  Work submitDirectCompressed(const std::shared_ptr<device::DeviceComm>& comm, const algorithms::CollectiveCall& call,
+                              const compression::Spec& spec, const CollectiveOptions& options, int device);
   /// An allgather of `bytes` per rank among this communicator's ranks, run
   /// in `call`'s place and checked as `call` (the engine choice's exchanges).
   std::vector<char> exchangeForDeviceCall(const algorithms::CollectiveCall& call, const void* mine, size_t bytes);

@@ -1,5 +1,8 @@
 // Compressed allreduce of device buffers: the device runtime's compressors
-// run on the device, and only payloads pass through pinned host memory.
+// run on the device. With the NCCL engine (a device per rank), summable
+// payloads (fp16, bf16) are summed by ncclAllReduce, everything on the
+// caller's stream (submitDirectCompressed below). Otherwise only payloads
+// pass through pinned host memory:
 //
 //   to-host stream:   [wait caller, earlier copies back] compress (input +
 //                     residual -> payload, device) -> copy payload to pinned
@@ -20,6 +23,7 @@
 #include "compression/compressor.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/device_staging.hpp"
+#include "device/collective_library.hpp"
 #include "kernels/reduce.hpp"
 
 namespace gradcomm::detail {
@@ -28,6 +32,12 @@ using algorithms::CollectiveCall;
 
 Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const compression::Spec& spec,
                                               const CollectiveOptions& options, int device) {
+  // Top-k's decompression reads each payload's count on the host (a wait
+  // for the stream): on the caller's stream that would block the caller,
+  // so top-k payloads take the staged path whatever the engine.
+  if (spec.kind == compression::Kind::kFp16 || spec.kind == compression::Kind::kBf16) {
+    if (auto comm = directEngine(call, device)) return submitDirectCompressed(comm, call, spec, options, device);
+  }
   auto staging = deviceStaging(device);
   device::Runtime* rt = &staging->runtime();
   // One compressor per stream: compress runs on the to-host stream (after
@@ -124,6 +134,54 @@ Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const 
   noteQueued(op);
   engine_->submit(op);
   return Work(op);
+}
+
+Work CommunicatorImpl::submitDirectCompressed(const std::shared_ptr<device::DeviceComm>& comm,
+                                              const CollectiveCall& call, const compression::Spec& spec,
+                                              const CollectiveOptions& options, int device) {
+  auto staging = deviceStaging(device);
+  device::Runtime* rt = &staging->runtime();
+  const device::Stream stream = options.stream;
+  // One compressor on the caller's stream: compress, the sum and
+  // decompress follow each other there.
+  std::shared_ptr<compression::Compressor> compressor = rt->makeCompressor(spec, device, stream);
+  const size_t n = call.count;
+  const int p = size_;
+  const DataType type = compressor->payloadType();
+  const size_t slot = compressor->payloadBytes(n);
+  size_t capacity = 0;
+  void* payload = staging->acquireDevice(std::max(slot, dataTypeSize(type)), &capacity);
+  std::vector<std::pair<void*, size_t>> blocks{{payload, capacity}};
+  float* residual = nullptr;
+  if (compression::Residual* r = residualFor(spec, options, true)) {
+    // Allocated (and zeroed on the caller's stream, ahead of this call's
+    // compress) by the first device call of the tensor.
+    residual = r->deviceData(n, device, [rt, device, stream](size_t residualBytes) {
+      void* q = rt->allocateDevice(device, residualBytes);
+      std::shared_ptr<void> owned(q, [keep = device::sharedRuntime()](void* x) { keep->freeDevice(x); });
+      rt->zero(q, residualBytes, stream);
+      return owned;
+    });
+  }
+  const bool prescale = spec.prescale;
+  const bool avg = call.op == ReduceOp::kAvg;
+  const auto* in = static_cast<const float*>(call.input);
+  auto* out = static_cast<float*>(call.output);
+  return submitDirectOperation(comm, call, spec.toString(), options, device, [&](uint64_t seq) {
+    // As the staged and host paths: the same scale and seed, the payloads
+    // summed, then the avg division or the pre-scale correction in float32.
+    compression::CompressArgs args;
+    args.scale = prescale ? 1.0f / static_cast<float>(p) : 1.0f;
+    args.seed = seq * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rank_);
+    compressor->compress(in, residual, n, payload, args);
+    comm->allreduce(payload, payload, slot / dataTypeSize(type), type, ReduceOp::kSum, stream);
+    compressor->decompress(payload, out, n);
+    if (prescale && !avg) {
+      rt->multiply(out, n, static_cast<float>(p), stream);
+    } else if (!prescale && avg && n) {
+      rt->divide(out, n, static_cast<float>(p), stream);
+    }
+  }, std::move(blocks));
 }
 
 }  // namespace gradcomm::detail

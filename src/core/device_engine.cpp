@@ -45,19 +45,36 @@ class CheckOnly final : public algorithms::Schedule {
 };
 
 /// The device part of an NCCL engine call: the event recorded after it on
-/// the caller's stream (from the staging's pool, given back at the end).
+/// the caller's stream (from the staging's pool, given back at the end),
+/// and the device blocks its kernels use.
 class DirectCall final : public DeviceCompletion {
  public:
-  DirectCall(std::shared_ptr<DeviceStaging> staging, device::Event event, std::shared_ptr<device::DeviceComm> comm,
-             std::weak_ptr<core::ProgressEngine> engine, std::chrono::nanoseconds timeout, std::string what)
+  DirectCall(std::shared_ptr<DeviceStaging> staging, device::Event event, std::vector<std::pair<void*, size_t>> blocks,
+             std::shared_ptr<device::DeviceComm> comm, std::weak_ptr<core::ProgressEngine> engine,
+             std::chrono::nanoseconds timeout, std::string what)
       : staging_(std::move(staging)),
         rt_(&staging_->runtime()),
         event_(event),
+        blocks_(std::move(blocks)),
         comm_(std::move(comm)),
         engine_(std::move(engine)),
         timeout_(timeout),
         what_(std::move(what)) {}
-  ~DirectCall() override { staging_->giveEvent(event_); }
+  ~DirectCall() override {
+    // Blocks whose kernels may still run (a Work dropped unwaited, a
+    // device error) are left alone rather than handed to the next call.
+    bool finished = blocks_.empty();
+    if (!finished) {
+      try {
+        finished = rt_->done(event_);
+      } catch (...) {
+      }
+    }
+    if (finished) {
+      for (auto& [block, capacity] : blocks_) staging_->releaseDevice(block, capacity);
+    }
+    staging_->giveEvent(event_);
+  }
   bool done() override {
     throwIfFailed();
     return rt_->done(event_);
@@ -111,6 +128,7 @@ class DirectCall final : public DeviceCompletion {
   std::shared_ptr<DeviceStaging> staging_;
   device::Runtime* rt_;
   device::Event event_;
+  std::vector<std::pair<void*, size_t>> blocks_;
   std::shared_ptr<device::DeviceComm> comm_;
   std::weak_ptr<core::ProgressEngine> engine_;
   std::chrono::nanoseconds timeout_;
@@ -214,31 +232,39 @@ std::shared_ptr<device::DeviceComm> CommunicatorImpl::directEngine(const Collect
 Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& comm, const CollectiveCall& call,
                                     const CollectiveOptions& options, int device) {
   const device::Stream stream = options.stream;
-  switch (call.collective) {
-    case Collective::kAllreduce:
-      comm->allreduce(call.input, call.output, call.count, call.type, call.op, stream);
-      break;
-    case Collective::kBroadcast:
-      comm->broadcast(call.input, call.output, call.count, call.type, call.root, stream);
-      break;
-    case Collective::kReduce:
-      comm->reduce(call.input, call.output, call.count, call.type, call.op, call.root, stream);
-      break;
-    case Collective::kAllgather:
-      comm->allgather(call.input, call.output, call.count, call.type, stream);
-      break;
-    case Collective::kReduceScatter:
-      comm->reduceScatter(call.input, call.output, call.count, call.type, call.op, stream);
-      break;
-    default:
-      throw InternalError(std::string("NCCL engine: ") + toString(call.collective) + " has no device form");
-  }
+  return submitDirectOperation(comm, call, "", options, device, [&](uint64_t) {
+    switch (call.collective) {
+      case Collective::kAllreduce:
+        comm->allreduce(call.input, call.output, call.count, call.type, call.op, stream);
+        break;
+      case Collective::kBroadcast:
+        comm->broadcast(call.input, call.output, call.count, call.type, call.root, stream);
+        break;
+      case Collective::kReduce:
+        comm->reduce(call.input, call.output, call.count, call.type, call.op, call.root, stream);
+        break;
+      case Collective::kAllgather:
+        comm->allgather(call.input, call.output, call.count, call.type, stream);
+        break;
+      case Collective::kReduceScatter:
+        comm->reduceScatter(call.input, call.output, call.count, call.type, call.op, stream);
+        break;
+      default:
+        throw InternalError(std::string("NCCL engine: ") + toString(call.collective) + " has no device form");
+    }
+  });
+}
+
+Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::DeviceComm>& comm, const CollectiveCall& call,
+                                             const std::string& label, const CollectiveOptions& options, int device,
+                                             const std::function<void(uint64_t seq)>& queue,
+                                             std::vector<std::pair<void*, size_t>> blocks) {
+  const device::Stream stream = options.stream;
   auto staging = deviceStaging(device);
-  device::Event event = staging->takeEvent();
-  staging->runtime().record(event, stream);
+  const std::string algorithm = label.empty() ? "nccl" : label + "+nccl";
   auto op = OperationState::create();
-  op->algorithm = "nccl";
-  op->signature = callSignature(call, "nccl", {});
+  op->algorithm = algorithm;
+  op->signature = callSignature(call, "nccl", label);
   op->signature.memory = 1;
   op->fingerprint = op->signature.fingerprint();
   op->bytes = algorithms::Selector::callBytes(call, size_);
@@ -247,7 +273,10 @@ Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& c
     op->seq = nextSeq_++;
   }
   op->signature.seq = op->seq;
-  logChoice(call, op->seq, "nccl", "device buffers, GRADCOMM_DEVICE_ENGINE=" + config_.deviceEngine);
+  queue(op->seq);
+  device::Event event = staging->takeEvent();
+  staging->runtime().record(event, stream);
+  logChoice(call, op->seq, algorithm, "device buffers, GRADCOMM_DEVICE_ENGINE=" + config_.deviceEngine);
   transport::Tag tag;
   tag.seq = op->seq;
   tag.fingerprint = op->fingerprint;
@@ -258,9 +287,10 @@ Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& c
   op->custom = [](const algorithms::RunContext& ctx) {
     return algorithms::makeSchedule<CheckOnly>(ctx.workspace);
   };
-  op->customWhat = std::string(toString(call.collective)) + " on NCCL";
-  op->deviceDone = std::make_shared<DirectCall>(staging, event, comm, engine_, config_.timeout,
-                                                std::string(toString(call.collective)) + " on NCCL");
+  const std::string what = std::string(toString(call.collective)) + (label.empty() ? "" : "[" + label + "]") + " on NCCL";
+  op->customWhat = what;
+  op->deviceDone =
+      std::make_shared<DirectCall>(staging, event, std::move(blocks), comm, engine_, config_.timeout, what);
   // Ranks whose calls differ have queued kernels that will never match:
   // the failed check ends them.
   std::weak_ptr<device::DeviceComm> weak = comm;

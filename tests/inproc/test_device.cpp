@@ -541,19 +541,26 @@ TEST(DeviceEngine, CallsThatDifferBetweenRanksFailNamedOnEveryRankAndTheirKernel
   EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[2];
 }
 
-TEST(DeviceEngine, CompressedCallsAndForcedStagingTakeTheStagedPath) {
+TEST(DeviceEngine, TopKCallsAndForcedStagingTakeTheStagedPath) {
   FakeDevice::Installed fake;
   FakeNccl::Installed nccl(fake.fake);
   runRanks(2, [&](RankContext& ctx) {
     auto stream = fake->ownedStream(ctx.rank);
     float* d = fake->allocate<float>(ctx.rank, 64);
-    std::fill(d, d + 64, 1.0f);
+    std::fill(d, d + 64, 0.5f);
+    CollectiveOptions topk;
+    topk.compression = "topk:64:exact:ef=0";  // every element: exact
+    topk.stream = stream.get();
+    Work t = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, topk);
+    t.wait();
+    EXPECT_EQ(t.algorithm().find("nccl"), std::string::npos) << t.algorithm();
+    EXPECT_EQ(d[0], 1.0f);
     CollectiveOptions fp16;
     fp16.compression = "fp16";
     fp16.stream = stream.get();
     Work w = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, fp16);
     w.wait();
-    EXPECT_NE(w.algorithm(), "nccl");
+    EXPECT_EQ(w.algorithm(), "fp16+nccl");
     EXPECT_EQ(d[0], 2.0f);
     CollectiveOptions o;
     o.stream = stream.get();
@@ -720,18 +727,22 @@ std::vector<float> gradients(size_t n, int rank, int step) {
 }
 
 /// Runs `steps` compressed allreduces of the same gradients on host and on
-/// device buffers (each with its own ErrorFeedback) and says where they
-/// differ ("" when bit for bit equal, residuals included).
+/// device buffers of `device` (each with its own ErrorFeedback) and says
+/// where they differ ("" when bit for bit equal, residuals included);
+/// the device calls' algorithm must end with `engine` ("+nccl"; "" for
+/// any).
 std::string compareHostAndDevice(Communicator& comm, FakeDevice& fake, int rank, const std::string& compression,
-                                 ReduceOp op, size_t n, int steps) {
+                                 ReduceOp op, size_t n, int steps, int device = 0, const std::string& engine = "") {
   ErrorFeedback hostEf, deviceEf;
   CollectiveOptions ho, dopt;
   ho.compression = dopt.compression = compression;
   ho.errorFeedback = &hostEf;
   dopt.errorFeedback = &deviceEf;
+  auto stream = fake.ownedStream(device);
+  dopt.stream = stream.get();
   const std::string what = compression + " " + toString(op) + " n=" + std::to_string(n);
-  float* din = fake.allocate<float>(0, n);
-  float* dout = fake.allocate<float>(0, n);
+  float* din = fake.allocate<float>(device, n);
+  float* dout = fake.allocate<float>(device, n);
   for (int step = 0; step < steps; ++step) {
     const std::vector<float> g = gradients(n, rank, step);
     std::vector<float> hout(n, -1.0f);
@@ -742,6 +753,10 @@ std::string compareHostAndDevice(Communicator& comm, FakeDevice& fake, int rank,
     Work w = comm.allreduce(din, dst, n, DataType::kFloat32, op, dopt);
     w.wait();
     if (!w.onDevice()) return what + ": the device call did not run on the device";
+    const std::string ran = w.algorithm();
+    if (ran.size() < engine.size() || ran.compare(ran.size() - engine.size(), engine.size(), engine) != 0) {
+      return what + ": ran as " + ran + ", not on the engine " + engine;
+    }
     if (n && std::memcmp(hout.data(), dst, n * sizeof(float)) != 0) {
       for (size_t i = 0; i < n; ++i) {
         if (std::memcmp(&hout[i], &dst[i], sizeof(float)) != 0) {
@@ -753,7 +768,7 @@ std::string compareHostAndDevice(Communicator& comm, FakeDevice& fake, int rank,
   }
   if (hostEf.size() != deviceEf.size()) return what + ": residual sizes differ";
   if (hostEf.size()) {
-    if (hostEf.device() != -1 || deviceEf.device() != 0 || !fake.classify(deviceEf.data()).device) {
+    if (hostEf.device() != -1 || deviceEf.device() != device || !fake.classify(deviceEf.data()).device) {
       return what + ": residuals are not where their calls ran";
     }
     if (std::memcmp(hostEf.data(), deviceEf.data(), n * sizeof(float)) != 0) return what + ": residuals differ";
@@ -780,6 +795,42 @@ TEST(DeviceCompression, DeviceCompressedAllreduceEqualsTheHostOneBitForBit) {
   }
   // The device path ran the device compressors (not the host ones on a copy).
   EXPECT_GT(fake->compressions(), 0);
+}
+
+// With the NCCL engine (a device per rank) fp16/bf16 payloads are summed by
+// ncclAllReduce on the caller's stream; the test NCCL sums them as the host
+// algorithms do (float32 accumulation, rank order), so two ranks give the
+// host path's result bit for bit, residuals included. Top-k stays staged.
+TEST(DeviceCompression, CastPayloadsAreSummedByTheNcclEngineAsOnTheHost) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  runRanks(2, [&](RankContext& ctx) {
+    for (const char* compression : {"fp16", "bf16", "fp16:prescale", "bf16:ef=1", "fp16:ef=1:prescale"}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        for (size_t n : {size_t{0}, size_t{1}, size_t{1000}}) {
+          ASSERT_EQ(compareHostAndDevice(ctx.comm, *fake.fake, ctx.rank, compression, op, n, 3, ctx.rank, "+nccl"), "");
+        }
+      }
+    }
+    ASSERT_EQ(compareHostAndDevice(ctx.comm, *fake.fake, ctx.rank, "topk:50:exact", ReduceOp::kSum, 1000, 2, ctx.rank),
+              "");
+  }, engine("auto"));
+  EXPECT_EQ(nccl->joined(), 2);
+  EXPECT_GT(fake->compressions(), 0);
+  // Three ranks: exact small integers, whatever the order of the sum.
+  runRanks(3, [&](RankContext& ctx) {
+    auto stream = fake->ownedStream(ctx.rank);
+    float* d = fake->allocate<float>(ctx.rank, 300);
+    for (size_t i = 0; i < 300; ++i) d[i] = static_cast<float>(ctx.rank + (i % 7));
+    CollectiveOptions o;
+    o.stream = stream.get();
+    o.compression = "bf16:ef=0";
+    Work w = ctx.comm.allreduce(d, d, 300, DataType::kFloat32, ReduceOp::kAvg, o);
+    w.wait();
+    EXPECT_EQ(w.algorithm(), "bf16+nccl");
+    for (size_t i = 0; i < 300; ++i) ASSERT_EQ(d[i], 1.0f + static_cast<float>(i % 7)) << i;
+  }, engine("auto"));
+  EXPECT_EQ(nccl->joined(), 5);
 }
 
 TEST(DeviceCompression, ErrorFeedbackIsCarriedAcrossCallsInDeviceMemory) {
