@@ -60,21 +60,9 @@ class DirectCall final : public DeviceCompletion {
         engine_(std::move(engine)),
         timeout_(timeout),
         what_(std::move(what)) {}
-  ~DirectCall() override {
-    // Blocks whose kernels may still run (a Work dropped unwaited, a
-    // device error) are left alone rather than handed to the next call.
-    bool finished = blocks_.empty();
-    if (!finished) {
-      try {
-        finished = rt_->done(event_);
-      } catch (...) {
-      }
-    }
-    if (finished) {
-      for (auto& [block, capacity] : blocks_) staging_->releaseDevice(block, capacity);
-    }
-    staging_->giveEvent(event_);
-  }
+  // The kernels may still run (a Work dropped before they finished): the
+  // blocks go back once the event says they did.
+  ~DirectCall() override { staging_->retire(event_, std::move(blocks_)); }
   bool done() override {
     throwIfFailed();
     return rt_->done(event_);

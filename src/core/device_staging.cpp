@@ -23,6 +23,11 @@ DeviceStaging::~DeviceStaging() {
   for (auto& [capacity, block] : pinned_) runtime_->freePinned(block);
   for (auto& [capacity, block] : deviceBlocks_) runtime_->freeDevice(block);
   for (device::Event e : events_) runtime_->destroyEvent(e);
+  // The context ends: whatever retired calls still hold goes with it.
+  for (Retired& r : retired_) {
+    for (auto& [block, capacity] : r.blocks) runtime_->freeDevice(block);
+    runtime_->destroyEvent(r.event);
+  }
   runtime_->destroyStream(toHost_);
   runtime_->destroyStream(toDevice_);
 }
@@ -49,7 +54,39 @@ void DeviceStaging::release(void* block, size_t capacity) {
   pinned_.emplace(capacity, block);
 }
 
+void DeviceStaging::retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks) {
+  // An event alone may be recorded again at once (waits queued before keep
+  // the state they saw).
+  if (blocks.empty()) return giveEvent(event);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_.push_back({event, std::move(blocks)});
+  }
+  reap();
+}
+
+void DeviceStaging::reap() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < retired_.size();) {
+    bool done = false;
+    try {
+      done = runtime_->done(retired_[i].event);
+    } catch (...) {
+      // A device error: the blocks may be in use for good; they stay here.
+    }
+    if (!done) {
+      ++i;
+      continue;
+    }
+    for (auto& [block, capacity] : retired_[i].blocks) deviceBlocks_.emplace(capacity, block);
+    events_.push_back(retired_[i].event);
+    retired_[i] = std::move(retired_.back());
+    retired_.pop_back();
+  }
+}
+
 void* DeviceStaging::acquireDevice(size_t bytes, size_t* capacity) {
+  reap();
   if (void* block = takeCached(deviceBlocks_, bytes, capacity)) return block;
   *capacity = bytes;
   return runtime_->allocateDevice(device_, bytes);
@@ -62,6 +99,7 @@ void DeviceStaging::releaseDevice(void* block, size_t capacity) {
 }
 
 device::Event DeviceStaging::takeEvent() {
+  reap();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!events_.empty()) {

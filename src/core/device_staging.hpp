@@ -46,12 +46,23 @@ class DeviceStaging {
   /// queued on streams before keep the state they saw, as with CUDA).
   device::Event takeEvent();
   void giveEvent(device::Event event);
+  /// Gives `blocks` and `event` back once `event` completed (the device
+  /// work after which it was recorded no longer uses the blocks): at once
+  /// when it has, else at a later acquireDevice() or takeEvent() that
+  /// finds it completed.
+  void retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks);
 
  private:
   using Blocks = std::multimap<size_t, void*>;  // capacity -> block
   /// The smallest cached block that holds `bytes` (not one more than about
   /// twice as large: a small call would hold a large block), or null.
   void* takeCached(Blocks& blocks, size_t bytes, size_t* capacity);
+  /// Gives back what retired calls held, where their events completed.
+  void reap();
+  struct Retired {
+    device::Event event;
+    std::vector<std::pair<void*, size_t>> blocks;
+  };
 
   std::shared_ptr<device::Runtime> runtime_;
   int device_;
@@ -61,6 +72,7 @@ class DeviceStaging {
   Blocks pinned_;
   Blocks deviceBlocks_;
   std::vector<device::Event> events_;
+  std::vector<Retired> retired_;
 };
 
 /// How a call on device buffers reaches its end on the device after its

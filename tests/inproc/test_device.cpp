@@ -833,6 +833,51 @@ TEST(DeviceCompression, CastPayloadsAreSummedByTheNcclEngineAsOnTheHost) {
   EXPECT_EQ(nccl->joined(), 5);
 }
 
+// A Work dropped while its kernels still run on the device: its payload
+// block is not handed to a call on another stream before they finished
+// (that call would overwrite the payload under them); it goes back after.
+// Rank 1 holds its first call's stream, so rank 0's NCCL sum of it waits
+// with the compressed payload in its block while rank 0 issues a second
+// call on another stream.
+TEST(DeviceCompression, ANcclCallsPayloadBlockOutlivesAWorkDroppedBeforeItsKernelsRan) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  runRanks(2, [&](RankContext& ctx) {
+    auto first = fake->ownedStream(ctx.rank), second = fake->ownedStream(ctx.rank);
+    constexpr size_t n = 512;
+    float* x = fake->allocate<float>(ctx.rank, n);
+    float* y = fake->allocate<float>(ctx.rank, n);
+    CollectiveOptions o;
+    o.compression = "fp16";
+    o.stream = second.get();
+    ctx.comm.allreduce(y, y, n, DataType::kFloat32, ReduceOp::kSum, o).wait();  // the engine is chosen
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 100), y[i] = 100.0f + static_cast<float>(i % 50);
+    std::atomic<bool> open{false};
+    if (ctx.rank == 1) {
+      fake->launch(first.get(), [&] {
+        while (!open.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      });
+    }
+    o.stream = first.get();
+    ctx.comm.allreduce(x, x, n, DataType::kFloat32, ReduceOp::kSum, o);  // dropped at once
+    ctx.comm.barrier().wait();  // its host part finished: nothing holds it
+    ctx.barrier->wait();
+    const int blocks = fake->deviceAllocations();
+    ctx.barrier->wait();
+    o.stream = second.get();
+    ctx.comm.allreduce(y, y, n, DataType::kFloat32, ReduceOp::kSum, o).wait();
+    ctx.barrier->wait();
+    EXPECT_EQ(fake->deviceAllocations(), blocks + 2) << "each rank's second call takes a block of its own";
+    open = true;
+    fake->drain(first.get());
+    ctx.comm.barrier().wait();
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(x[i], 2.0f * static_cast<float>(i % 100)) << i;
+      ASSERT_EQ(y[i], 200.0f + 2.0f * static_cast<float>(i % 50)) << i;
+    }
+  }, engine("auto"));
+}
+
 TEST(DeviceCompression, ErrorFeedbackIsCarriedAcrossCallsInDeviceMemory) {
   FakeDevice::Installed fake;
   runRanks(2, [&](RankContext& ctx) {
