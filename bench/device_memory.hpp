@@ -67,7 +67,10 @@ class DeviceMemory {
     if (device_) {
       void* p = nullptr;
       ok(cudaMalloc(&p, bytes), "cudaMalloc");
-      ok(cudaMemset(p, 0, bytes), "cudaMemset");
+      // On the tool's stream (non-blocking: it does not follow the legacy
+      // default stream), done before anything is written to the buffer.
+      ok(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync");
+      ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
       return static_cast<unsigned char*>(p);
     }
 #endif

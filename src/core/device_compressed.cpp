@@ -149,9 +149,6 @@ Work CommunicatorImpl::submitDirectCompressed(const std::shared_ptr<device::Devi
   const int p = size_;
   const DataType type = compressor->payloadType();
   const size_t slot = compressor->payloadBytes(n);
-  size_t capacity = 0;
-  void* payload = staging->acquireDevice(std::max(slot, dataTypeSize(type)), &capacity);
-  std::vector<std::pair<void*, size_t>> blocks{{payload, capacity}};
   float* residual = nullptr;
   if (compression::Residual* r = residualFor(spec, options, true)) {
     // Allocated (and zeroed on the caller's stream, ahead of this call's
@@ -163,6 +160,10 @@ Work CommunicatorImpl::submitDirectCompressed(const std::shared_ptr<device::Devi
       return owned;
     });
   }
+  // Taken last: a throw above leaves nothing behind.
+  size_t capacity = 0;
+  void* payload = staging->acquireDevice(std::max(slot, dataTypeSize(type)), &capacity);
+  std::vector<std::pair<void*, size_t>> blocks{{payload, capacity}};
   const bool prescale = spec.prescale;
   const bool avg = call.op == ReduceOp::kAvg;
   const auto* in = static_cast<const float*>(call.input);

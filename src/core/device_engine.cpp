@@ -261,9 +261,18 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
     op->seq = nextSeq_++;
   }
   op->signature.seq = op->seq;
-  queue(op->seq);
-  device::Event event = staging->takeEvent();
-  staging->runtime().record(event, stream);
+  device::Event event = nullptr;
+  try {
+    queue(op->seq);
+    event = staging->takeEvent();
+    staging->runtime().record(event, stream);
+  } catch (...) {
+    // What was queued may wait for peers that never match it: the group is
+    // aborted (the communicator fails too: the caller rejects the call).
+    // The blocks may be in use by what was queued: they are not reused.
+    comm->abort();
+    throw;
+  }
   logChoice(call, op->seq, algorithm, "device buffers, GRADCOMM_DEVICE_ENGINE=" + config_.deviceEngine);
   transport::Tag tag;
   tag.seq = op->seq;

@@ -55,9 +55,6 @@ void DeviceStaging::release(void* block, size_t capacity) {
 }
 
 void DeviceStaging::retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks) {
-  // An event alone may be recorded again at once (waits queued before keep
-  // the state they saw).
-  if (blocks.empty()) return giveEvent(event);
   {
     std::lock_guard<std::mutex> lock(mu_);
     retired_.push_back({event, std::move(blocks)});
@@ -126,7 +123,9 @@ StagedCall::~StagedCall() {
   // The copies read and write the pinned block: it goes back only once
   // they are done (they normally are: the Work waited for them).
   try {
-    if (!inputDone_.empty()) rt_.synchronize(inputDone_.back());
+    // Pooled events hold their previous owner's record until recorded
+    // again: only this call's own records are waited for.
+    if (inputsQueued_ && !inputDone_.empty()) rt_.synchronize(inputDone_.back());
     if (anyCopyBack_) rt_.synchronize(copiedBack_);
   } catch (...) {
     // A device error: the blocks may still be in use; leak them rather
@@ -228,8 +227,11 @@ class StagedSchedule final : public algorithms::Schedule {
       moved = true;
     }
     if (copied_) return moved;
-    // Not after done(): the copy back is reading the output.
-    if (!inner_->done()) moved = inner_->advance() || moved;
+    // At least once, and not after done(): the copy back is reading the output.
+    if (!innerAdvanced_ || !inner_->done()) {
+      innerAdvanced_ = true;
+      moved = inner_->advance() || moved;
+    }
     if (inner_->done()) {
       call_->copyBack(chunk_);
       copied_ = true;
@@ -252,6 +254,7 @@ class StagedSchedule final : public algorithms::Schedule {
   size_t chunk_;
   std::function<algorithms::SchedulePtr()> make_;
   algorithms::SchedulePtr inner_;
+  bool innerAdvanced_ = false;
   bool copied_ = false;
 };
 

@@ -47,9 +47,9 @@ class DeviceStaging {
   device::Event takeEvent();
   void giveEvent(device::Event event);
   /// Gives `blocks` and `event` back once `event` completed (the device
-  /// work after which it was recorded no longer uses the blocks): at once
-  /// when it has, else at a later acquireDevice() or takeEvent() that
-  /// finds it completed.
+  /// work after which it was recorded no longer uses the blocks, and the
+  /// pool holds no event with work pending): at once when it has, else at
+  /// a later acquireDevice() or takeEvent() that finds it completed.
   void retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks);
 
  private:

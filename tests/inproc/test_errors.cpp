@@ -1177,3 +1177,59 @@ TEST(Work, ASmallRdCallSendsItsSignatureWithItsDataAndNoCallCheck) {
     EXPECT_EQ(result[r][1], 3.0f);
   }
 }
+
+// ---- the engine and a schedule that finished before the call check --------
+
+namespace {
+
+/// Finished by its first advance; counts every advance.
+class DoneAtOnce final : public algorithms::Schedule {
+ public:
+  explicit DoneAtOnce(std::atomic<int>* advances) : advances_(advances) {}
+  bool advance() override {
+    ++*advances_;
+    return true;
+  }
+  bool done() const override { return advances_->load() > 0; }
+  std::string waitingFor() const override { return "nothing"; }
+
+ private:
+  std::atomic<int>* advances_;
+};
+
+}  // namespace
+
+// A schedule done before the ranks' calls are checked (a peer is late) waits
+// for the check without being advanced again: a finished algorithm may not
+// redo its last step (a reduction into an output a device copy is reading).
+TEST(Engine, AScheduleDoneBeforeTheCallCheckIsNotAdvancedAgain) {
+  std::atomic<int> advances[2] = {0, 0};
+  runRanks(2, [&](RankContext& ctx) {
+    if (ctx.rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto impl = ctx.comm.impl();
+    algorithms::CollectiveCall none;
+    none.collective = Collective::kBarrier;
+    auto op = detail::OperationState::create();
+    op->algorithm = "done-at-once";
+    op->signature = detail::callSignature(none, "done-at-once", {});
+    op->seq = 1000000;  // a number no call of the communicator takes
+    op->signature.seq = op->seq;
+    op->fingerprint = op->signature.fingerprint();
+    transport::Tag tag;
+    tag.seq = op->seq;
+    tag.fingerprint = op->fingerprint;
+    op->ctx = impl->runContext(none, tag);
+    op->call = none;
+    std::atomic<int>* mine = &advances[ctx.rank];
+    op->custom = [mine](const algorithms::RunContext&) {
+      return algorithms::makeSchedule<DoneAtOnce>(nullptr, mine);
+    };
+    op->customWhat = "done-at-once";
+    impl->engine().submit(op);
+    impl->engine().waitFor(*op, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    ASSERT_TRUE(op->finished());
+    op->rethrowIfFailed();
+  });
+  EXPECT_EQ(advances[0].load(), 1) << "rank 0 waited about 100 ms for rank 1's call";
+  EXPECT_EQ(advances[1].load(), 1);
+}

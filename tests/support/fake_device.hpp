@@ -15,6 +15,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -127,7 +128,7 @@ class FakeDevice final : public device::Runtime {
     }
     stream(s).push([e, gen] {
       std::lock_guard<std::mutex> lock(e->mu);
-      if (e->completed < gen) e->completed = gen;
+      e->completed.insert(gen);
       e->cv.notify_all();
     });
   }
@@ -140,19 +141,20 @@ class FakeDevice final : public device::Runtime {
     }
     stream(s).push([e, gen] {
       std::unique_lock<std::mutex> lock(e->mu);
-      e->cv.wait(lock, [&] { return e->completed >= gen; });
+      e->cv.wait(lock, [&] { return e->reached(gen); });
     });
   }
   bool done(device::Event ev) override {
     if (failNext_.exchange(false)) throw DeviceError("cudaEventQuery failed: cudaErrorIllegalAddress (fake device)");
     auto* e = static_cast<FakeEvent*>(ev);
     std::lock_guard<std::mutex> lock(e->mu);
-    return e->completed >= e->recorded;
+    return e->reached(e->recorded);
   }
   void synchronize(device::Event ev) override {
     auto* e = static_cast<FakeEvent*>(ev);
     std::unique_lock<std::mutex> lock(e->mu);
-    e->cv.wait(lock, [&] { return e->completed >= e->recorded; });
+    const uint64_t gen = e->recorded;
+    e->cv.wait(lock, [&] { return e->reached(gen); });
   }
   void copy(void* dst, const void* src, size_t bytes, device::Stream s) override {
     ++copies_;
@@ -254,10 +256,15 @@ class FakeDevice final : public device::Runtime {
     std::shared_ptr<compression::Compressor> cpu_;
     device::Stream stream_;
   };
+  /// As a CUDA event: a query, a synchronize or a stream's wait concerns
+  /// the record made last before it, whichever records complete later (a
+  /// record on another stream may complete first).
   struct FakeEvent {
     std::mutex mu;
     std::condition_variable cv;
-    uint64_t recorded = 0, completed = 0;
+    uint64_t recorded = 0;
+    std::set<uint64_t> completed;  ///< records whose work ran
+    bool reached(uint64_t gen) const { return gen == 0 || completed.count(gen) != 0; }
   };
   struct FakeStream {
     explicit FakeStream(int d) : device(d), worker([this] { run(); }) {}
