@@ -144,14 +144,17 @@ TEST(Device, RepeatedCallsReuseTheirPinnedMemoryDeviceMemoryAndEvents) {
     for (int i = 0; i < 30; ++i) step();
   }, smallChunks());
   // The first step's: per rank two pinned blocks (one per call), the
-  // payload's device block and the residual, and its events.
+  // payload's device block and the residual, and its events (about 25 a
+  // step: one per 4 KiB chunk and two per call). A call may start before
+  // the engine let go of the previous one (its waiter wakes first) and
+  // take one more: a few at most, never a step's worth.
   EXPECT_GE(pinned, 2);
   EXPECT_LE(pinned, 4);
   EXPECT_GE(device, 2);
-  EXPECT_GT(events, 0);
-  EXPECT_EQ(fake->pinnedAllocations(), pinned);
-  EXPECT_EQ(fake->deviceAllocations(), device);
-  EXPECT_EQ(fake->eventsCreated(), events);
+  EXPECT_GT(events, 20);
+  EXPECT_LE(fake->pinnedAllocations(), pinned + 2);
+  EXPECT_LE(fake->deviceAllocations(), device + 2);
+  EXPECT_LE(fake->eventsCreated(), events + 6);
 }
 
 // The engine may drive a finished chunk again while its call check is still
@@ -397,14 +400,15 @@ TEST(DeviceEngine, RanksOnDevicesOfTheirOwnRunEveryCollectiveOnNccl) {
       EXPECT_EQ(w.algorithm(), "nccl");
       EXPECT_TRUE(w.onDevice());
       // Its event goes back to the pool with the Work: the next calls
-      // create none.
+      // create none (but for one a rank may take before the engine let go
+      // of the previous call).
       w = Work();
       ctx.barrier->wait();
       const int events = fake->eventsCreated();
       ctx.barrier->wait();
-      for (int i = 0; i < 5; ++i) ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
+      for (int i = 0; i < 10; ++i) ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o).wait();
       ctx.barrier->wait();
-      EXPECT_EQ(fake->eventsCreated(), events);
+      EXPECT_LE(fake->eventsCreated(), events + p);
       int cases = 0;
       const std::string err = checkEveryCollectiveOn(
           ctx.comm, [&](size_t bytes) { return fake->allocate(device, bytes); }, {0, 1, 700}, &cases, stream.get());
@@ -854,6 +858,7 @@ TEST(DeviceCompression, ANcclCallsPayloadBlockOutlivesAWorkDroppedBeforeItsKerne
     o.compression = "fp16";
     o.stream = second.get();
     ctx.comm.allreduce(y, y, n, DataType::kFloat32, ReduceOp::kSum, o).wait();  // the engine is chosen
+    ctx.comm.barrier().wait();  // the engine let go of that call: its block is back
     for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 100), y[i] = 100.0f + static_cast<float>(i % 50);
     std::atomic<bool> open{false};
     if (ctx.rank == 1) {
