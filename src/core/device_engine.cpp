@@ -261,16 +261,21 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
     op->seq = nextSeq_++;
   }
   op->signature.seq = op->seq;
+  const std::string what = std::string(toString(call.collective)) + (label.empty() ? "" : "[" + label + "]") + " on NCCL";
   device::Event event = nullptr;
   try {
     queue(op->seq);
     event = staging->takeEvent();
     staging->runtime().record(event, stream);
-  } catch (...) {
+  } catch (const Error&) {
     // What was queued may wait for peers that never match it: the group is
     // aborted (the communicator fails too: the caller rejects the call).
     // The blocks may be in use by what was queued: they are not reused.
     comm->abort();
+    // A group that refused the call may have been aborted by another
+    // rank's failure: that reason, when it comes, is the error here.
+    engine_->throwIfFailed();
+    engine_->throwIfPeerAborted(std::chrono::seconds(1), what);
     throw;
   }
   logChoice(call, op->seq, algorithm, "device buffers, GRADCOMM_DEVICE_ENGINE=" + config_.deviceEngine);
@@ -284,7 +289,6 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
   op->custom = [](const algorithms::RunContext& ctx) {
     return algorithms::makeSchedule<CheckOnly>(ctx.workspace);
   };
-  const std::string what = std::string(toString(call.collective)) + (label.empty() ? "" : "[" + label + "]") + " on NCCL";
   op->customWhat = what;
   op->deviceDone =
       std::make_shared<DirectCall>(staging, event, std::move(blocks), comm, engine_, config_.timeout, what);
