@@ -25,6 +25,15 @@ const char* toString(MemoryKind memory);
 struct CompressArgs {
   float scale = 1.0f;  ///< pre-scaling factor (1/ranks for an average); summable compressors only, else must be 1
   uint64_t seed = 0;   ///< sampling seed of approximate top-k; vary it per step (exact results do not depend on it)
+  /// Rank `rank`'s arguments for collective number `seq` of `ranks` ranks:
+  /// every path of a compressed allreduce (host, staged, NCCL) uses these,
+  /// so that their results agree bit for bit.
+  static CompressArgs forCall(bool prescale, int ranks, uint64_t seq, int rank) {
+    CompressArgs a;
+    a.scale = prescale ? 1.0f / static_cast<float>(ranks) : 1.0f;
+    a.seed = seq * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rank);
+    return a;
+  }
 };
 
 /// Compresses float32 tensors into payloads and back.

@@ -44,7 +44,6 @@ class CompressedSchedule final : public Schedule {
         prescale_(spec.prescale && compressor_->summable()) {}
 
   bool advance() override {
-    if (done_) return false;
     bool moved = false;
     if (!innerSchedule_) {
       const auto t0 = Clock::now();
@@ -79,9 +78,7 @@ class CompressedSchedule final : public Schedule {
     const int r = ctx_.transport->rank();
     slotBytes_ = compressor_->payloadBytes(n);
     const DataType type = compressor_->payloadType();
-    compression::CompressArgs args;
-    args.scale = prescale_ ? 1.0f / static_cast<float>(p) : 1.0f;
-    args.seed = ctx_.tag.seq * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r);
+    const auto args = compression::CompressArgs::forCall(prescale_, p, ctx_.tag.seq, r);
     const auto* in = static_cast<const float*>(call_.input);
     float* residual = residual_ ? residual_->data(n) : nullptr;
     CollectiveCall innerCall;

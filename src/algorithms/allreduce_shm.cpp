@@ -195,7 +195,6 @@ class ShmAllreduceSchedule final : public Schedule {
   // Small messages: stage everything, then reduce everything. Up to
   // Mailbox::kInlineBytes travel inside the mailbox cache line itself.
   bool advanceDirect() {
-    if (done()) return false;
     bool moved = false;
     const int b = buf(0);
     const uint64_t rid = id(0);

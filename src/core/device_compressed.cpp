@@ -30,6 +30,34 @@ namespace gradcomm::detail {
 
 using algorithms::CollectiveCall;
 
+namespace {
+
+/// The tensor's residual in memory of `device`, or null without one:
+/// allocated by the tensor's first device call and zeroed on `compressOn`
+/// (the stream its compress runs on) ahead of it.
+float* deviceResidual(compression::Residual* residual, size_t n, int device, device::Runtime& rt,
+                      device::Stream compressOn) {
+  if (!residual) return nullptr;
+  return residual->deviceData(n, device, [&rt, device, compressOn](size_t bytes) {
+    void* q = rt.allocateDevice(device, bytes);
+    std::shared_ptr<void> owned(q, [keep = device::sharedRuntime()](void* x) { keep->freeDevice(x); });
+    rt.zero(q, bytes, compressOn);
+    return owned;
+  });
+}
+
+/// As the host path: pre-scaled values summed to the average (a sum is
+/// scaled back); otherwise avg divides. Queued on `s`.
+void scaleAfterSum(device::Runtime& rt, float* out, size_t n, int ranks, bool prescale, bool avg, device::Stream s) {
+  if (prescale && !avg) {
+    rt.multiply(out, n, static_cast<float>(ranks), s);
+  } else if (!prescale && avg && n) {
+    rt.divide(out, n, static_cast<float>(ranks), s);
+  }
+}
+
+}  // namespace
+
 Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const compression::Spec& spec,
                                               const CollectiveOptions& options, int device) {
   // Top-k's decompression reads each payload's count on the host (a wait
@@ -60,17 +88,8 @@ Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const 
   sig.inPlace = true;
   CompressedChoice choice;
   auto op = compressedOperation(sig, spec, options, true, &choice);
-  float* residual = nullptr;
-  if (choice.residual) {
-    // Allocated (and zeroed on the to-host stream, ahead of this call's
-    // compress) by the first device call of the tensor.
-    residual = choice.residual->deviceData(n, device, [rt, staging, device](size_t residualBytes) {
-      void* q = rt->allocateDevice(device, residualBytes);
-      std::shared_ptr<void> owned(q, [keep = device::sharedRuntime()](void* x) { keep->freeDevice(x); });
-      rt->zero(q, residualBytes, staging->toHost());
-      return owned;
-    });
-  }
+  // Compress runs on the to-host stream.
+  float* residual = deviceResidual(choice.residual, n, device, *rt, staging->toHost());
 
   auto staged = std::make_shared<StagedCall>(staging, bytes);
   char* payloads = static_cast<char*>(staged->deviceBlock(bytes));
@@ -84,9 +103,7 @@ Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const 
   staged->chunks().push_back(c);
 
   const bool prescale = spec.prescale && summable;
-  compression::CompressArgs args;
-  args.scale = prescale ? 1.0f / static_cast<float>(p) : 1.0f;
-  args.seed = op->seq * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r);
+  const auto args = compression::CompressArgs::forCall(prescale, p, op->seq, r);
   const auto* in = static_cast<const float*>(call.input);
   auto* out = static_cast<float*>(call.output);
   const bool avg = call.op == ReduceOp::kAvg;
@@ -96,13 +113,7 @@ Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const 
       },
       [decompressor, rt, out, n, payloads, slot, prescale, avg, p](device::Stream s) {
         compression::decompressAll(*decompressor, payloads, slot, p, out, n);
-        // As the host path: pre-scaled values summed to the average (a sum
-        // is scaled back); otherwise avg divides.
-        if (prescale && !avg) {
-          rt->multiply(out, n, static_cast<float>(p), s);
-        } else if (!prescale && avg && n) {
-          rt->divide(out, n, static_cast<float>(p), s);
-        }
+        scaleAfterSum(*rt, out, n, p, prescale, avg, s);
       });
   staged->start(options.stream);
 
@@ -149,17 +160,7 @@ Work CommunicatorImpl::submitDirectCompressed(const std::shared_ptr<device::Devi
   const int p = size_;
   const DataType type = compressor->payloadType();
   const size_t slot = compressor->payloadBytes(n);
-  float* residual = nullptr;
-  if (compression::Residual* r = residualFor(spec, options, true)) {
-    // Allocated (and zeroed on the caller's stream, ahead of this call's
-    // compress) by the first device call of the tensor.
-    residual = r->deviceData(n, device, [rt, device, stream](size_t residualBytes) {
-      void* q = rt->allocateDevice(device, residualBytes);
-      std::shared_ptr<void> owned(q, [keep = device::sharedRuntime()](void* x) { keep->freeDevice(x); });
-      rt->zero(q, residualBytes, stream);
-      return owned;
-    });
-  }
+  float* residual = deviceResidual(residualFor(spec, options, true), n, device, *rt, stream);
   // Taken last: a throw above leaves nothing behind.
   size_t capacity = 0;
   void* payload = staging->acquireDevice(std::max(slot, dataTypeSize(type)), &capacity);
@@ -171,17 +172,10 @@ Work CommunicatorImpl::submitDirectCompressed(const std::shared_ptr<device::Devi
   return submitDirectOperation(comm, call, spec.toString(), options, device, [&](uint64_t seq) {
     // As the staged and host paths: the same scale and seed, the payloads
     // summed, then the avg division or the pre-scale correction in float32.
-    compression::CompressArgs args;
-    args.scale = prescale ? 1.0f / static_cast<float>(p) : 1.0f;
-    args.seed = seq * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rank_);
-    compressor->compress(in, residual, n, payload, args);
+    compressor->compress(in, residual, n, payload, compression::CompressArgs::forCall(prescale, p, seq, rank_));
     comm->allreduce(payload, payload, slot / dataTypeSize(type), type, ReduceOp::kSum, stream);
     compressor->decompress(payload, out, n);
-    if (prescale && !avg) {
-      rt->multiply(out, n, static_cast<float>(p), stream);
-    } else if (!prescale && avg && n) {
-      rt->divide(out, n, static_cast<float>(p), stream);
-    }
+    scaleAfterSum(*rt, out, n, p, prescale, avg, stream);
   }, std::move(blocks));
 }
 

@@ -274,7 +274,6 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
     comm->abort();
     // A group that refused the call may have been aborted by another
     // rank's failure: that reason, when it comes, is the error here.
-    engine_->throwIfFailed();
     engine_->throwIfPeerAborted(std::chrono::seconds(1), what);
     throw;
   }
