@@ -227,6 +227,19 @@ void expectOnCallerAndRemoteElsewhere(const Outcome& out, int caller, ErrorCode 
   }
 }
 
+/// Two ranks, one device failure: the rank that met it has a DeviceError
+/// naming `cuda`, the other a RemoteError naming it too; both within 6 s.
+void expectOneDeviceErrorAndItsRemote(const Outcome& out, const std::string& cuda) {
+  int device = 0, remote = 0;
+  for (size_t r = 0; r < 2; ++r) {
+    device += out.code[r] == static_cast<int>(ErrorCode::kDevice) && contains(out.what[r], cuda);
+    remote += out.code[r] == static_cast<int>(ErrorCode::kRemote) && contains(out.what[r], cuda);
+    EXPECT_LT(out.seconds[r], 6.0) << r;
+  }
+  EXPECT_EQ(device, 1) << out.what[0] << "\n" << out.what[1];
+  EXPECT_EQ(remote, 1) << out.what[0] << "\n" << out.what[1];
+}
+
 }  // namespace
 
 TEST(DeviceErrors, HostAndDeviceBuffersMixedInOneCall) {
@@ -360,14 +373,7 @@ TEST(DeviceErrors, ADeviceErrorFailsTheCallOnEveryRankWithoutAHang) {
     ctx.comm.barrier().wait();
     ctx.comm.allreduce(a, a, 4096, DataType::kFloat32, ReduceOp::kSum).wait();
   }, quick("8s"));
-  int device = 0, remote = 0;
-  for (size_t r = 0; r < 2; ++r) {
-    device += out.code[r] == static_cast<int>(ErrorCode::kDevice) && contains(out.what[r], "cudaErrorIllegalAddress");
-    remote += out.code[r] == static_cast<int>(ErrorCode::kRemote) && contains(out.what[r], "cudaErrorIllegalAddress");
-    EXPECT_LT(out.seconds[r], 6.0) << r;
-  }
-  EXPECT_EQ(device, 1) << out.what[0] << "\n" << out.what[1];
-  EXPECT_EQ(remote, 1) << out.what[0] << "\n" << out.what[1];
+  expectOneDeviceErrorAndItsRemote(out, "cudaErrorIllegalAddress");
 }
 
 // ---- the NCCL engine ----------------------------------------------------------
@@ -967,12 +973,5 @@ TEST(DeviceCompressionErrors, ADeviceErrorDuringCompressionFailsTheCallOnEveryRa
     ctx.comm.barrier().wait();
     ctx.comm.allreduce(a, a, 4096, DataType::kFloat32, ReduceOp::kSum, o).wait();
   }, quick("8s"));
-  int device = 0, remote = 0;
-  for (size_t r = 0; r < 2; ++r) {
-    device += out.code[r] == static_cast<int>(ErrorCode::kDevice) && contains(out.what[r], "cudaErrorLaunchFailure");
-    remote += out.code[r] == static_cast<int>(ErrorCode::kRemote) && contains(out.what[r], "cudaErrorLaunchFailure");
-    EXPECT_LT(out.seconds[r], 6.0) << r;
-  }
-  EXPECT_EQ(device, 1) << out.what[0] << "\n" << out.what[1];
-  EXPECT_EQ(remote, 1) << out.what[0] << "\n" << out.what[1];
+  expectOneDeviceErrorAndItsRemote(out, "cudaErrorLaunchFailure");
 }
