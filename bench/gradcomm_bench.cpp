@@ -538,7 +538,7 @@ struct Buffers {
       out.push_back(gMemory.allocate(outB));
     }
   }
-  /// Fills every set's input with `fill`'s host values (`elems` of `elem` bytes).
+  /// Fills every set's input with the `bytes` that `fill` writes in host memory.
   template <typename F> void fillInputs(size_t bytes, F&& fill) {
     std::vector<unsigned char> host(std::max<size_t>(bytes, 1));
     fill(host.data());
@@ -834,19 +834,19 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
       if (last.valid()) ran = last.algorithm();
     }
 
-    // One checked call: `fill` writes this rank's input (g.inElems, or an
-    // in-place allgather's own part) in host memory; the call's input goes
-    // where the layout reads it, and its result comes back to the host.
+    // One checked call: `fill` writes this rank's g.inElems input values in
+    // host memory; they go where the layout reads them, and the result
+    // comes back to `host`.
     const size_t resultBytes = (coll == Collective::kReduceScatter ? g.count : g.outElems) * elem;
-    std::vector<unsigned char> host(std::max({b.inBytes, b.outBytes, size_t{1}}));
-    auto checkedCall = [&](const std::function<void(void*, size_t)>& fill) {
+    std::vector<unsigned char> host;
+    auto checkedCall = [&](const std::function<void(void*)>& fill) {
+      host.resize(std::max({b.inBytes, b.outBytes, size_t{1}}));
       auto [in, out] = callBuffers(ctx, b, 0, inPlace, g, elem);
-      // In place, the input is read from the output buffer (an allgather:
-      // this rank's part of it).
-      const bool ownPart = inPlace && coll == Collective::kAllgather;
-      const size_t n = ownPart ? g.count : g.inElems;
-      fill(host.data(), n);
-      gMemory.upload(inPlace && !ownPart ? b.out[0] : in, host.data(), n * elem);
+      fill(host.data());
+      // In place the input is read from the output buffer (an allgather's
+      // from this rank's part of it, where callBuffers put `in`).
+      const bool fromOutput = inPlace && coll != Collective::kAllgather;
+      gMemory.upload(fromOutput ? b.out[0] : in, host.data(), g.inElems * elem);
       call(0, in, out);
       gMemory.download(host.data(), out, resultBytes);
       // Restore plausible data for the next timed runs.
@@ -855,18 +855,16 @@ std::vector<Row> runSize(const Context& ctx, const std::string& algo, const std:
     long long wrong = 0;
     if (ctx.args.check && !isBaseline && lossy) wrong = -1;  // top-k is lossy by design: not checked
     if (ctx.args.check && !isBaseline && !lossy) {
-      checkedCall([&](void* h, size_t n) {
-        for (size_t i = 0; i < n; ++i) store(t, h, i, baseValue(i, gRank, op));
-      });
+      checkedCall([&](void* h) { fillInput(ctx, t, op, g, h); });
       wrong = ctx.control.sum(countWrong(ctx, t, op, g, host.data()));
     }
     uint64_t digest = 0;
     if (ctx.args.digest && !isBaseline) {
       // Values of mixed magnitudes, so that sums in another order round
       // differently: equal digests mean the same order of operations.
-      checkedCall([&](void* h, size_t n) {
+      checkedCall([&](void* h) {
         uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(gRank + 1);
-        for (size_t i = 0; i < n; ++i) {
+        for (size_t i = 0; i < g.inElems; ++i) {
           x ^= x << 13, x ^= x >> 7, x ^= x << 17;
           const double v =
               (static_cast<double>(x >> 11) * 0x1.0p-53 * 2 - 1) * std::ldexp(1.0, static_cast<int>(x & 15) - 8);

@@ -250,7 +250,8 @@ bench::DeviceMemory gMemory;
 /// The value every gradient of `rank` holds at `step`.
 float gradientValue(int rank, int step) { return static_cast<float>(rank + 1) * 0.5f + static_cast<float>(step); }
 
-// Busy work that also writes the gradient: returns when `until` is reached.
+// Busy work (or, with `sleep`, a wait) that also writes the gradient: returns
+// when `until` is reached. Device runs always sleep (main sets --compute sleep).
 // Device gradients are written on the stream from `pattern` (n values of
 // this step's gradientValue, in host memory).
 void backwardLayer(float* grad, size_t n, int rank, int step, Clock::time_point until, bool sleep,
@@ -261,7 +262,7 @@ void backwardLayer(float* grad, size_t n, int rank, int step, Clock::time_point 
     const float v = gradientValue(rank, step);
     for (size_t i = 0; i < n; ++i) grad[i] = v;
   }
-  if (sleep || gMemory.device()) {
+  if (sleep) {
     std::this_thread::sleep_until(until);
     return;
   }
