@@ -23,9 +23,16 @@ DeviceStaging::~DeviceStaging() {
   for (auto& [capacity, block] : pinned_) runtime_->freePinned(block);
   for (auto& [capacity, block] : deviceBlocks_) runtime_->freeDevice(block);
   for (device::Event e : events_) runtime_->destroyEvent(e);
-  // The context ends: whatever retired calls still hold goes with it.
+  // The context ends: what retired calls hold goes with it once the copies
+  // and kernels using it ran (after a device error it is left alone).
   for (Retired& r : retired_) {
+    try {
+      runtime_->synchronize(r.event);
+    } catch (...) {
+      continue;
+    }
     for (auto& [block, capacity] : r.blocks) runtime_->freeDevice(block);
+    if (r.pinned) runtime_->freePinned(r.pinned);
     runtime_->destroyEvent(r.event);
   }
   runtime_->destroyStream(toHost_);
@@ -43,6 +50,7 @@ void* DeviceStaging::takeCached(Blocks& blocks, size_t bytes, size_t* capacity) 
 }
 
 void* DeviceStaging::acquire(size_t bytes, size_t* capacity) {
+  reap();
   if (void* block = takeCached(pinned_, bytes, capacity)) return block;
   *capacity = bytes;
   return runtime_->allocatePinned(bytes);
@@ -54,10 +62,11 @@ void DeviceStaging::release(void* block, size_t capacity) {
   pinned_.emplace(capacity, block);
 }
 
-void DeviceStaging::retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks) {
+void DeviceStaging::retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks, void* pinned,
+                           size_t pinnedCapacity) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    retired_.push_back({event, std::move(blocks)});
+    retired_.push_back({event, std::move(blocks), pinned, pinnedCapacity});
   }
   reap();
 }
@@ -76,6 +85,7 @@ void DeviceStaging::reap() {
       continue;
     }
     for (auto& [block, capacity] : retired_[i].blocks) deviceBlocks_.emplace(capacity, block);
+    if (retired_[i].pinned) pinned_.emplace(retired_[i].pinnedCapacity, retired_[i].pinned);
     events_.push_back(retired_[i].event);
     retired_[i] = std::move(retired_.back());
     retired_.pop_back();
@@ -120,13 +130,24 @@ StagedCall::StagedCall(std::shared_ptr<DeviceStaging> staging, size_t hostBytes)
 }
 
 StagedCall::~StagedCall() {
-  // The copies read and write the pinned block: it goes back only once
-  // they are done (they normally are: the Work waited for them).
+  // The copies read and write the pinned block and the device work uses the
+  // device blocks: they go back once that is done. Usually it is (the Work
+  // waited); otherwise the blocks retire behind one event on the to-device
+  // stream that follows both directions' copies, so that whichever thread
+  // drops the last reference (the progress thread included) never waits.
+  // Pooled events hold their previous owner's record until recorded again:
+  // only this call's own records are asked.
   try {
-    // Pooled events hold their previous owner's record until recorded
-    // again: only this call's own records are waited for.
-    if (inputsQueued_ && !inputDone_.empty()) rt_.synchronize(inputDone_.back());
-    if (anyCopyBack_) rt_.synchronize(copiedBack_);
+    const bool inputsPending = inputsQueued_ && !rt_.done(inputDone_.back());
+    const bool copiesPending = anyCopyBack_ && !rt_.done(copiedBack_);
+    if (inputsPending || copiesPending) {
+      if (inputsPending) rt_.streamWait(staging_->toDevice(), inputDone_.back());
+      rt_.record(copiedBack_, staging_->toDevice());
+      staging_->retire(copiedBack_, std::move(deviceBlocks_), host_, capacity_);
+      copiedBack_ = nullptr;
+      host_ = nullptr;
+      deviceBlocks_.clear();
+    }
   } catch (...) {
     // A device error: the blocks may still be in use; leak them rather
     // than reuse them (the events are only recorded again).

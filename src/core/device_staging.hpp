@@ -46,11 +46,14 @@ class DeviceStaging {
   /// queued on streams before keep the state they saw, as with CUDA).
   device::Event takeEvent();
   void giveEvent(device::Event event);
-  /// Gives `blocks` and `event` back once `event` completed (the device
-  /// work after which it was recorded no longer uses the blocks, and the
-  /// pool holds no event with work pending): at once when it has, else at
-  /// a later acquireDevice() or takeEvent() that finds it completed.
-  void retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks);
+  /// Gives `blocks` (device memory), `pinned` (a pinned block of
+  /// `pinnedCapacity`, or null) and `event` back once `event` completed
+  /// (the device work after which it was recorded no longer uses the
+  /// blocks, and the pool holds no event with work pending): at once when
+  /// it has, else at a later acquire, acquireDevice() or takeEvent() that
+  /// finds it completed. Nobody waits for it.
+  void retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks, void* pinned = nullptr,
+              size_t pinnedCapacity = 0);
 
  private:
   using Blocks = std::multimap<size_t, void*>;  // capacity -> block
@@ -62,6 +65,8 @@ class DeviceStaging {
   struct Retired {
     device::Event event;
     std::vector<std::pair<void*, size_t>> blocks;
+    void* pinned;
+    size_t pinnedCapacity;
   };
 
   std::shared_ptr<device::Runtime> runtime_;

@@ -210,6 +210,70 @@ TEST(Device, AFinishedChunkIsNotAdvancedAgainNorCopiedBackTwice) {
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], 2.0f * static_cast<float>(i)) << i;
 }
 
+// A call dropped while its copies still run (a Work dropped unwaited, a
+// failed call) must neither wait for them on the dropping thread (often the
+// progress thread) nor lend its pinned block to the next call before the
+// copies are done with it.
+TEST(Device, ADroppedCallNeitherWaitsForItsCopiesNorLendsItsBlockBeforeThem) {
+  FakeDevice::Installed fake;
+  const auto slow = std::chrono::milliseconds(300);
+  fake->setCopyDelay(slow, slow);
+  auto staging = std::make_shared<detail::DeviceStaging>(fake.fake, 0);
+  constexpr size_t n = 256;
+  constexpr size_t bytes = n * sizeof(float);
+  float* d = fake->allocate<float>(0, n);
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<float>(i);
+  auto newCall = [&] {
+    auto call = std::make_shared<detail::StagedCall>(staging, bytes);
+    auto* host = reinterpret_cast<float*>(call->host());
+    call->chunks().push_back({d, host, bytes, host, d, bytes});
+    call->start(nullptr);
+    return call;
+  };
+  const double halfSlowMs = slow.count() / 2.0;
+  auto dropTimed = [](std::shared_ptr<detail::StagedCall>& call) {  // in ms
+    const auto t0 = std::chrono::steady_clock::now();
+    call.reset();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+
+  // 1. Copied back, the copy back still running.
+  auto call = newCall();
+  char* first = call->host();
+  int advances = 0;
+  auto schedule = detail::stagedSchedule(call, 0, [&] {
+    return algorithms::makeSchedule<DoubleOnce>(nullptr, reinterpret_cast<float*>(first), n, &advances);
+  });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!schedule->done() && std::chrono::steady_clock::now() < deadline) schedule->advance();
+  ASSERT_TRUE(schedule->done());
+  schedule.reset();
+  EXPECT_LT(dropTimed(call), halfSlowMs);
+  const int pinned = fake->pinnedAllocations();
+  auto next = newCall();
+  EXPECT_NE(next->host(), first) << "the block was lent while its copy back read it";
+  EXPECT_EQ(fake->pinnedAllocations(), pinned + 1);
+  next.reset();
+  fake->drain(staging->toDevice());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], 2.0f * static_cast<float>(i)) << i;
+
+  // 2. Inputs queued, never copied back (a call that failed mid-way).
+  call = newCall();
+  call->copyInputs();
+  char* second = call->host();
+  EXPECT_LT(dropTimed(call), halfSlowMs);
+  next = newCall();
+  EXPECT_NE(next->host(), second) << "the block was lent while the copy to the host wrote it";
+  next.reset();
+
+  // Once the copies ran, the retired blocks serve later calls again.
+  fake->drain(staging->toHost());
+  fake->drain(staging->toDevice());
+  const int settled = fake->pinnedAllocations();
+  for (int i = 0; i < 3; ++i) newCall();
+  EXPECT_EQ(fake->pinnedAllocations(), settled);
+}
+
 // ---- bad input: an error that names the problem on the caller, and a
 // RemoteError (never a hang) on the others ---------------------------------
 
