@@ -441,22 +441,15 @@ uint32_t CommunicatorImpl::agreeOnGroupId(const std::vector<int>& members) {
     // the group-forming id. Every exchange of it has the same tags, so
     // exchanges between two ranks pair up in the order both issue them.
     auto forming = std::make_shared<transport::GroupTransport>(engine_->transport(), members, Context::kFormingGroup);
+    closePointToPoint();  // a collective of the members: later transfers run after it
     CollectiveCall call;
     call.collective = Collective::kAllgather;
     call.type = DataType::kUInt8;
     call.count = kRecordBytes;
-    call.input = mine.data();
-    call.output = all.data();
-    closePointToPoint();  // a collective of the members: later transfers run after it
-    const algorithms::Algorithm* ring = algorithms::findAlgorithm(Collective::kAllgather, "ring");
-    const transport::CallSignature signature = callSignature(call, ring->name(), {});
+    const transport::CallSignature signature = callSignature(call, "ring", {});
     transport::Tag tag;
     tag.fingerprint = signature.fingerprint() ^ static_cast<uint32_t>(listHash ^ (listHash >> 32));
-    algorithms::RunContext ctx = runContext(call, tag);
-    ctx.transport = forming.get();
-    auto op = OperationState::forCall(ring, call, ctx, signature, kRecordBytes * n);
-    engine_->submit(op);
-    Work(op).wait();
+    internalAllgather(mine.data(), all.data(), kRecordBytes, signature, tag, forming.get());
     for (size_t m = 0; m < n; ++m) {
       if (std::memcmp(all.data() + m * kRecordBytes + kIdBytes, &listHash, sizeof listHash) != 0) {
         throw InvalidArgument("the members passed different lists of ranks (group rank " + std::to_string(m) +
@@ -482,6 +475,26 @@ uint32_t CommunicatorImpl::agreeOnGroupId(const std::vector<int>& members) {
   throw UnsupportedError("a group cannot be formed: some member already has " +
                          std::to_string(Context::kMaxGroups - 2) +
                          " communicators split from its first one (destroy some first)");
+}
+
+void CommunicatorImpl::internalAllgather(const void* mine, void* all, size_t bytes,
+                                         const transport::CallSignature& signature, const transport::Tag& tag,
+                                         transport::Transport* over) {
+  transport::Transport* t = over ? over : transport_;
+  CollectiveCall call;
+  call.collective = Collective::kAllgather;
+  call.type = DataType::kUInt8;
+  call.count = bytes;
+  call.input = mine;
+  call.output = all;
+  call.inPlace = mine == static_cast<const char*>(all) + bytes * static_cast<size_t>(t->rank());
+  algorithms::RunContext ctx = runContext(call, tag);
+  ctx.transport = t;
+  auto op = OperationState::forCall(algorithms::findAlgorithm(Collective::kAllgather, "ring"), call, ctx, signature,
+                                    bytes * static_cast<size_t>(t->size()));
+  if (!over) noteQueued(op);
+  engine_->submit(op);
+  Work(op).wait();
 }
 
 std::shared_ptr<CommunicatorImpl> CommunicatorImpl::subgroup(const std::vector<int>& ranks) {

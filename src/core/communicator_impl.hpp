@@ -240,6 +240,13 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// An allgather of `bytes` per rank among this communicator's ranks, run
   /// in `call`'s place and checked as `call` (the engine choice's exchanges).
   std::vector<char> exchangeForDeviceCall(const algorithms::CollectiveCall& call, const void* mine, size_t bytes);
+  /// The library's own exchanges (a group's id, the device engine's
+  /// choice): a ring allgather of `bytes` per rank from `mine` into `all`
+  /// (rank order; `mine` may be this rank's place in it) over `over` (null:
+  /// this communicator's transport), checked as `signature`, run by the
+  /// engine and waited for.
+  void internalAllgather(const void* mine, void* all, size_t bytes, const transport::CallSignature& signature,
+                         const transport::Tag& tag, transport::Transport* over);
 
   /// The selector's choice and the fingerprint of recent call signatures
   /// (they do not depend on the buffers): repeated calls skip both.

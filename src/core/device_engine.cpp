@@ -129,14 +129,6 @@ std::vector<char> CommunicatorImpl::exchangeForDeviceCall(const CollectiveCall& 
   std::vector<char> all(bytes * static_cast<size_t>(size_));
   std::memcpy(all.data() + bytes * static_cast<size_t>(rank_), mine, bytes);
   if (size_ == 1) return all;
-  CollectiveCall x;
-  x.collective = Collective::kAllgather;
-  x.type = DataType::kUInt8;
-  x.count = bytes;
-  x.input = all.data() + bytes * static_cast<size_t>(rank_);
-  x.output = all.data();
-  x.inPlace = true;
-  const algorithms::Algorithm* ring = algorithms::findAlgorithm(Collective::kAllgather, "ring");
   // Checked as the caller's call: a rank whose call differs (a host call,
   // another count) fails here with the difference named.
   transport::CallSignature signature = callSignature(call, "engine-choice", {});
@@ -148,10 +140,7 @@ std::vector<char> CommunicatorImpl::exchangeForDeviceCall(const CollectiveCall& 
   transport::Tag tag;
   tag.seq = signature.seq;
   tag.fingerprint = signature.fingerprint();
-  auto op = OperationState::forCall(ring, x, runContext(x, tag), signature, all.size());
-  noteQueued(op);
-  engine_->submit(op);
-  Work(op).wait();
+  internalAllgather(all.data() + bytes * static_cast<size_t>(rank_), all.data(), bytes, signature, tag, nullptr);
   return all;
 }
 
