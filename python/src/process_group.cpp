@@ -105,6 +105,34 @@ at::Tensor slab(const at::Tensor& flat, int64_t offset, const at::Tensor& like) 
   return flat.narrow(0, offset, like.numel()).view(like.sizes());
 }
 
+/// Copies `parts` one after another into the leading elements of `flat`.
+void flattenInto(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
+  int64_t offset = 0;
+  for (const auto& t : parts) {
+    slab(flat, offset, t).copy_(t);
+    offset += t.numel();
+  }
+}
+
+/// The reverse: fills `parts` one after another from `flat`.
+void unflattenFrom(const at::Tensor& flat, const std::vector<at::Tensor>& parts) {
+  int64_t offset = 0;
+  for (const auto& t : parts) {
+    t.copy_(slab(flat, offset, t));
+    offset += t.numel();
+  }
+}
+
+/// Adds to `finish` the copy of `from` into `to` where the call ran on a
+/// contiguous copy of `to` (they are not one tensor).
+void addCopyBack(std::function<void()>& finish, const at::Tensor& to, const at::Tensor& from) {
+  if (from.is_same(to)) return;
+  finish = [prev = std::move(finish), to, from] {
+    if (prev) prev();
+    to.copy_(from);
+  };
+}
+
 int64_t toNs(Clock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); }
 
 std::string perRankPath(const std::string& base, int rank) {
@@ -578,6 +606,30 @@ void ProcessGroupGradcomm::checkRoot(const std::string& what, int64_t rootRank, 
   }
 }
 
+void ProcessGroupGradcomm::checkPerRank(const std::string& what, const std::vector<at::Tensor>& list,
+                                        const at::Tensor& like, const std::string& role, CallDevice& call) {
+  if (static_cast<int>(list.size()) != size_) {
+    reject(what, "the " + role + " list has " + std::to_string(list.size()) + " tensors; it needs one per rank (" +
+                     std::to_string(size_) + ")");
+  }
+  for (const auto& t : list) {
+    checkTensor(what, t, call);
+    if (t.numel() != like.numel() || t.scalar_type() != like.scalar_type()) {
+      reject(what, role + " tensor " + describeTensor(t) + " does not match the " +
+                       (role == "output" ? "input " : "output ") + describeTensor(like));
+    }
+  }
+}
+
+void ProcessGroupGradcomm::checkWorldTimes(const std::string& what, const at::Tensor& big, const std::string& bigRole,
+                                           const at::Tensor& small, const std::string& smallRole, int64_t index) {
+  if (big.numel() == size_ * small.numel() && big.scalar_type() == small.scalar_type()) return;
+  const std::string i = index < 0 ? "" : " " + std::to_string(index);
+  reject(what, (index < 0 ? "the " : "") + bigRole + i + " " + describeTensor(big) + " must hold world_size (" +
+                   std::to_string(size_) + ") times " + (index < 0 ? "the " : "") + smallRole + i + " " +
+                   describeTensor(small) + " of the same dtype");
+}
+
 // ---- collectives ------------------------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce(std::vector<at::Tensor>& tensors,
@@ -597,7 +649,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce(std::vector<at::T
   Pending p = pending(what, c10d::OpType::ALLREDUCE, std::vector<at::Tensor>{t}, call);
   p.bytes = t.nbytes();
   p.ops.push_back(comm_.allreduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), dt, op, callOptions(call)));
-  if (!buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
+  addCopyBack(p.finish, t, buf);
   p.keep = {t, buf};
   return enqueue(std::move(p));
 }
@@ -628,7 +680,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduceCompressed(at::Ten
   } catch (const Error& e) {
     TORCH_CHECK(false, "gradcomm backend: ", what, ": ", e.what());
   }
-  if (!buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
+  addCopyBack(p.finish, t, buf);
   p.keep = {t, buf};
   p.keepOther = feedback;
   return enqueue(std::move(p));
@@ -654,23 +706,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allreduce_coalesced(
   dt = reductionType(what, tensors[0], opts.reduceOp, &op);
   // One collective for all of them: flatten, reduce, copy back.
   at::Tensor flat = scratch(total, tensors[0].options());
-  int64_t offset = 0;
-  for (const auto& t : tensors) {
-    slab(flat, offset, t).copy_(t);
-    offset += t.numel();
-  }
+  flattenInto(flat, tensors);
   Pending p = pending(what, c10d::OpType::ALLREDUCE_COALESCED, tensors, call);
   p.bytes = flat.nbytes();
   p.ops.push_back(comm_.allreduce(flat.data_ptr(), flat.data_ptr(), static_cast<size_t>(total), dt, op,
                                   callOptions(call)));
   std::vector<at::Tensor> outs = tensors;
-  p.finish = [outs, flat] {
-    int64_t off = 0;
-    for (const auto& t : outs) {
-      t.copy_(slab(flat, off, t));
-      off += t.numel();
-    }
-  };
+  p.finish = [outs, flat] { unflattenFrom(flat, outs); };
   p.keep = tensors;
   p.keep.push_back(flat);
   return enqueue(std::move(p));
@@ -693,7 +735,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::broadcast(std::vector<at::T
   p.bytes = t.nbytes();
   p.ops.push_back(comm_.broadcast(buf.data_ptr(), buf.data_ptr(), m.count, m.type, static_cast<int>(opts.rootRank),
                                   callOptions(call)));
-  if (!buf.is_same(t) && rank_ != opts.rootRank) p.finish = [t, buf] { t.copy_(buf); };
+  if (rank_ != opts.rootRank) addCopyBack(p.finish, t, buf);
   p.keep = {t, buf};
   return enqueue(std::move(p));
 }
@@ -717,7 +759,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce(std::vector<at::Tens
   p.bytes = t.nbytes();
   p.ops.push_back(comm_.reduce(buf.data_ptr(), root ? buf.data_ptr() : nullptr, buf.numel(), dt, op,
                                static_cast<int>(opts.rootRank), callOptions(call)));
-  if (root && !buf.is_same(t)) p.finish = [t, buf] { t.copy_(buf); };
+  if (root) addCopyBack(p.finish, t, buf);
   p.keep = {t, buf};
   return enqueue(std::move(p));
 }
@@ -734,25 +776,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather(std::vector<std::
   at::Tensor in = inputs[0];
   checkTensor(what, in, call);
   std::vector<at::Tensor> outs = outputs[0];
-  if (static_cast<int>(outs.size()) != size_) {
-    reject(what, "the output list has " + std::to_string(outs.size()) + " tensors; it needs one per rank (" +
-                     std::to_string(size_) + ")");
-  }
-  for (const auto& o : outs) {
-    checkTensor(what, o, call);
-    if (o.numel() != in.numel() || o.scalar_type() != in.scalar_type()) {
-      reject(what, "output tensor " + describeTensor(o) + " does not match the input " + describeTensor(in));
-    }
-  }
+  checkPerRank(what, outs, in, "output", call);
   at::Tensor src = contiguousBuffer(in);
   at::Tensor flat = scratch(static_cast<int64_t>(size_) * in.numel(), in.options());
   const Movement m = movementOf(src);
   Pending p = pending(what, c10d::OpType::ALLGATHER, outs, call);
   p.bytes = flat.nbytes();
   p.ops.push_back(comm_.allgather(src.data_ptr(), flat.data_ptr(), m.count, m.type, callOptions(call)));
-  p.finish = [outs, flat] {
-    for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(slab(flat, static_cast<int64_t>(i) * outs[i].numel(), outs[i]));
-  };
+  p.finish = [outs, flat] { unflattenFrom(flat, outs); };
   p.keep = outs;
   p.keep.push_back(src);
   p.keep.push_back(flat);
@@ -766,18 +797,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_allgather_base(at::Tensor&
   CallDevice call;
   checkTensor(what, input, call);
   checkTensor(what, output, call);
-  if (output.numel() != size_ * input.numel() || output.scalar_type() != input.scalar_type()) {
-    reject(what, "the output " + describeTensor(output) + " must hold world_size (" + std::to_string(size_) +
-                     ") times the input " + describeTensor(input) + " of the same dtype");
-  }
+  checkWorldTimes(what, output, "output", input, "input", -1);
   at::Tensor in = contiguousBuffer(input);
   at::Tensor out = contiguousBuffer(output);
   const Movement m = movementOf(in);
   Pending p = pending(what, c10d::OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{output}, call);
   p.bytes = out.nbytes();
   p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type, callOptions(call)));
-  at::Tensor o = output;
-  if (!out.is_same(o)) p.finish = [o, out] { o.copy_(out); };
+  addCopyBack(p.finish, output, out);
   p.keep = {input, output, in, out};
   return enqueue(std::move(p));
 }
@@ -796,26 +823,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather_into_tensor_coale
     const at::Tensor& output = outputs[i];
     checkTensor(what, input, call);
     checkTensor(what, output, call);
-    if (output.numel() != size_ * input.numel() || output.scalar_type() != input.scalar_type()) {
-      reject(what, "output " + std::to_string(i) + " " + describeTensor(output) + " must hold world_size (" +
-                       std::to_string(size_) + ") times input " + std::to_string(i) + " " + describeTensor(input) +
-                       " of the same dtype");
-    }
+    checkWorldTimes(what, output, "output", input, "input", static_cast<int64_t>(i));
   }
   // Checked all first: a rejected call issues nothing.
   Pending p = pending(what, c10d::OpType::COALESCED, outputs, call);
-  std::vector<std::function<void()>> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
     at::Tensor in = contiguousBuffer(inputs[i]);
     at::Tensor out = contiguousBuffer(outputs[i]);
     const Movement m = movementOf(in);
     p.bytes += out.nbytes();
     p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type, callOptions(call)));
-    at::Tensor o = outputs[i];
-    if (!out.is_same(o)) copies.push_back([o, out] { o.copy_(out); });
-    p.keep.insert(p.keep.end(), {inputs[i], o, in, out});
+    addCopyBack(p.finish, outputs[i], out);
+    p.keep.insert(p.keep.end(), {inputs[i], outputs[i], in, out});
   }
-  if (!copies.empty()) p.finish = [copies] { for (const auto& c : copies) c(); };
   return enqueue(std::move(p));
 }
 
@@ -839,16 +859,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::gather(std::vector<std::vec
   const bool root = rank_ == opts.rootRank;
   std::vector<at::Tensor> outs;
   if (root) {
-    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != size_) {
-      reject(what, "the root needs one output list of world_size (" + std::to_string(size_) + ") tensors");
-    }
+    if (outputs.size() != 1) reject(what, "the root needs one output list, of world_size tensors");
     outs = outputs[0];
-    for (const auto& o : outs) {
-      checkTensor(what, o, call);
-      if (o.numel() != in.numel() || o.scalar_type() != in.scalar_type()) {
-        reject(what, "output tensor " + describeTensor(o) + " does not match the input " + describeTensor(in));
-      }
-    }
+    checkPerRank(what, outs, in, "output", call);
   } else if (!outputs.empty() && !outputs[0].empty()) {
     reject(what, "only the root (rank " + std::to_string(opts.rootRank) + ") passes output tensors");
   }
@@ -860,11 +873,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::gather(std::vector<std::vec
   Pending p = pending(what, c10d::OpType::GATHER, outs, call);
   p.bytes = flat.nbytes();
   p.ops.push_back(comm_.allgather(src.data_ptr(), flat.data_ptr(), m.count, m.type, callOptions(call)));
-  if (root) {
-    p.finish = [outs, flat] {
-      for (size_t i = 0; i < outs.size(); ++i) outs[i].copy_(slab(flat, static_cast<int64_t>(i) * outs[i].numel(), outs[i]));
-    };
-  }
+  if (root) p.finish = [outs, flat] { unflattenFrom(flat, outs); };
   p.keep = outs;
   p.keep.push_back(src);
   p.keep.push_back(flat);
@@ -884,18 +893,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::scatter(std::vector<at::Ten
   const bool root = rank_ == opts.rootRank;
   at::Tensor flat = scratch(static_cast<int64_t>(size_) * out.numel(), out.options());
   if (root) {
-    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != size_) {
-      reject(what, "the root needs one input list of world_size (" + std::to_string(size_) + ") tensors");
-    }
-    int64_t offset = 0;
-    for (const auto& i : inputs[0]) {
-      checkTensor(what, i, call);
-      if (i.numel() != out.numel() || i.scalar_type() != out.scalar_type()) {
-        reject(what, "input tensor " + describeTensor(i) + " does not match the output " + describeTensor(out));
-      }
-      slab(flat, offset, i).copy_(i);
-      offset += i.numel();
-    }
+    if (inputs.size() != 1) reject(what, "the root needs one input list, of world_size tensors");
+    checkPerRank(what, inputs[0], out, "input", call);
+    flattenInto(flat, inputs[0]);
   } else if (!inputs.empty() && !inputs[0].empty()) {
     reject(what, "only the root (rank " + std::to_string(opts.rootRank) + ") passes input tensors");
   }
@@ -923,27 +923,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter(std::vector<
   CallDevice call;
   at::Tensor out = outputs[0];
   checkTensor(what, out, call);
-  if (static_cast<int>(inputs[0].size()) != size_) {
-    reject(what, "the input list has " + std::to_string(inputs[0].size()) + " tensors; it needs one per rank (" +
-                     std::to_string(size_) + ")");
-  }
+  checkPerRank(what, inputs[0], out, "input", call);
   ReduceOp op;
   const DataType dt = reductionType(what, out, opts.reduceOp, &op);
   at::Tensor flat = scratch(static_cast<int64_t>(size_) * out.numel(), out.options());
-  int64_t offset = 0;
-  for (const auto& i : inputs[0]) {
-    checkTensor(what, i, call);
-    if (i.numel() != out.numel() || i.scalar_type() != out.scalar_type()) {
-      reject(what, "input tensor " + describeTensor(i) + " does not match the output " + describeTensor(out));
-    }
-    slab(flat, offset, i).copy_(i);
-    offset += i.numel();
-  }
+  flattenInto(flat, inputs[0]);
   at::Tensor dst = contiguousBuffer(out);
   Pending p = pending(what, c10d::OpType::REDUCE_SCATTER, std::vector<at::Tensor>{out}, call);
   p.bytes = flat.nbytes();
   p.ops.push_back(comm_.reduceScatter(flat.data_ptr(), dst.data_ptr(), out.numel(), dt, op, callOptions(call)));
-  if (!dst.is_same(out)) p.finish = [out, dst] { out.copy_(dst); };
+  addCopyBack(p.finish, out, dst);
   p.keep = {out, dst, flat};
   return enqueue(std::move(p));
 }
@@ -955,10 +944,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_reduce_scatter_base(at::Te
   CallDevice call;
   checkTensor(what, input, call);
   checkTensor(what, output, call);
-  if (input.numel() != size_ * output.numel() || output.scalar_type() != input.scalar_type()) {
-    reject(what, "the input " + describeTensor(input) + " must hold world_size (" + std::to_string(size_) +
-                     ") times the output " + describeTensor(output) + " of the same dtype");
-  }
+  checkWorldTimes(what, input, "input", output, "output", -1);
   ReduceOp op;
   const DataType dt = reductionType(what, output, opts.reduceOp, &op);
   at::Tensor in = contiguousBuffer(input);
@@ -966,8 +952,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_reduce_scatter_base(at::Te
   Pending p = pending(what, c10d::OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{output}, call);
   p.bytes = in.nbytes();
   p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), output.numel(), dt, op, callOptions(call)));
-  at::Tensor o = output;
-  if (!dst.is_same(o)) p.finish = [o, dst] { o.copy_(dst); };
+  addCopyBack(p.finish, output, dst);
   p.keep = {input, output, in, dst};
   return enqueue(std::move(p));
 }
@@ -988,26 +973,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter_tensor_coale
     const at::Tensor& output = outputs[i];
     checkTensor(what, input, call);
     checkTensor(what, output, call);
-    if (input.numel() != size_ * output.numel() || output.scalar_type() != input.scalar_type()) {
-      reject(what, "input " + std::to_string(i) + " " + describeTensor(input) + " must hold world_size (" +
-                       std::to_string(size_) + ") times output " + std::to_string(i) + " " +
-                       describeTensor(output) + " of the same dtype");
-    }
+    checkWorldTimes(what, input, "input", output, "output", static_cast<int64_t>(i));
     types.push_back(reductionType(what, output, opts.reduceOp, &op));
   }
   Pending p = pending(what, c10d::OpType::COALESCED, outputs, call);
-  std::vector<std::function<void()>> copies;
   for (size_t i = 0; i < inputs.size(); ++i) {
     at::Tensor in = contiguousBuffer(inputs[i]);
     at::Tensor dst = contiguousBuffer(outputs[i]);
     p.bytes += in.nbytes();
     p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), outputs[i].numel(), types[i], op,
                                           callOptions(call)));
-    at::Tensor o = outputs[i];
-    if (!dst.is_same(o)) copies.push_back([o, dst] { o.copy_(dst); });
-    p.keep.insert(p.keep.end(), {inputs[i], o, in, dst});
+    addCopyBack(p.finish, outputs[i], dst);
+    p.keep.insert(p.keep.end(), {inputs[i], outputs[i], in, dst});
   }
-  if (!copies.empty()) p.finish = [copies] { for (const auto& c : copies) c(); };
   return enqueue(std::move(p));
 }
 

@@ -244,6 +244,14 @@ class ProcessGroupGradcomm : public c10d::Backend {
   static void awaitOps(Pending& p);
   /// Rejects (as reject()) a root outside [0, size) or a root tensor other than 0.
   void checkRoot(const std::string& what, int64_t rootRank, int64_t rootTensor = 0);
+  /// A list of one tensor per rank (`role`: "output" or "input"), each
+  /// checked and of the size and dtype of `like`; rejects the call if not.
+  void checkPerRank(const std::string& what, const std::vector<at::Tensor>& list, const at::Tensor& like,
+                    const std::string& role, CallDevice& call);
+  /// `big` holds world_size times `small`'s elements, of its dtype
+  /// (`index`: the pair's place in a coalesced call, or -1); rejects if not.
+  void checkWorldTimes(const std::string& what, const at::Tensor& big, const std::string& bigRole,
+                       const at::Tensor& small, const std::string& smallRole, int64_t index);
   DataType reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op, ReduceOp* gcOp);
   /// send (isSend) or recv of one tensor (Communicator::send or recv).
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool isSend, std::vector<at::Tensor>& tensors, int peer, int tag);

@@ -167,6 +167,13 @@ def test_unsupported_ops_name_what_to_use(tmp_path):
         assert "BXOR" in r.result["BXOR"], r.result["BXOR"]
         assert "stays usable" in r.result["BXOR"], r.result["BXOR"]
         assert r.result["usable_after_rejection"], r.result
+        m = r.result
+        assert "output list has 3 tensors; it needs one per rank (2)" in m["allgather_list"], m
+        assert "output tensor Float[3] does not match the input Float[2]" in m["allgather_shape"], m
+        assert "the output Float[3] must hold world_size (2) times the input Float[2]" in m["allgather_base"], m
+        assert "input tensor Float[3] does not match the output Float[2]" in m["reduce_scatter_shape"], m
+        assert "the input Float[3] must hold world_size (2) times the output Float[2]" in m["reduce_scatter_base"], m
+        assert m["usable_after_bad_lists"], m
 
 
 def test_a_call_one_rank_rejects_fails_every_rank_at_its_next_call(tmp_path):

@@ -482,6 +482,23 @@ def scenario_unsupported(rank, world, init_method, outdir):
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((3,), float(world * (world - 1) // 2))), t
     msgs["usable_after_rejection"] = True
+    # Lists and sizes that do not fit the group: refused on the calling rank
+    # before anything is issued (every rank here passes the same bad call).
+    for name, call in [
+        ("allgather_list", lambda: dist.all_gather([torch.ones(2) for _ in range(world + 1)], torch.ones(2))),
+        ("allgather_shape", lambda: dist.all_gather([torch.ones(3) for _ in range(world)], torch.ones(2))),
+        ("allgather_base", lambda: dist.all_gather_into_tensor(torch.ones(3), torch.ones(2))),
+        ("reduce_scatter_shape", lambda: dist.reduce_scatter(torch.ones(2), [torch.ones(3) for _ in range(world)])),
+        ("reduce_scatter_base", lambda: dist.reduce_scatter_tensor(torch.ones(2), torch.ones(3))),
+    ]:
+        try:
+            call()
+            raise AssertionError(f"{name} returned")
+        except RuntimeError as e:
+            msgs[name] = str(e)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    msgs["usable_after_bad_lists"] = torch.equal(t, torch.full((3,), float(world)))
     result(msgs)
     os._exit(0)
 
