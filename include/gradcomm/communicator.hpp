@@ -366,6 +366,14 @@ GRADCOMM_API Communicator communicatorFromStore(std::shared_ptr<Store> store, in
 /// loopback port derived from the job id. Rank 0 serves a TcpStore there.
 GRADCOMM_API Communicator communicatorFromEnvironment(const Options& options = {});
 
+/// Forms `n` ranks of one communicator inside this process (NCCL's
+/// ncclCommInitAll: one rank per device, or per thread): element r is rank
+/// r. Their bytes move through memory; each rank has its own progress, so
+/// one thread may issue every rank's calls and then wait for them all, or
+/// each rank may have a thread of its own. n must be in [1, 1024];
+/// `options` serve every rank (GRADCOMM_TRANSPORT does not apply).
+GRADCOMM_API std::vector<Communicator> localCommunicators(int n, const Options& options = {});
+
 /// Names of the algorithms that implement `collective`, for CollectiveOptions
 /// and GRADCOMM_ALGO ("ring", "rd", "hd", "tree", "shm", "native" for allreduce).
 GRADCOMM_API std::vector<std::string> algorithmNames(Collective collective);

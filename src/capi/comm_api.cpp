@@ -12,17 +12,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "capi/api_common.hpp"
 #include "capi/cuda_probe.hpp"
 #include "capi/forward.hpp"
 #include "capi/group.hpp"
 #include "capi/real_init.hpp"
-#include "core/communicator_impl.hpp"
 #include "base/log.hpp"
 #include "base/params.hpp"
-#include "transport/inproc_transport.hpp"
 
 using namespace gradcomm;
 using namespace gradcomm::capi;
@@ -346,36 +343,16 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   return guarded(fn, [&]() -> ncclResult_t {
     if (!comms) return invalidArgument(fn, "comm", "NULL");
     if (ndev < 1) return invalidArgument(fn, "ndev", std::to_string(ndev) + " (must be at least 1)");
-    // One process, ndev ranks: an in-process world, driven by the caller's
-    // thread through group calls (as NCCL requires for such communicators).
-    auto world = transport::InProcWorld::create(ndev);
-    const core::Config config = core::Config::resolve(shimOptions());
+    // One process, ndev ranks, driven by the caller's thread through group
+    // calls (as NCCL requires for such communicators).
+    std::vector<Communicator> hosts = localCommunicators(ndev, shimOptions());
     std::vector<std::unique_ptr<ncclComm>> made;
     for (int r = 0; r < ndev; ++r) {
       auto c = std::make_unique<ncclComm>();
       c->rank = r;
       c->nranks = ndev;
+      c->host = std::move(hosts[static_cast<size_t>(r)]);
       made.push_back(std::move(c));
-    }
-    // Forming a communicator is collective (the ranks agree on the
-    // selection's inputs): one thread per rank, as the ranks of a job would.
-    std::vector<std::exception_ptr> errors(static_cast<size_t>(ndev));
-    {
-      std::vector<std::thread> threads;
-      for (int r = 0; r < ndev; ++r) {
-        threads.emplace_back([&, r] {
-          try {
-            made[static_cast<size_t>(r)]->host =
-                Communicator(std::make_shared<detail::CommunicatorImpl>(world->transport(r), world->hostLayout(r), config));
-          } catch (...) {
-            errors[static_cast<size_t>(r)] = std::current_exception();
-          }
-        });
-      }
-      for (auto& t : threads) t.join();
-    }
-    for (auto& e : errors) {
-      if (e) std::rethrow_exception(e);
     }
     if (cudaUsable() && RealNccl::instance().available()) {
       std::vector<ncclComm_t> real(ndev, nullptr);

@@ -239,6 +239,41 @@ Communicator communicatorFromStore(std::shared_ptr<Store> store, int rank, int s
   }
 }
 
+std::vector<Communicator> localCommunicators(int n, const Options& options) {
+  constexpr int kMaxLocalRanks = 1024;
+  if (n < 1 || n > kMaxLocalRanks) {
+    throw InvalidArgument("localCommunicators: n must be in [1, " + std::to_string(kMaxLocalRanks) + "], got " +
+                          std::to_string(n));
+  }
+  // GRADCOMM_TRANSPORT names how processes reach each other: not read here.
+  const core::Config config = core::Config::resolve(options);
+  auto world = transport::InProcWorld::create(n);
+  // Forming is collective (the ranks agree on what selection reads): one
+  // thread per rank, as the ranks of a job would.
+  std::vector<std::shared_ptr<detail::CommunicatorImpl>> made(static_cast<size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        made[static_cast<size_t>(r)] =
+            std::make_shared<detail::CommunicatorImpl>(world->transport(r), world->hostLayout(r), config);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  std::vector<Communicator> comms;
+  comms.reserve(made.size());
+  for (auto& impl : made) comms.emplace_back(std::move(impl));
+  return comms;
+}
+
 Communicator communicatorFromEnvironment(const Options& options) {
   auto rankVar = firstSet({"GRADCOMM_RANK", "RANK", "OMPI_COMM_WORLD_RANK"});
   auto sizeVar = firstSet({"GRADCOMM_WORLD_SIZE", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"});

@@ -363,3 +363,68 @@ TEST(Parameters, TheCommunicatorShowsWhatItResolved) {
     }
   }, o);
 }
+
+// ---- localCommunicators ------------------------------------------------------------------
+
+TEST(LocalCommunicators, OneThreadIssuesEveryRanksCallsAndWaitsForThemAll) {
+  for (int n : {1, 3}) {
+    Options o = quick();
+    std::vector<Communicator> comms = localCommunicators(n, o);
+    ASSERT_EQ(comms.size(), static_cast<size_t>(n));
+    const size_t count = 10000;
+    std::vector<std::vector<float>> bufs;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(comms[static_cast<size_t>(r)].rank(), r);
+      EXPECT_EQ(comms[static_cast<size_t>(r)].size(), n);
+      bufs.push_back(pattern(r, count));
+    }
+    // Every rank's call first, then the waits: no rank's call waits for
+    // the thread that issues the others'.
+    std::vector<Work> works;
+    for (int r = 0; r < n; ++r) {
+      float* b = bufs[static_cast<size_t>(r)].data();
+      works.push_back(comms[static_cast<size_t>(r)].allreduce(b, b, count, DataType::kFloat32, ReduceOp::kSum));
+    }
+    for (Work& w : works) w.wait();
+    std::vector<float> want(count, 0.0f);
+    for (int r = 0; r < n; ++r) {
+      const std::vector<float> p = pattern(r, count);
+      for (size_t i = 0; i < count; ++i) want[i] += p[i];
+    }
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(bufs[static_cast<size_t>(r)][i], want[i]) << r << " " << i;
+    }
+    // And from a thread per rank, a split included.
+    std::vector<std::thread> threads;
+    std::vector<int> sums(static_cast<size_t>(n), -1);
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        Communicator half = comms[static_cast<size_t>(r)].split(r % 2, r);
+        int v = r;
+        half.allreduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum).wait();
+        sums[static_cast<size_t>(r)] = v;
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      int want = 0;
+      for (int q = r % 2; q < n; q += 2) want += q;
+      EXPECT_EQ(sums[static_cast<size_t>(r)], want) << r;
+    }
+  }
+}
+
+TEST(LocalCommunicators, ACountOutsideItsRangeOrABadOptionIsAClearError) {
+  for (int n : {0, -1, 1025}) {
+    try {
+      localCommunicators(n);
+      FAIL() << n << " ranks were formed";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("n must be in [1, 1024], got " + std::to_string(n)), std::string::npos)
+          << e.what();
+    }
+  }
+  Options bad;
+  bad.set("GRADCOMM_TIMEOUT", "soon");
+  EXPECT_THROW(localCommunicators(2, bad), ConfigError);
+}
