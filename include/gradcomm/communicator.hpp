@@ -251,6 +251,20 @@ class GRADCOMM_API Communicator {
   /// The selector's decision for a sum of `count` elements of `type`
   /// (allgather and reduce-scatter: count per rank; root 0).
   Selection explainSelection(Collective collective, size_t count, DataType type) const;
+  /// The engine this communicator's calls on device buffers take.
+  struct DeviceEngine {
+    /// "nccl" (NVIDIA's NCCL on the caller's stream), "staged" (through
+    /// pinned host memory into the host algorithms) or "none" (some rank
+    /// cannot make device calls: no CUDA device, or a build without CUDA).
+    std::string engine;
+    std::string why;
+  };
+  /// Collective: decides the engine as the communicator's first device
+  /// call would (once per communicator; later calls keep it), for buffers
+  /// on CUDA device `device` (-1: the calling thread's current device),
+  /// and says which it is and why. Top-k compressed calls are staged
+  /// whatever the engine.
+  DeviceEngine deviceEngine(int device = -1) const;
   /// The ranks' layout, "HxL" (hosts x ranks per host), or "P+Q+..." when hosts differ.
   std::string layout() const;
   /// The topology and the cost model's inputs, one line each.

@@ -247,6 +247,8 @@ std::string Communicator::describeTopology() const {
   return out;
 }
 
+Communicator::DeviceEngine Communicator::deviceEngine(int device) const { return checked().deviceEngine(device); }
+
 std::string Communicator::algorithmFor(Collective collective, size_t count, DataType type) const {
   CollectiveCall c;
   c.collective = collective;

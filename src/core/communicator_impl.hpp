@@ -108,6 +108,9 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   void closePointToPoint();
   /// The configuration's parameters, as describeParameters() lists them.
   const std::vector<ParamDescription>& parameters() const;
+  /// Communicator::deviceEngine: directEngine's choice, asked as a call of
+  /// its own (after the ranks agreed that each can make device calls).
+  Communicator::DeviceEngine deviceEngine(int device);
   std::string algorithmFor(const algorithms::CollectiveCall& call) const;
   algorithms::RunContext runContext(const algorithms::CollectiveCall& call, const transport::Tag& tag) const;
 
@@ -282,6 +285,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::mutex deviceEngineMu_;
   bool deviceEngineChosen_ = false;                  // guarded by deviceEngineMu_
   std::shared_ptr<device::DeviceComm> deviceComm_;   // guarded by deviceEngineMu_
+  std::string deviceEngineWhy_;                      // guarded by deviceEngineMu_: why that engine
   std::vector<std::shared_ptr<void>> keepAlive_;
   /// Point-to-point: the channel later transfers join, and the next
   /// sequence number per (peer, tag) of sends and of receives.

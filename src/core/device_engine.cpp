@@ -151,7 +151,10 @@ std::shared_ptr<device::DeviceComm> CommunicatorImpl::directEngine(const Collect
   // communicator on every rank.
   deviceEngineChosen_ = true;
   const std::string& want = config_.deviceEngine;
-  if (want == "staged") return nullptr;
+  if (want == "staged") {
+    deviceEngineWhy_ = "GRADCOMM_DEVICE_ENGINE=staged";
+    return nullptr;
+  }
   std::shared_ptr<device::CollectiveLibrary> lib = device::collectiveLibrary();
   const std::string mine = !lib ? "this gradcomm was built without NCCL" : lib->unavailable();
   EngineRecord record;
@@ -180,6 +183,7 @@ std::shared_ptr<device::DeviceComm> CommunicatorImpl::directEngine(const Collect
                              "; use GRADCOMM_DEVICE_ENGINE=auto or staged");
     }
     core::logOnce(core::LogLevel::kInfo, rank_, "device calls are staged through host memory: " + why);
+    deviceEngineWhy_ = why;
     return nullptr;
   }
   IdRecord id;
@@ -203,7 +207,39 @@ std::shared_ptr<device::DeviceComm> CommunicatorImpl::directEngine(const Collect
     }
   });
   core::logOnce(core::LogLevel::kInfo, rank_, "device calls run on " + lib->name());
+  deviceEngineWhy_ = "every rank has a device of its own and opened " + lib->name();
   return deviceComm_;
+}
+
+Communicator::DeviceEngine CommunicatorImpl::deviceEngine(int device) {
+  closePointToPoint();
+  // In the order of calls as a zero-length device allreduce: every rank
+  // asks, and its exchanges are checked like a call's.
+  CollectiveCall call;
+  call.collective = Collective::kAllreduce;
+  call.type = DataType::kFloat32;
+  call.op = ReduceOp::kSum;
+  device::Runtime& rt = device::runtime();
+  try {
+    if (device < -1) {
+      throw InvalidArgument("deviceEngine: device " + std::to_string(device) + " is not a device (-1: the current one)");
+    }
+    const bool built = rt.canMoveDeviceMemory();
+    const uint8_t able = built && rt.devicesPresent() ? 1 : 0;
+    const std::vector<char> all = exchangeForDeviceCall(call, &able, sizeof able);
+    for (int r = 0; r < size_; ++r) {
+      if (all[static_cast<size_t>(r)]) continue;
+      if (r != rank_) {
+        return {"none", "rank " + std::to_string(r) + " cannot make device calls (no CUDA device, or no CUDA in its build)"};
+      }
+      return {"none", built ? "no CUDA device is visible in this process" : "this gradcomm was built without CUDA"};
+    }
+    const std::shared_ptr<device::DeviceComm> comm = directEngine(call, device < 0 ? rt.streamDevice(nullptr) : device);
+    std::lock_guard<std::mutex> lock(deviceEngineMu_);
+    return {comm ? "nccl" : "staged", deviceEngineWhy_};
+  } catch (const Error& e) {
+    abortAndThrow(e, "could not decide its device engine");
+  }
 }
 
 Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& comm, const CollectiveCall& call,

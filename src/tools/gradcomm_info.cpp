@@ -21,7 +21,9 @@ int usage(FILE* out, int code) {
                "from the environment when GRADCOMM_RANK or RANK is set without mpirun, and always in a\n"
                "build without MPI: GRADCOMM_RANK/RANK, GRADCOMM_WORLD_SIZE/WORLD_SIZE, GRADCOMM_RENDEZVOUS\n"
                "or MASTER_ADDR)\n"
-               "and prints, on rank 0, the topology, the cost model's inputs and, per size, the time the\n"
+               "and prints, on rank 0, the topology, the cost model's inputs, the engine of calls on\n"
+               "device buffers (nccl, staged or none, and why; decided on each rank's current CUDA device\n"
+               "as the first device call would) and, per size, the time the\n"
                "model predicts for every algorithm that can run the call, the choice and why.\n"
                "  --collective C   allreduce (default), broadcast, reduce, allgather, reducescatter, barrier, all\n"
                "  -b, -e SIZE      smallest and largest size in bytes (default 8 and 64M; K/M/G suffixes)\n"
@@ -53,8 +55,11 @@ int printTuning(const std::vector<gradcomm::Collective>& collectives, size_t min
   const bool noMpi = !GRADCOMM_BUILT_WITH_MPI ||
                      ((std::getenv("GRADCOMM_RANK") || std::getenv("RANK")) && !std::getenv("OMPI_COMM_WORLD_SIZE"));
   Communicator comm = noMpi ? communicatorFromEnvironment() : Communicator();
+  // Collective: every rank asks, on its current CUDA device.
+  const Communicator::DeviceEngine device = comm.deviceEngine();
   if (comm.rank() != 0) return 0;
   std::printf("%d rank(s), layout %s\n%s\n", comm.size(), comm.layout().c_str(), comm.describeTopology().c_str());
+  std::printf("device buffers: engine %s (%s)\n", device.engine.c_str(), device.why.c_str());
   const size_t elem = dataTypeSize(type);
   for (Collective c : collectives) {
     std::printf("\n%s %s: predicted time per algorithm (us), the choice and why\n", toString(c), toString(type));

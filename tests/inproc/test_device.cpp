@@ -1039,3 +1039,54 @@ TEST(DeviceCompressionErrors, ADeviceErrorDuringCompressionFailsTheCallOnEveryRa
   }, quick("8s"));
   expectOneDeviceErrorAndItsRemote(out, "cudaErrorLaunchFailure");
 }
+
+// Communicator::deviceEngine: the choice the first device call would make,
+// asked on its own (gradcomm-info --tuning prints it), kept by later calls.
+TEST(DeviceEngine, TheQueryNamesTheEngineAndWhyAndLaterCallsTakeIt) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  runRanks(2, [&](RankContext& ctx) {
+    const Communicator::DeviceEngine e = ctx.comm.deviceEngine(ctx.rank);
+    EXPECT_EQ(e.engine, "nccl");
+    EXPECT_TRUE(contains(e.why, "device of its own")) << e.why;
+    auto stream = fake->ownedStream(ctx.rank);
+    CollectiveOptions o;
+    o.stream = stream.get();
+    float* d = fake->allocate<float>(ctx.rank, 8);
+    std::fill(d, d + 8, 1.0f);
+    Work w = ctx.comm.allreduce(d, d, 8, DataType::kFloat32, ReduceOp::kSum, o);
+    w.wait();
+    EXPECT_EQ(w.algorithm(), "nccl");
+    EXPECT_EQ(d[7], 2.0f);
+    EXPECT_EQ(ctx.comm.deviceEngine(ctx.rank).engine, "nccl");  // asked again: the same
+  }, engine("auto"));
+  EXPECT_EQ(nccl->joined(), 2);
+  runRanks(2, [&](RankContext& ctx) {
+    const Communicator::DeviceEngine e = ctx.comm.deviceEngine();  // both on the current device, 0
+    EXPECT_EQ(e.engine, "staged");
+    EXPECT_TRUE(contains(e.why, "ranks 0 and 1 share one device")) << e.why;
+  }, engine("auto"));
+  runRanks(2, [&](RankContext& ctx) {
+    const Communicator::DeviceEngine e = ctx.comm.deviceEngine(ctx.rank);
+    EXPECT_EQ(e.engine, "staged");
+    EXPECT_EQ(e.why, "GRADCOMM_DEVICE_ENGINE=staged");
+  }, engine("staged"));
+  EXPECT_EQ(nccl->joined(), 2);
+}
+
+TEST(DeviceEngine, TheQueryWithoutADeviceSaysNoneOnEveryRankAndABadDeviceFailsEveryRank) {
+  // This machine's runtime: no device here (or a build without CUDA).
+  runRanks(2, [&](RankContext& ctx) {
+    if (device::runtime().devicesPresent()) GTEST_SKIP() << "a device is present";
+    const Communicator::DeviceEngine e = ctx.comm.deviceEngine();
+    EXPECT_EQ(e.engine, "none");
+    EXPECT_TRUE(contains(e.why, "no CUDA device") || contains(e.why, "built without CUDA")) << e.why;
+    // The query was a call like any other: the next one runs.
+    int v = 1;
+    ctx.comm.allreduce(&v, &v, 1, DataType::kInt32, ReduceOp::kSum).wait();
+    EXPECT_EQ(v, 2);
+  });
+  FakeDevice::Installed fake;
+  const Outcome out = perRank(2, [&](RankContext& ctx) { ctx.comm.deviceEngine(ctx.rank == 1 ? -2 : 0); });
+  expectOnCallerAndRemoteElsewhere(out, 1, ErrorCode::kInvalidArgument, "device -2 is not a device");
+}
