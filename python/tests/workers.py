@@ -459,15 +459,19 @@ def scenario_unsupported(rank, world, init_method, outdir):
     """Operations gradcomm does not have: errors that name what to use instead."""
     init(rank, world, init_method, timeout_s=30)
     msgs = {}
-    for name, call in [
+
+    def errors_of(calls):
+        for name, call in calls:
+            try:
+                call()
+                raise AssertionError(f"{name} returned")
+            except RuntimeError as e:
+                msgs[name] = str(e)
+
+    errors_of([
         ("recv_anysource", lambda: dist.recv(torch.ones(2))),
         ("all_to_all", lambda: dist.all_to_all([torch.ones(1)] * world, [torch.ones(1)] * world)),
-    ]:
-        try:
-            call()
-            raise AssertionError(f"{name} returned")
-        except RuntimeError as e:
-            msgs[name] = str(e)
+    ])
     # still usable: those never reached the communicator
     t = torch.ones(3)
     dist.all_reduce(t)
@@ -484,18 +488,13 @@ def scenario_unsupported(rank, world, init_method, outdir):
     msgs["usable_after_rejection"] = True
     # Lists and sizes that do not fit the group: refused on the calling rank
     # before anything is issued (every rank here passes the same bad call).
-    for name, call in [
+    errors_of([
         ("allgather_list", lambda: dist.all_gather([torch.ones(2) for _ in range(world + 1)], torch.ones(2))),
         ("allgather_shape", lambda: dist.all_gather([torch.ones(3) for _ in range(world)], torch.ones(2))),
         ("allgather_base", lambda: dist.all_gather_into_tensor(torch.ones(3), torch.ones(2))),
         ("reduce_scatter_shape", lambda: dist.reduce_scatter(torch.ones(2), [torch.ones(3) for _ in range(world)])),
         ("reduce_scatter_base", lambda: dist.reduce_scatter_tensor(torch.ones(2), torch.ones(3))),
-    ]:
-        try:
-            call()
-            raise AssertionError(f"{name} returned")
-        except RuntimeError as e:
-            msgs[name] = str(e)
+    ])
     t = torch.ones(3)
     dist.all_reduce(t)
     msgs["usable_after_bad_lists"] = torch.equal(t, torch.full((3,), float(world)))

@@ -452,6 +452,19 @@ Options engine(const std::string& choice) {
   return o;
 }
 
+/// Sums n ones over the ranks, each on a device of its own (device = rank)
+/// and a stream of it; waits, and returns the Work and the result's last value.
+std::pair<Work, float> sumOnesOnOwnDevice(FakeDevice& fake, RankContext& ctx, size_t n) {
+  auto stream = fake.ownedStream(ctx.rank);
+  CollectiveOptions o;
+  o.stream = stream.get();
+  float* d = fake.allocate<float>(ctx.rank, n);
+  std::fill(d, d + n, 1.0f);
+  Work w = ctx.comm.allreduce(d, d, n, DataType::kFloat32, ReduceOp::kSum, o);
+  w.wait();
+  return {w, d[n - 1]};
+}
+
 }  // namespace
 
 TEST(DeviceEngine, RanksOnDevicesOfTheirOwnRunEveryCollectiveOnNccl) {
@@ -522,15 +535,9 @@ TEST(DeviceEngine, ARankThatCannotOpenNcclStagesEveryRankOrNamesItselfWhenNcclIs
   FakeNccl::Installed nccl(fake.fake);
   runRanks(3, [&](RankContext& ctx) {
     nccl->unavailableOnThisThread(ctx.rank == 1 ? "libnccl.so.2: cannot open shared object file" : "");
-    auto stream = fake->ownedStream(ctx.rank);
-    CollectiveOptions o;
-    o.stream = stream.get();
-    float* d = fake->allocate<float>(ctx.rank, 32);
-    std::fill(d, d + 32, 1.0f);
-    Work w = ctx.comm.allreduce(d, d, 32, DataType::kFloat32, ReduceOp::kSum, o);
-    w.wait();
+    const auto [w, last] = sumOnesOnOwnDevice(*fake.fake, ctx, 32);
     EXPECT_NE(w.algorithm(), "nccl");
-    EXPECT_EQ(d[0], 3.0f);
+    EXPECT_EQ(last, 3.0f);
   }, engine("auto"));
   EXPECT_EQ(nccl->joined(), 0);
   const Outcome out = perRank(3, [&](RankContext& ctx) {
@@ -1049,15 +1056,9 @@ TEST(DeviceEngine, TheQueryNamesTheEngineAndWhyAndLaterCallsTakeIt) {
     const Communicator::DeviceEngine e = ctx.comm.deviceEngine(ctx.rank);
     EXPECT_EQ(e.engine, "nccl");
     EXPECT_TRUE(contains(e.why, "device of its own")) << e.why;
-    auto stream = fake->ownedStream(ctx.rank);
-    CollectiveOptions o;
-    o.stream = stream.get();
-    float* d = fake->allocate<float>(ctx.rank, 8);
-    std::fill(d, d + 8, 1.0f);
-    Work w = ctx.comm.allreduce(d, d, 8, DataType::kFloat32, ReduceOp::kSum, o);
-    w.wait();
+    const auto [w, last] = sumOnesOnOwnDevice(*fake.fake, ctx, 8);
     EXPECT_EQ(w.algorithm(), "nccl");
-    EXPECT_EQ(d[7], 2.0f);
+    EXPECT_EQ(last, 2.0f);
     EXPECT_EQ(ctx.comm.deviceEngine(ctx.rank).engine, "nccl");  // asked again: the same
   }, engine("auto"));
   EXPECT_EQ(nccl->joined(), 2);
