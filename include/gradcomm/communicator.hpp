@@ -383,8 +383,11 @@ GRADCOMM_API Communicator communicatorFromEnvironment(const Options& options = {
 /// Forms `n` ranks of one communicator inside this process (NCCL's
 /// ncclCommInitAll: one rank per device, or per thread): element r is rank
 /// r. Their bytes move through memory; each rank has its own progress, so
-/// one thread may issue every rank's calls and then wait for them all, or
-/// each rank may have a thread of its own. n must be in [1, 1024];
+/// one thread may issue every rank's collectives and then wait for them
+/// all, or each rank may have a thread of its own. What forms or decides
+/// something with the other ranks before it returns (split, subgroup,
+/// deviceEngine, and the first call on device buffers) needs a thread per
+/// rank, as forming them does inside this call. n must be in [1, 1024];
 /// `options` serve every rank (GRADCOMM_TRANSPORT does not apply).
 GRADCOMM_API std::vector<Communicator> localCommunicators(int n, const Options& options = {});
 

@@ -242,7 +242,10 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
                               const compression::Spec& spec, const CollectiveOptions& options, int device);
   /// An allgather of `bytes` per rank among this communicator's ranks, run
   /// in `call`'s place and checked as `call` (the engine choice's exchanges).
-  std::vector<char> exchangeForDeviceCall(const algorithms::CollectiveCall& call, const void* mine, size_t bytes);
+  /// `what` names the exchange in the check (each exchange of one size has
+  /// its own name, so that two that differ in size never pass for each other).
+  std::vector<char> exchangeForDeviceCall(const algorithms::CollectiveCall& call, const void* mine, size_t bytes,
+                                          const char* what = "engine-choice");
   /// The library's own exchanges (a group's id, the device engine's
   /// choice): a ring allgather of `bytes` per rank from `mine` into `all`
   /// (rank order; `mine` may be this rank's place in it) over `over` (null:

@@ -63,9 +63,12 @@ class DirectCall final : public DeviceCompletion {
   // The kernels may still run (a Work dropped before they finished): the
   // blocks go back once the event says they did.
   ~DirectCall() override { staging_->retire(event_, std::move(blocks_)); }
+  // The event first: kernels that end because a peer aborted the group
+  // complete it too, and the failure, known by then, must win.
   bool done() override {
+    const bool finished = rt_->done(event_);
     throwIfFailed();
-    return rt_->done(event_);
+    return finished;
   }
   void wait() override {
     const auto start = std::chrono::steady_clock::now();
@@ -125,13 +128,14 @@ class DirectCall final : public DeviceCompletion {
 
 }  // namespace
 
-std::vector<char> CommunicatorImpl::exchangeForDeviceCall(const CollectiveCall& call, const void* mine, size_t bytes) {
+std::vector<char> CommunicatorImpl::exchangeForDeviceCall(const CollectiveCall& call, const void* mine, size_t bytes,
+                                                          const char* what) {
   std::vector<char> all(bytes * static_cast<size_t>(size_));
   std::memcpy(all.data() + bytes * static_cast<size_t>(rank_), mine, bytes);
   if (size_ == 1) return all;
   // Checked as the caller's call: a rank whose call differs (a host call,
   // another count) fails here with the difference named.
-  transport::CallSignature signature = callSignature(call, "engine-choice", {});
+  transport::CallSignature signature = callSignature(call, what, {});
   signature.memory = 1;
   {
     std::lock_guard<std::mutex> lock(submitMu_);
@@ -193,7 +197,7 @@ std::shared_ptr<device::DeviceComm> CommunicatorImpl::directEngine(const Collect
     id.bytes = static_cast<uint32_t>(bytes.size());
     std::memcpy(id.id, bytes.data(), bytes.size());
   }
-  const std::vector<char> ids = exchangeForDeviceCall(call, &id, sizeof id);
+  const std::vector<char> ids = exchangeForDeviceCall(call, &id, sizeof id, "engine-id");
   std::memcpy(&id, ids.data(), sizeof id);  // rank 0's
   std::weak_ptr<core::ProgressEngine> engine = engine_;
   deviceComm_ = lib->join(std::vector<char>(id.id, id.id + id.bytes), size_, rank_, device, [engine] {
@@ -226,7 +230,7 @@ Communicator::DeviceEngine CommunicatorImpl::deviceEngine(int device) {
     }
     const bool built = rt.canMoveDeviceMemory();
     const uint8_t able = built && rt.devicesPresent() ? 1 : 0;
-    const std::vector<char> all = exchangeForDeviceCall(call, &able, sizeof able);
+    const std::vector<char> all = exchangeForDeviceCall(call, &able, sizeof able, "device-query");
     for (int r = 0; r < size_; ++r) {
       if (all[static_cast<size_t>(r)]) continue;
       if (r != rank_) {

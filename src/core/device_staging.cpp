@@ -24,7 +24,8 @@ DeviceStaging::~DeviceStaging() {
   for (auto& [capacity, block] : deviceBlocks_) runtime_->freeDevice(block);
   for (device::Event e : events_) runtime_->destroyEvent(e);
   // The context ends: what retired calls hold goes with it once the copies
-  // and kernels using it ran (after a device error it is left alone).
+  // and kernels using it ran (after a device error it is left alone). This
+  // waits, on whichever thread drops the staging last.
   for (Retired& r : retired_) {
     try {
       runtime_->synchronize(r.event);
@@ -134,19 +135,22 @@ StagedCall::~StagedCall() {
   // device blocks: they go back once that is done. Usually it is (the Work
   // waited); otherwise the blocks retire behind one event on the to-device
   // stream that follows both directions' copies, so that whichever thread
-  // drops the last reference (the progress thread included) never waits.
-  // Pooled events hold their previous owner's record until recorded again:
-  // only this call's own records are asked.
+  // drops the last reference (the progress thread included) does not wait
+  // (unless it also drops the last reference to a staging whose context
+  // ended: ~DeviceStaging waits before it frees). The events this call
+  // recorded are asked; an input event that a failed compression left
+  // unrecorded holds an earlier record, which at worst releases the
+  // blocks after work that later copies on the same streams follow anyway.
   try {
     const bool inputsPending = inputsQueued_ && !rt_.done(inputDone_.back());
     const bool copiesPending = anyCopyBack_ && !rt_.done(copiedBack_);
     if (inputsPending || copiesPending) {
       if (inputsPending) rt_.streamWait(staging_->toDevice(), inputDone_.back());
       rt_.record(copiedBack_, staging_->toDevice());
-      staging_->retire(copiedBack_, std::move(deviceBlocks_), host_, capacity_);
-      copiedBack_ = nullptr;
-      host_ = nullptr;
-      deviceBlocks_.clear();
+      // From here the staging owns them, whatever retire() does.
+      device::Event last = std::exchange(copiedBack_, nullptr);
+      char* host = std::exchange(host_, nullptr);
+      staging_->retire(last, std::exchange(deviceBlocks_, {}), host, capacity_);
     }
   } catch (...) {
     // A device error: the blocks may still be in use; leak them rather

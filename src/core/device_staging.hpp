@@ -42,16 +42,17 @@ class DeviceStaging {
   void* acquireDevice(size_t bytes, size_t* capacity);
   void releaseDevice(void* block, size_t capacity);
   /// An event of the device, from the pool or new. Given back once nothing
-  /// on the host asks it any more; a later record replaces its state (waits
-  /// queued on streams before keep the state they saw, as with CUDA).
+  /// on the host asks it any more, possibly with its last record still
+  /// pending: every user records it before asking it, and a later record
+  /// replaces its state (waits queued on streams before keep the state
+  /// they saw, as with CUDA).
   device::Event takeEvent();
   void giveEvent(device::Event event);
   /// Gives `blocks` (device memory), `pinned` (a pinned block of
   /// `pinnedCapacity`, or null) and `event` back once `event` completed
   /// (the device work after which it was recorded no longer uses the
-  /// blocks, and the pool holds no event with work pending): at once when
-  /// it has, else at a later acquire, acquireDevice() or takeEvent() that
-  /// finds it completed. Nobody waits for it.
+  /// blocks): at once when it has, else at a later acquire, acquireDevice()
+  /// or takeEvent() that finds it completed. Only ~DeviceStaging waits.
   void retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks, void* pinned = nullptr,
               size_t pinnedCapacity = 0);
 

@@ -7,6 +7,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include "core/agreement.hpp"
@@ -254,17 +256,25 @@ std::vector<Communicator> localCommunicators(int n, const Options& options) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        made[static_cast<size_t>(r)] =
-            std::make_shared<detail::CommunicatorImpl>(world->transport(r), world->hostLayout(r), config);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
+  std::string noThread;
+  for (int r = 0; r < n && noThread.empty(); ++r) {
+    try {
+      threads.emplace_back([&, r] {
+        try {
+          made[static_cast<size_t>(r)] =
+              std::make_shared<detail::CommunicatorImpl>(world->transport(r), world->hostLayout(r), config);
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+        }
+      });
+    } catch (const std::system_error& e) {
+      // The ranks started wait for this one until GRADCOMM_TIMEOUT.
+      noThread = "localCommunicators: no thread could be started for rank " + std::to_string(r) + " of " +
+                 std::to_string(n) + " (" + e.what() + ")";
+    }
   }
   for (auto& t : threads) t.join();
+  if (!noThread.empty()) throw InvalidUsage(noThread);
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }

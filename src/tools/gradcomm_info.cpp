@@ -55,8 +55,15 @@ int printTuning(const std::vector<gradcomm::Collective>& collectives, size_t min
   const bool noMpi = !GRADCOMM_BUILT_WITH_MPI ||
                      ((std::getenv("GRADCOMM_RANK") || std::getenv("RANK")) && !std::getenv("OMPI_COMM_WORLD_SIZE"));
   Communicator comm = noMpi ? communicatorFromEnvironment() : Communicator();
-  // Collective: every rank asks, on its current CUDA device.
-  const Communicator::DeviceEngine device = comm.deviceEngine();
+  // Collective: every rank asks, on its current CUDA device. A failure
+  // (GRADCOMM_DEVICE_ENGINE=nccl that cannot be served) is printed, not fatal:
+  // the selection below needs no other rank.
+  Communicator::DeviceEngine device;
+  try {
+    device = comm.deviceEngine();
+  } catch (const Error& e) {
+    device = {"unknown", std::string("it could not be decided: ") + e.what()};
+  }
   if (comm.rank() != 0) return 0;
   std::printf("%d rank(s), layout %s\n%s\n", comm.size(), comm.layout().c_str(), comm.describeTopology().c_str());
   std::printf("device buffers: engine %s (%s)\n", device.engine.c_str(), device.why.c_str());

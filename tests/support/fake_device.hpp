@@ -71,8 +71,13 @@ class FakeDevice final : public device::Runtime {
     synchronize(e);
     destroyEvent(e);
   }
-  /// The next done() fails as an illegal address would.
-  void failNextQuery() { failNext_ = true; }
+  /// The next done() on an event recorded after this call fails as an
+  /// illegal address would (queries of older records, such as a finished
+  /// call's clean-up on another thread, do not take it).
+  void failNextQuery() {
+    failAfter_ = recordCount_.load();
+    failNext_ = true;
+  }
   /// Each copy takes at least this long (to make orders visible); copies
   /// into device memory take `intoDevice` where given.
   void setCopyDelay(std::chrono::microseconds d, std::chrono::microseconds intoDevice = std::chrono::microseconds(-1)) {
@@ -125,6 +130,7 @@ class FakeDevice final : public device::Runtime {
     {
       std::lock_guard<std::mutex> lock(e->mu);
       gen = ++e->recorded;
+      e->lastRecord = ++recordCount_;
     }
     stream(s).push([e, gen] {
       std::lock_guard<std::mutex> lock(e->mu);
@@ -145,9 +151,11 @@ class FakeDevice final : public device::Runtime {
     });
   }
   bool done(device::Event ev) override {
-    if (failNext_.exchange(false)) throw DeviceError("cudaEventQuery failed: cudaErrorIllegalAddress (fake device)");
     auto* e = static_cast<FakeEvent*>(ev);
     std::lock_guard<std::mutex> lock(e->mu);
+    if (failNext_.load() && e->lastRecord > failAfter_.load() && failNext_.exchange(false)) {
+      throw DeviceError("cudaEventQuery failed: cudaErrorIllegalAddress (fake device)");
+    }
     return e->reached(e->recorded);
   }
   void synchronize(device::Event ev) override {
@@ -263,6 +271,7 @@ class FakeDevice final : public device::Runtime {
     std::mutex mu;
     std::condition_variable cv;
     uint64_t recorded = 0;
+    uint64_t lastRecord = 0;  ///< the fake's count of records when this one was last recorded
     std::set<uint64_t> completed;  ///< records whose work ran
     bool reached(uint64_t gen) const { return gen == 0 || completed.count(gen) != 0; }
   };
@@ -320,6 +329,7 @@ class FakeDevice final : public device::Runtime {
   std::once_flag defaultOnce_;
   std::unique_ptr<FakeStream> default_;
   std::atomic<bool> failNext_{false};
+  std::atomic<uint64_t> recordCount_{0}, failAfter_{0};
   std::atomic<int> failCompress_{0};
   std::atomic<int> compressions_{0};
   std::chrono::microseconds copyDelay_{0};
