@@ -4,7 +4,7 @@
 // the same selection for exact top-k). Declared without CUDA headers;
 // compiled only when the library is built with CUDA. `stream` is a
 // cudaStream_t (null: the default stream). Launch errors throw
-// TransportError; argument errors throw InvalidArgument before anything is
+// DeviceError; argument errors throw InvalidArgument before anything is
 // launched.
 #include <cstddef>
 #include <cstdint>

@@ -10,7 +10,7 @@
 namespace gradcomm::compression::cuda::detail {
 
 inline void check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw TransportError(std::string(what) + ": " + cudaGetErrorString(rc));
+  if (rc != cudaSuccess) throw DeviceError(std::string(what) + ": " + cudaGetErrorString(rc));
 }
 
 /// Blocks of `threads` for a grid-stride loop over n elements.

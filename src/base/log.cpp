@@ -44,3 +44,15 @@ void logOnce(LogLevel level, int rank, const std::string& message) {
 }
 
 }  // namespace gradcomm::core
+
+namespace gradcomm {
+
+void logMessage(LogLevel level, int rank, const std::string& message, bool once) {
+  if (once) {
+    core::logOnce(level, rank, message);
+  } else {
+    core::log(level, rank, message);
+  }
+}
+
+}  // namespace gradcomm

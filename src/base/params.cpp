@@ -402,4 +402,19 @@ std::vector<ParamDescription> describeParameters(const Options& explicitOptions)
   return core::describeConfig(core::Config::resolve(explicitOptions));
 }
 
+std::string parameterValue(const std::string& name, const Options& explicitOptions) {
+  const std::string canonical = core::canonicalParamName(name);
+  if (canonical.empty()) {
+    throw ConfigError("unknown parameter '" + name + "'; known parameters: " + core::knownParamNames());
+  }
+  for (const auto& p : describeParameters(explicitOptions)) {
+    if (p.name == canonical) return p.value;
+  }
+  throw ConfigError("parameter " + canonical + " is registered but has no description");
+}
+
+std::chrono::nanoseconds operationTimeout(const Options& explicitOptions) {
+  return core::Config::resolve(explicitOptions).timeout;
+}
+
 }  // namespace gradcomm

@@ -9,7 +9,7 @@
 
 namespace gradcomm::core {
 
-enum class LogLevel { kError, kWarn, kInfo, kDebug };
+using gradcomm::LogLevel;
 
 /// Every tunable of the library, resolved once from defaults, the
 /// environment and explicit Options (in rising priority). Each field is

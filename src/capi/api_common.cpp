@@ -1,7 +1,6 @@
 #include "capi/api_common.hpp"
 
 #include "capi/cuda_probe.hpp"
-#include "base/log.hpp"
 
 namespace gradcomm::capi {
 
@@ -105,11 +104,11 @@ bool onDevice(const void* a, const void* b) {
 
 bool servedByRealNccl(ncclComm_t comm, const char* function) {
   if (comm->real) {
-    core::logOnce(core::LogLevel::kInfo, comm->rank,
+    noteOnce(comm->rank,
                   std::string("NCCL shim: ") + function + " on device memory forwarded to the real NCCL");
     return true;
   }
-  core::logOnce(core::LogLevel::kInfo, comm->rank,
+  noteOnce(comm->rank,
                 std::string("NCCL shim: ") + function + " on device memory served by gradcomm (no real NCCL "
                 "communicator: " + comm->realWhy + ")");
   return false;
@@ -121,7 +120,7 @@ ncclResult_t deviceComm(ncclComm_t comm, const char* function, ncclComm_t* real)
                                                           "real NCCL, but this communicator has none: " +
                                                           comm->realWhy);
   }
-  core::logOnce(core::LogLevel::kInfo, comm->rank,
+  noteOnce(comm->rank,
                 std::string("NCCL shim: ") + function + " on device memory forwarded to the real NCCL");
   *real = comm->real;
   return ncclSuccess;

@@ -6,6 +6,7 @@
 
 #include "capi/comm.hpp"
 #include "capi/errors.hpp"
+#include "gradcomm/config.hpp"
 #include "gradcomm/types.hpp"
 
 /// Defines pnccl<name> as the same function as nccl<name> (NCCL's profiling
@@ -17,6 +18,9 @@
   _Pragma("GCC diagnostic pop")
 
 namespace gradcomm::capi {
+
+/// Says what the shim does with a call, at info level, once per process.
+inline void noteOnce(int rank, const std::string& message) { logMessage(LogLevel::kInfo, rank, message, true); }
 
 /// ncclInvalidArgument naming `argument`, as "ncclAllReduce: invalid argument 'root': ..."
 ncclResult_t invalidArgument(const char* function, const char* argument, const std::string& why);

@@ -23,7 +23,7 @@ struct ncclComm {
   int nranks = 0;
   /// Empty until formed (comm_api.cpp): Communicator's default constructor
   /// is over MPI_COMM_WORLD, which this library never uses.
-  gradcomm::Communicator host{std::shared_ptr<gradcomm::detail::CommunicatorImpl>()};
+  gradcomm::Communicator host{nullptr};
   std::shared_ptr<gradcomm::Store> store;  ///< the job's store (for ncclCommSplit)
   std::string prefix;                      ///< this communicator's keys in it
   int splits = 0;                          ///< ncclCommSplit calls so far (same on every rank)

@@ -18,8 +18,6 @@
 #include "capi/forward.hpp"
 #include "capi/group.hpp"
 #include "capi/real_init.hpp"
-#include "base/log.hpp"
-#include "base/params.hpp"
 
 using namespace gradcomm;
 using namespace gradcomm::capi;
@@ -80,7 +78,7 @@ Options shimOptions() {
 
 std::chrono::milliseconds storeTimeout() {
   try {
-    const auto t = core::Config::resolve().timeout;
+    const auto t = operationTimeout();
     if (t.count() > 0) return std::chrono::duration_cast<std::chrono::milliseconds>(t);
   } catch (const Error&) {
   }
@@ -354,7 +352,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
       c->host = std::move(hosts[static_cast<size_t>(r)]);
       made.push_back(std::move(c));
     }
-    if (cudaUsable() && RealNccl::instance().available()) {
+    if (cudaUsable() && nccl::available()) {
       std::vector<ncclComm_t> real(ndev, nullptr);
       auto f = GRADCOMM_REAL(ncclCommInitAll);
       const ncclResult_t r = f ? fromReal(fn, f(real.data(), ndev, devlist)) : realMissing(fn);
@@ -364,7 +362,7 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
         if (devlist) made[i]->cudaDevice = devlist[i]; else made[i]->cudaDevice = i;
       }
     } else {
-      for (auto& c : made) c->realWhy = cudaUsable() ? RealNccl::instance().why() : "no CUDA device works in this process";
+      for (auto& c : made) c->realWhy = cudaUsable() ? nccl::unavailableReason() : "no CUDA device works in this process";
     }
     for (int r = 0; r < ndev; ++r) comms[r] = made[r].release();
     return ncclSuccess;

@@ -4,23 +4,20 @@
 
 #include <string>
 
-#include "capi/comm.hpp"
-#include "capi/errors.hpp"
+#include "capi/api_common.hpp"
 #include "capi/forward.hpp"
-#include "compression/compressor.hpp"
-#include "compression/cuda/compression_cuda.hpp"
-#include "base/log.hpp"
-#include "base/params.hpp"
+#include "gradcomm/device.hpp"
 
 namespace gradcomm::capi {
 namespace {
 
-/// 0 off, else the half type, from GRADCOMM_COMPRESSION (read once).
+/// The half type GRADCOMM_COMPRESSION asks for (read once); *on is false
+/// when it asks for none that applies to device buffers.
 DataType halfType(bool* on, int rank) {
   static const int kind = [rank] {
     std::string spec;
     try {
-      spec = core::Config::resolve().compression;
+      spec = parameterValue("GRADCOMM_COMPRESSION");
     } catch (const Error&) {
       return 0;  // the host communicator reports the malformed value
     }
@@ -28,8 +25,7 @@ DataType halfType(bool* on, int rank) {
     if (base == "fp16") return 1;
     if (base == "bf16") return 2;
     if (!spec.empty() && spec != "none") {
-      core::logOnce(core::LogLevel::kInfo, rank,
-                    "NCCL shim: GRADCOMM_COMPRESSION=" + spec + " is not applied to device buffers (only fp16 and bf16 are)");
+      noteOnce(rank, "NCCL shim: GRADCOMM_COMPRESSION=" + spec + " is not applied to device buffers (only fp16 and bf16 are)");
     }
     return 0;
   }();
@@ -47,9 +43,8 @@ ncclResult_t compressedDeviceAllReduce(const void* sendbuff, void* recvbuff, siz
   static const char* fn = "ncclAllReduce";
   auto allReduce = GRADCOMM_REAL(ncclAllReduce);
   if (!allReduce) return realMissing(fn);
-  core::logOnce(core::LogLevel::kInfo, comm->rank,
-                std::string("NCCL shim: float32 device allreduce compressed to ") +
-                    (half == DataType::kFloat16 ? "fp16" : "bf16") + " around the real NCCL");
+  noteOnce(comm->rank, std::string("NCCL shim: float32 device allreduce compressed to ") +
+                           (half == DataType::kFloat16 ? "fp16" : "bf16") + " around the real NCCL");
   if (count == 0) return fromReal(fn, allReduce(sendbuff, recvbuff, 0, ncclFloat32, op, comm->real, stream));
   // Stream-ordered scratch: it lives exactly as long as the stream needs it.
   void* scratch = nullptr;
@@ -61,14 +56,10 @@ ncclResult_t compressedDeviceAllReduce(const void* sendbuff, void* recvbuff, siz
   }
   ncclResult_t result = ncclSuccess;
   try {
-    compression::Spec spec;
-    spec.kind = half == DataType::kFloat16 ? compression::Kind::kFp16 : compression::Kind::kBf16;
-    // The caller's buffers are on a GPU, so no probe: the device compressor directly.
-    const auto compressor = compression::cuda::makeCompressor(spec, stream);
-    compressor->compress(static_cast<const float*>(sendbuff), nullptr, count, scratch, compression::CompressArgs{});
+    castToHalfOnDevice(static_cast<const float*>(sendbuff), scratch, count, half, stream);
     result = fromReal(fn, allReduce(scratch, scratch, count, half == DataType::kFloat16 ? ncclFloat16 : ncclBfloat16,
                                     op, comm->real, stream));
-    if (result == ncclSuccess) compressor->decompress(scratch, static_cast<float*>(recvbuff), count);
+    if (result == ncclSuccess) castFromHalfOnDevice(scratch, static_cast<float*>(recvbuff), count, half, stream);
   } catch (const Error& e) {
     result = fail(ncclUnhandledCudaError, std::string(fn) + ": " + e.what());
   }

@@ -38,3 +38,7 @@ ncclResult_t resultOf(ErrorCode code) {
 }
 
 }  // namespace gradcomm::capi
+
+/// gradcomm's NCCL loader refuses any library that exports this symbol, so
+/// it never takes this one, installed or linked as libnccl.so.2, for NVIDIA's.
+extern "C" __attribute__((visibility("default"))) const int gradcommNcclAbiLibrary = 1;

@@ -21,6 +21,6 @@ ncclResult_t realMissing(const char* function);
 /// looked up once per call site.
 #define GRADCOMM_REAL(name)                                                               \
   ([]() {                                                                                 \
-    static const auto fn = ::gradcomm::capi::RealNccl::instance().get<decltype(&name)>(#name); \
+    static const auto fn = ::gradcomm::capi::realNccl<decltype(&name)>(#name);                  \
     return fn;                                                                            \
   }())

@@ -90,7 +90,7 @@ class GroupUses {
 };
 
 /// The real NCCL takes part in the group only where device calls can happen.
-bool realGroupsMatter() { return cudaUsable() && RealNccl::instance().available(); }
+bool realGroupsMatter() { return cudaUsable() && nccl::available(); }
 
 ncclResult_t runGroup(GroupState& g, const char* function) {
   Outcome out;
@@ -210,7 +210,7 @@ bool inGroup() { return state.depth > 0; }
 
 ncclResult_t groupStart() {
   if (state.depth++ == 0 && realGroupsMatter()) {
-    auto start = RealNccl::instance().get<ncclResult_t (*)()>("ncclGroupStart");
+    auto start = realNccl<ncclResult_t (*)()>("ncclGroupStart");
     if (start && start() == ncclSuccess) state.realGroupOpen = true;
   }
   return ncclSuccess;
@@ -225,7 +225,7 @@ ncclResult_t groupEnd(const char* function) {
   state = GroupState{};
   ncclResult_t realResult = ncclSuccess;
   if (g.realGroupOpen) {
-    auto end = RealNccl::instance().get<ncclResult_t (*)()>("ncclGroupEnd");
+    auto end = realNccl<ncclResult_t (*)()>("ncclGroupEnd");
     realResult = end ? end() : ncclInternalError;
   }
   const ncclResult_t r = runGroup(g, function);
@@ -247,7 +247,7 @@ ncclResult_t groupSimulateEnd(float* estimatedUs) {
   for (const auto& t : g.transfers) us += 5 + static_cast<double>(t.transfer.count) / 5000;
   if (g.realGroupOpen) {
     ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
-    auto simEnd = RealNccl::instance().get<ncclResult_t (*)(ncclSimInfo_t*)>("ncclGroupSimulateEnd");
+    auto simEnd = realNccl<ncclResult_t (*)(ncclSimInfo_t*)>("ncclGroupSimulateEnd");
     if (simEnd && simEnd(&sim) == ncclSuccess && sim.estimatedTime > 0) us += sim.estimatedTime;
   }
   *estimatedUs = static_cast<float>(us);

@@ -21,7 +21,7 @@ RealInitHooks defaultRealInitHooks() {
   RealInitHooks h;
   h.unusable = []() -> std::string {
     if (!cudaUsable()) return "no CUDA device works in this process";
-    if (!RealNccl::instance().available()) return RealNccl::instance().why();
+    if (!nccl::available()) return nccl::unavailableReason();
     return {};
   };
   h.currentDevice = []() -> int {

@@ -1,10 +1,14 @@
 #pragma once
 // The real NCCL, for what the NCCL-ABI library does not serve itself
-// (device buffers): the device layer's loader.
-#include "device/nccl_library.hpp"
+// (device buffers), as the library opens it (gradcomm/device.hpp).
+#include "gradcomm/device.hpp"
 
 namespace gradcomm::capi {
 
-using RealNccl = device::NcclLibrary;
+/// The real NCCL's function `name` as `Fn`, or null.
+template <typename Fn>
+Fn realNccl(const char* name) {
+  return reinterpret_cast<Fn>(nccl::symbol(name));
+}
 
 }  // namespace gradcomm::capi

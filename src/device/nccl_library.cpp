@@ -12,13 +12,6 @@ namespace {
 
 std::mutex loadMu;
 
-/// The base address of the object that holds `addr`, or null.
-void* objectBase(const void* addr) {
-  Dl_info info{};
-  if (!dladdr(addr, &info)) return nullptr;
-  return info.dli_fbase;
-}
-
 }  // namespace
 
 NcclLibrary& NcclLibrary::instance() {
@@ -48,10 +41,10 @@ void NcclLibrary::load() {
     dlclose(h);
     return;
   }
-  // The search path may lead back to this very library (the NCCL-ABI
-  // library installed or symlinked as libnccl.so.2): forwarding to it
-  // would recurse forever.
-  if (objectBase(probe) == objectBase(reinterpret_cast<const void*>(&objectBase))) {
+  // The search path may lead back to gradcomm's NCCL-ABI library (installed
+  // or symlinked as libnccl.so.2, or preloaded): forwarding to it would come
+  // back round through gradcomm. It says what it is with one exported symbol.
+  if (dlsym(h, "gradcommNcclAbiLibrary")) {
     why_ = path_ + " is gradcomm's own NCCL library, not the real NCCL; set GRADCOMM_NCCL_LIB to NVIDIA's libnccl.so.2";
     dlclose(h);
     return;

@@ -3,8 +3,8 @@
 // NCCL engine under the Communicator (device/collective_library.hpp) and
 // for the NCCL-ABI library's forwarding of device calls. Opened with
 // RTLD_DEEPBIND so that NCCL's calls to its own API stay inside it, and
-// refused when the search path leads back to the library that asks (the
-// NCCL-ABI library installed as libnccl.so.2).
+// refused when the search path leads to gradcomm's NCCL-ABI library (which
+// exports gradcommNcclAbiLibrary), e.g. installed as libnccl.so.2.
 #include <string>
 
 namespace gradcomm::device {

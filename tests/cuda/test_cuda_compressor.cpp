@@ -14,6 +14,7 @@
 
 #include "compression/compressor.hpp"
 #include "compression/cuda/compression_cuda.hpp"
+#include "gradcomm/device.hpp"
 #include "gradcomm/error.hpp"
 #include "require_gpu.hpp"
 #include "support/compression_reference.hpp"
@@ -113,6 +114,27 @@ TEST(CudaCompressor, CastPayloadsDecodesAndResidualsMatchTheCpuCompressorBitForB
       gpu->decompressAdd(dPayload.get(), dAcc.get<float>(), n);
       ASSERT_TRUE(sameBits(dAcc.download<float>(n), acc));
     }
+  }
+}
+
+TEST(CudaCompressor, ThePublicCastsGiveTheCpuCastsBits) {
+  REQUIRE_GPU();
+  const uint64_t seed = gradcomm::testing::compressionSeed("CudaCompressor.PublicCasts");
+  const size_t n = 65537;
+  const std::vector<float> in = gradcomm::testing::mixedFloats(n, seed);
+  for (const char* text : {"fp16", "bf16"}) {
+    SCOPED_TRACE(text);
+    const auto cpu = cc::makeCompressor(cc::Spec::parse(text), cc::MemoryKind::kHost);
+    std::vector<uint16_t> want(n);
+    cpu->compress(in.data(), nullptr, n, want.data(), {1.0f, 0});
+    std::vector<float> back(n);
+    cpu->decompress(want.data(), back.data(), n);
+    const DataType half = std::string(text) == "fp16" ? DataType::kFloat16 : DataType::kBFloat16;
+    DeviceBytes dIn(in), dHalf(n * 2), dOut(n * sizeof(float));
+    castToHalfOnDevice(dIn.get<float>(), dHalf.get(), n, half, nullptr);
+    ASSERT_EQ(dHalf.download<uint16_t>(n), want);
+    castFromHalfOnDevice(dHalf.get(), dOut.get<float>(), n, half, nullptr);
+    ASSERT_TRUE(sameBits(dOut.download<float>(n), back));
   }
 }
 

@@ -7,9 +7,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/log.hpp"
 #include "base/params.hpp"
 #include "base/units.hpp"
 #include "gradcomm/config.hpp"
+#include "gradcomm/device.hpp"
 #include "gradcomm/error.hpp"
 #include "gradcomm/types.hpp"
 
@@ -260,4 +262,47 @@ TEST(Parameters, AMalformedAlgoRuleFailsAtResolveWithTheCommunicatorsMessage) {
   EXPECT_NE(msg.find("GRADCOMM_ALGO entry 'bogus': unknown algorithm 'bogus'; valid: "), std::string::npos) << msg;
   EnvGuard ok("GRADCOMM_ALGO", "allreduce:0-64K:rd,allreduce:ring");
   EXPECT_EQ(Config::resolve().algo, "allreduce:0-64K:rd,allreduce:ring");
+}
+
+TEST(Parameters, OneValueAndTheTimeoutAreReadAsACommunicatorReadsThem) {
+  EnvGuard compression("GRADCOMM_COMPRESSION", "bf16");
+  EnvGuard timeout("GRADCOMM_TIMEOUT", "90s");
+  EXPECT_EQ(parameterValue("GRADCOMM_COMPRESSION"), "bf16");
+  EXPECT_EQ(parameterValue("COMPRESSION", Options().set("COMPRESSION", "fp16")), "fp16");
+  EXPECT_EQ(operationTimeout(), std::chrono::seconds(90));
+  EXPECT_EQ(operationTimeout(Options().set("GRADCOMM_TIMEOUT", "0")), std::chrono::nanoseconds(0));
+  EXPECT_NE(errorOf([] { parameterValue("GRADCOMM_COMPRESION"); }).find("unknown parameter 'GRADCOMM_COMPRESION'"),
+            std::string::npos);
+  EnvGuard bad("GRADCOMM_TIMEOUT", "soon");
+  EXPECT_THROW(operationTimeout(), ConfigError);
+}
+
+TEST(Logging, AMessageIsWrittenWhenItsLevelIsOnAndOnceMeansOnce) {
+  setLogLevel(LogLevel::kInfo);
+  ::testing::internal::CaptureStderr();
+  logMessage(LogLevel::kInfo, 3, "shim said something", true);
+  logMessage(LogLevel::kInfo, 3, "shim said something", true);
+  logMessage(LogLevel::kDebug, 3, "too detailed");
+  logMessage(LogLevel::kWarn, -1, "before any communicator");
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  setLogLevel(LogLevel::kWarn);
+  EXPECT_EQ(err, "gradcomm[rank 3] info: shim said something\ngradcomm warn: before any communicator\n");
+}
+
+TEST(DeviceCasts, BadArgumentsAreRefusedBeforeAnyDeviceIsAsked) {
+  float in = 1.0f;
+  uint16_t out = 0;
+  EXPECT_NE(errorOf([&] { castToHalfOnDevice(&in, &out, 1, DataType::kInt32, nullptr); })
+                .find("castToHalfOnDevice: the half type must be float16 or bfloat16, not int32"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { castFromHalfOnDevice(nullptr, &in, 4, DataType::kFloat16, nullptr); })
+                .find("castFromHalfOnDevice: a buffer is null with count > 0"),
+            std::string::npos);
+  EXPECT_THROW(castToHalfOnDevice(&in, nullptr, 1, DataType::kFloat64, nullptr), InvalidArgument);
+  // Nothing to cast: no kernel, no error, whatever the machine.
+#if GRADCOMM_HAVE_CUDA
+  EXPECT_NO_THROW(castToHalfOnDevice(nullptr, nullptr, 0, DataType::kBFloat16, nullptr));
+#else
+  EXPECT_THROW(castToHalfOnDevice(nullptr, nullptr, 0, DataType::kBFloat16, nullptr), UnsupportedError);
+#endif
 }
