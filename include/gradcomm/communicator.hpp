@@ -215,10 +215,11 @@ class GRADCOMM_API Communicator {
   /// calls it; a rank that passes a negative color joins no group and gets
   /// an empty handle (valid() false). The new communicator is light: it
   /// shares this one's context (its transport connections, progress
-  /// thread and cost model); its messages carry its own group id. On the
-  /// MPI transport it gets an MPI communicator of its own (and shared
-  /// memory where its ranks share a host); elsewhere it has no shared
-  /// memory of its own and its same-host messages go through the transport.
+  /// thread and cost model); its messages carry its own group id (on the
+  /// MPI transport: an MPI communicator of its members). It has no shared
+  /// memory of its own: where its members are all the ranks of each of
+  /// their hosts, in this order, it uses this one's; otherwise its
+  /// same-host messages go through the transport.
   /// Operations of all communicators of a context run one at a time in the
   /// order this process issues them, as on one CUDA stream: ranks must
   /// issue the calls of communicators they share in the same order.

@@ -537,7 +537,14 @@ std::shared_ptr<CommunicatorImpl> CommunicatorImpl::subgroup(const std::vector<i
           c->idInUse[id] = 0;
         }
       });
-      shareMemoryIfWholeHosts(*group, members);
+      // The context's hosts, as the base transport's shared memory knows them.
+      const topology::TopologyView& view = *context_->view;
+      std::vector<std::vector<int>> hosts;
+      for (int h = 0; h < view.numHosts(); ++h) hosts.push_back(view.ranksOnHost(h));
+      transport::Transport& base = engine_->transport();
+      size_t chunk = 0;
+      auto shm = transport::sharedMemoryForGroup(hosts, base.sharedMemory(), base.sharedMemoryChunkBytes(), members, &chunk);
+      group->shareMemory(std::move(shm), chunk);
       transport = std::move(group);
     }
     return std::shared_ptr<CommunicatorImpl>(
@@ -548,36 +555,6 @@ std::shared_ptr<CommunicatorImpl> CommunicatorImpl::subgroup(const std::vector<i
     engine_->abort(e.code(), "rank " + std::to_string(rank_) + " could not form a subgroup: " + e.what(), true);
     rethrowAs(e.code(), "subgroup: " + std::string(e.what()));
   }
-}
-
-void CommunicatorImpl::shareMemoryIfWholeHosts(transport::GroupTransport& group, const std::vector<int>& members) {
-  transport::Transport& base = engine_->transport();
-  const size_t chunk = base.sharedMemoryChunkBytes();  // equal on every rank
-  if (chunk == 0) return;
-  // Every member decides alike, from the members and the context's hosts:
-  // on each host holding a member, the members are all of the context's
-  // ranks there, listed in the context's order.
-  const topology::TopologyView& hosts = *context_->view;
-  std::vector<int> seen(static_cast<size_t>(hosts.numHosts()), 0), last(static_cast<size_t>(hosts.numHosts()), -1);
-  for (int m : members) {
-    const auto h = static_cast<size_t>(hosts.hostOf(m));
-    if (m < last[h]) return;
-    last[h] = m;
-    ++seen[h];
-  }
-  for (int m : members) {
-    const auto h = static_cast<size_t>(hosts.hostOf(m));
-    if (static_cast<size_t>(seen[h]) != hosts.ranksOnHost(static_cast<int>(h)).size()) return;
-  }
-  std::unique_ptr<transport::ShmGroup> view;
-  if (const transport::ShmGroup* shm = base.sharedMemory()) {
-    std::vector<int> ranks;
-    for (int r : shm->ranks()) {
-      ranks.push_back(static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin()));
-    }
-    view = shm->renumbered(std::move(ranks));
-  }
-  group.shareMemory(std::move(view), chunk);
 }
 
 std::shared_ptr<CommunicatorImpl> CommunicatorImpl::split(int color, int key) {

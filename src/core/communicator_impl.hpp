@@ -157,10 +157,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// The group ids no member of `members` (context ranks) uses, agreed by
   /// an allgather among them; the lowest is the new group's.
   uint32_t agreeOnGroupId(const std::vector<int>& members);
-  /// Gives `group` the context's shared memory when every host's ranks that
-  /// hold a member are all members, in the context's order (the same
-  /// decision on every member); otherwise it has none.
-  void shareMemoryIfWholeHosts(transport::GroupTransport& group, const std::vector<int>& members);
 
   std::shared_ptr<Context> context_;
   /// The transport of this communicator: the engine's, or a group's (owned).

@@ -43,4 +43,35 @@ bool GroupTransport::probeMismatch(int peer, const Tag& expected) {
   return base_.probeMismatch(checkedPeer(peer), mapped(expected));
 }
 
+std::unique_ptr<ShmGroup> sharedMemoryForGroup(const std::vector<std::vector<int>>& hosts, const ShmGroup* shm,
+                                               size_t baseChunk, const std::vector<int>& members, size_t* chunkBytes) {
+  *chunkBytes = 0;
+  if (baseChunk == 0) return nullptr;
+  std::vector<int> hostOf;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    for (int r : hosts[h]) {
+      if (static_cast<size_t>(r) >= hostOf.size()) hostOf.resize(static_cast<size_t>(r) + 1, -1);
+      hostOf[static_cast<size_t>(r)] = static_cast<int>(h);
+    }
+  }
+  std::vector<size_t> seen(hosts.size(), 0);
+  std::vector<int> last(hosts.size(), -1);
+  for (int m : members) {
+    if (m < 0 || static_cast<size_t>(m) >= hostOf.size() || hostOf[static_cast<size_t>(m)] < 0) return nullptr;
+    const auto h = static_cast<size_t>(hostOf[static_cast<size_t>(m)]);
+    if (m < last[h]) return nullptr;
+    last[h] = m;
+    ++seen[h];
+  }
+  for (int m : members) {
+    const auto h = static_cast<size_t>(hostOf[static_cast<size_t>(m)]);
+    if (seen[h] != hosts[h].size()) return nullptr;
+  }
+  *chunkBytes = baseChunk;
+  if (!shm) return nullptr;
+  std::vector<int> ranks;
+  for (int r : shm->ranks()) ranks.push_back(static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin()));
+  return shm->renumbered(std::move(ranks));
+}
+
 }  // namespace gradcomm::transport

@@ -76,4 +76,15 @@ class GroupTransport : public Transport {
   size_t chunkBytes_ = 0;
 };
 
+/// The shared memory a group of `members` (ranks of a base transport, in
+/// the group's order) may use: the base's `shm`, renumbered for the group
+/// (ShmGroup::renumbered), when on every host that holds a member the
+/// members are all of the base's ranks there, listed in the base's order
+/// (`hosts`: every host's base ranks). `*chunkBytes` is then `baseChunk`,
+/// else 0 and the result null: every member decides alike, from the same
+/// lists. Null with a chunk size where the hosts are whole but this rank
+/// has no segment (alone on its host).
+std::unique_ptr<ShmGroup> sharedMemoryForGroup(const std::vector<std::vector<int>>& hosts, const ShmGroup* shm,
+                                               size_t baseChunk, const std::vector<int>& members, size_t* chunkBytes);
+
 }  // namespace gradcomm::transport

@@ -1,5 +1,6 @@
 #include "transport/mpi_transport.hpp"
 
+#include "transport/group_transport.hpp"
 #include "transport/mpi_graveyard.hpp"
 #include "transport/mpi_native.hpp"
 
@@ -537,12 +538,38 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
   MPI_Get_processor_name(name, &len);
   hostName_ = std::string(name, static_cast<size_t>(len)) + "/node-of-rank" + std::to_string(localRanks_.front());
 
+  finishSetUp();
+  postControlReceive();
+  progress_->watchControl(&controlRecv_);
+}
+
+void MpiTransport::finishSetUp() {
   graveyard_ = std::make_shared<Graveyard>();
   progress_ = std::make_shared<MpiProgress>();
   progress_->setYieldsWhenIdle(mpiYieldsWhenIdle());
   native_ = makeMpiNative(data_, graveyard_);
-  postControlReceive();
-  progress_->watchControl(&controlRecv_);
+}
+
+MpiTransport::MpiTransport(MpiTransport& parent, MPI_Comm data, const std::vector<int>& members)
+    : env_(parent.env_), parent_(&parent), data_(data), layout_(parent.layout_) {
+  MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+  checkMpi(MPI_Comm_dup(data_, &control_), "MPI_Comm_dup");
+  MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(data_, &rank_);
+  MPI_Comm_size(data_, &size_);
+  // The hosts as the parent knows them, in the group's numbering.
+  std::vector<long long> parentHostOf(static_cast<size_t>(parent.size_)), hostOf;
+  for (size_t h = 0; h < parent.hosts_.size(); ++h) {
+    for (int r : parent.hosts_[h]) parentHostOf[static_cast<size_t>(r)] = static_cast<long long>(h);
+  }
+  for (int m : members) hostOf.push_back(parentHostOf[static_cast<size_t>(m)]);
+  hosts_ = groupHosts(hostOf);
+  for (const auto& host : hosts_) {
+    if (std::find(host.begin(), host.end(), rank_) != host.end()) localRanks_ = host;
+  }
+  hostName_ = parent.hostName_;
+  shm_ = sharedMemoryForGroup(parent.hosts_, parent.shm_.get(), parent.shmChunkBytes_, members, &shmChunkBytes_);
+  finishSetUp();
 }
 
 MpiTransport::~MpiTransport() {
@@ -685,9 +712,7 @@ std::unique_ptr<Transport> MpiTransport::subgroup(const std::vector<int>& member
   MPI_Group_free(&some);
   MPI_Group_free(&all);
   checkMpi(rc, "MPI_Comm_create_group");
-  auto t = std::make_unique<MpiTransport>(comm, env_, shmChunkBytes_);
-  MPI_Comm_free(&comm);
-  return t;
+  return std::unique_ptr<Transport>(new MpiTransport(*this, comm, members));
 }
 
 void MpiTransport::checkGroup(const Tag& tag) const {
@@ -706,6 +731,7 @@ bool MpiTransport::probeMismatch(int peer, const Tag& expected) {
 }
 
 void MpiTransport::broadcastAbort(const std::string& reason) {
+  if (parent_) return parent_->broadcastAbort(reason);
   std::string text = reason.substr(0, controlBuffer_.size() - 64);
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
@@ -721,6 +747,7 @@ void MpiTransport::broadcastAbort(const std::string& reason) {
 bool MpiTransport::yieldedWhileIdle() { return progress_->takeIdleYield(); }
 
 std::optional<std::string> MpiTransport::pollAbort() {
+  if (parent_) return parent_->pollAbort();
   graveyard_->sweep();
   for (auto& a : abortSends_) {  // keep the sends moving
     if (a->request != MPI_REQUEST_NULL) {

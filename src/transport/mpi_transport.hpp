@@ -53,7 +53,21 @@ class MpiTransport : public Transport {
   bool yieldedWhileIdle() override;
   void notePeerFailure(const std::string& reason) override { env_->markBroken(reason); }
   bool abandonedTransfersPending() override;
+  /// A light transport for the group: an MPI communicator of the members
+  /// (MPI_Comm_create_group, and one duplicate for its call checks), the
+  /// hosts and tag layout of this one, this one's shared memory renumbered
+  /// where the members fill whole hosts (sharedMemoryForGroup), and this
+  /// one's abort channel (failure is the context's, as for GroupTransport).
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
+  /// A group sharing this transport's memory announces nothing and checks
+  /// calls by message: the memory holds the base's sequence of operations.
+  void announce(const CallSignature& call) override {
+    if (!parent_) Transport::announce(call);
+  }
+  std::optional<CallSignature> announcedSignature(int peer, uint64_t seq) override {
+    return parent_ ? std::nullopt : Transport::announcedSignature(peer, seq);
+  }
+  bool checksCallsThroughSharedMemory() const override { return parent_ == nullptr; }
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   size_t sharedMemoryChunkBytes() const override { return shmChunkBytes_; }
@@ -64,6 +78,10 @@ class MpiTransport : public Transport {
   const MpiTagLayout& tagLayout() const { return layout_; }
 
  private:
+  /// The group of `members` of `parent` over `data` (owned).
+  MpiTransport(MpiTransport& parent, MPI_Comm data, const std::vector<int>& members);
+  /// What both constructors do once data_ and control_ exist.
+  void finishSetUp();
   void postControlReceive();
   /// `pace`: the bytes expected to arrive, which decide whether an idle
   /// progress pass yielded (MpiProgress::run).
@@ -72,6 +90,7 @@ class MpiTransport : public Transport {
   void setUpSharedMemory(MPI_Comm local, size_t chunkBytes);
 
   std::shared_ptr<MpiEnvironment> env_;
+  MpiTransport* parent_ = nullptr;  ///< a group's base transport (outlives it): its abort channel
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;
   int rank_ = 0;

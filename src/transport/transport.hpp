@@ -133,7 +133,8 @@ class Transport {
   /// together (non-members do not call it); null when this transport has
   /// none to offer, and the group's messages then travel over this one,
   /// kept apart by Tag::comm (see GroupTransport). The MPI transport makes
-  /// an MPI communicator (its tags have no room for a group).
+  /// a light one on an MPI communicator of the members (its tags have no
+  /// room for a group).
   virtual std::unique_ptr<Transport> subgroup(const std::vector<int>& members) {
     (void)members;
     return nullptr;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -106,6 +107,41 @@ TEST(Mpi, SplitGroupsRunEveryAlgorithmCorrectlyBesideTheirParent) {
     EXPECT_EQ(even.rank(), static_cast<int>(std::find(evens.begin(), evens.end(), r) - evens.begin()));
   }
   comm.barrier().wait();
+}
+
+// A group is light on every transport: no descriptor, segment or thread of
+// its own. A duplicate holds every rank of each host and uses the context's
+// shared memory itself (renumbered); halves of a host use none, and say so
+// alike on every rank (chunk 0), so every rank chooses alike.
+TEST(Mpi, GroupsOpenNothingAndShareTheContextsMemoryWhereTheyFillWholeHosts) {
+  Communicator comm = communicatorFromMpi(MPI_COMM_WORLD, testOptions());
+  const int p = comm.size(), r = comm.rank();
+  auto descriptors = [] {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += e.path().empty() ? 0 : 1;
+    return n;
+  };
+  comm.barrier().wait();
+  const size_t before = descriptors();
+  std::vector<Communicator> groups;
+  for (int i = 0; i < 10; ++i) groups.push_back(comm.dup());
+  for (int i = 0; i < 10; ++i) groups.push_back(comm.split(r % 2, r));
+  for (auto& g : groups) g.barrier().wait();
+  EXPECT_EQ(descriptors(), before) << "rank " << r;
+  const transport::ShmGroup* mine = comm.impl()->transport().sharedMemory();
+  if (!mine) return;  // one rank, or GRADCOMM_SHM=0
+  const transport::ShmGroup* dups = groups[0].impl()->transport().sharedMemory();
+  ASSERT_NE(dups, nullptr);
+  EXPECT_EQ(&dups->block(0), &mine->block(0)) << "a duplicate maps a segment of its own";
+  EXPECT_EQ(groups[0].impl()->transport().sharedMemoryChunkBytes(), comm.impl()->transport().sharedMemoryChunkBytes());
+  // Every rank of these tests is on one host: a half leaves out some of it.
+  EXPECT_EQ(groups[10].impl()->transport().sharedMemory(), nullptr);
+  EXPECT_EQ(groups[10].impl()->transport().sharedMemoryChunkBytes(), 0u);
+  double x = r;
+  groups[10].allreduce(&x, &x, 1, DataType::kFloat64, ReduceOp::kSum).wait();
+  double want = 0;
+  for (int q = r % 2; q < p; q += 2) want += q;
+  EXPECT_EQ(x, want);
 }
 
 TEST(Mpi, LargeMessagesUseManySegmentsAndStayExact) {
