@@ -82,6 +82,11 @@ struct RunContext {
   /// this rank's before it takes the data. The engine's call check, a
   /// message of its own per operation, is then not needed.
   bool signedMessages = false;
+  /// Whether this communicator's operations number the transport's shared
+  /// memory (its announcements and call-check slots): the context's own
+  /// communicator. A group that uses that memory renumbered has its own
+  /// operation numbers, so it announces nothing and reads no announcement.
+  bool numbersSharedMemory = false;
   /// At least `bytes` of 64-byte aligned scratch, reused between operations.
   char* scratch(size_t bytes) const { return workspace->scratch(bytes); }
 };

@@ -252,10 +252,10 @@ class ShmAllreduceSchedule final : public Schedule {
   }
 
   [[noreturn]] void throwMismatch(int q) const {
-    // Both ranks announced their calls before staging anything: name the
-    // field that differs.
+    // Both ranks announced their calls before staging anything (where this
+    // communicator numbers the memory): name the field that differs.
     transport::CallSignature mine, theirs;
-    const bool known = g_.announced(me_, ctx_.tag.seq, &mine);
+    const bool known = ctx_.numbersSharedMemory && g_.announced(me_, ctx_.tag.seq, &mine);
     const bool knownTheirs = known && g_.announced(q, ctx_.tag.seq, &theirs);
     if (!known) mine.seq = ctx_.tag.seq;
     throw MismatchError(transport::mismatchMessage(ctx_.transport->rank(),

@@ -8,7 +8,7 @@
 
 namespace gradcomm::core {
 
-void CallCheck::start(transport::Transport& t, const transport::CallSignature& mine) {
+void CallCheck::start(transport::Transport& t, const transport::CallSignature& mine, bool sharedMemorySlots) {
   reset();
   const int p = t.size(), r = t.rank();
   if (p < 2) return;
@@ -16,7 +16,7 @@ void CallCheck::start(transport::Transport& t, const transport::CallSignature& m
   mine_ = &mine;
   next_ = (r + 1) % p;
   previous_ = (r + p - 1) % p;
-  shm_ = t.checksCallsThroughSharedMemory() ? t.sharedMemory() : nullptr;
+  shm_ = sharedMemorySlots ? t.sharedMemory() : nullptr;
   nextLocal_ = shm_ ? shm_->localIndexOf(next_) : -1;
   previousLocal_ = shm_ ? shm_->localIndexOf(previous_) : -1;
   sendPending_ = recvPending_ = true;

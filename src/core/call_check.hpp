@@ -18,7 +18,9 @@ namespace gradcomm::core {
 class CallCheck {
  public:
   /// Starts the check of `mine` (kept by reference until done or reset).
-  void start(transport::Transport& t, const transport::CallSignature& mine);
+  /// With `sharedMemorySlots` (the communicator numbers the transport's
+  /// shared memory), host-local neighbours exchange through its slots.
+  void start(transport::Transport& t, const transport::CallSignature& mine, bool sharedMemorySlots);
   /// Moves it on without blocking; true when anything moved. Throws a
   /// MismatchError (whose text starts with `what`) when the previous
   /// rank's call differs.

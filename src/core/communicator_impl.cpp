@@ -490,6 +490,7 @@ void CommunicatorImpl::internalAllgather(const void* mine, void* all, size_t byt
   call.inPlace = mine == static_cast<const char*>(all) + bytes * static_cast<size_t>(t->rank());
   algorithms::RunContext ctx = runContext(call, tag);
   ctx.transport = t;
+  ctx.numbersSharedMemory = ctx.numbersSharedMemory && !over;
   auto op = OperationState::forCall(algorithms::findAlgorithm(Collective::kAllgather, "ring"), call, ctx, signature,
                                     bytes * static_cast<size_t>(t->size()));
   if (!over) noteQueued(op);
@@ -634,6 +635,7 @@ void CommunicatorImpl::abortAndThrow(const Error& e, const std::string& what) {
 algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, const transport::Tag& tag) const {
   algorithms::RunContext ctx;
   ctx.transport = transport_;
+  ctx.numbersSharedMemory = transport_ == &engine_->transport();
   ctx.topology = &view_;
   ctx.tag = tag;
   ctx.simd = simd_;

@@ -16,6 +16,23 @@ using detail::Clock;
 using detail::OperationState;
 
 namespace {
+
+/// Publishes the operation in shared memory, where this communicator's
+/// operations number it (RunContext::numbersSharedMemory).
+void announce(const algorithms::RunContext& ctx, const transport::CallSignature& call) {
+  if (!ctx.numbersSharedMemory) return;
+  if (transport::ShmGroup* g = ctx.transport->sharedMemory()) g->announce(call);
+}
+
+/// What host-local `peer` announced for operation `seq`, where this
+/// communicator can see it.
+bool announcedBy(const algorithms::RunContext& ctx, int peer, uint64_t seq, transport::CallSignature* out) {
+  if (!ctx.numbersSharedMemory) return false;
+  transport::ShmGroup* g = ctx.transport->sharedMemory();
+  const int local = g ? g->localIndexOf(peer) : -1;
+  return local >= 0 && g->announced(local, seq, out);
+}
+
 // How long the thread leaves an operation to the caller that just drove it.
 constexpr int64_t kCallerGraceNs = 50'000;
 // The same when ranks outnumber cores (yield mode). A caller that drove may
@@ -177,7 +194,7 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
     return op;
   };
   try {
-    ctx.transport->announce(signature);
+    announce(ctx, signature);
     algorithms::SchedulePtr rest;
     const bool finished = algo.runInline(call, ctx, {kInlinePatience, settings_.yieldWhenIdle}, &rest);
     if (pollAbort) {
@@ -405,13 +422,13 @@ bool ProgressEngine::drive() {
         // The operation's own transport: a group's, when the communicator
         // was split from another (the engine's transport is the context's).
         transport::Transport& t = *active_->ctx.transport;
-        t.announce(active_->signature);
+        announce(active_->ctx, active_->signature);
         // Algorithms that compare every rank's call themselves, or whose
         // messages carry the signature, skip the check.
         const auto* algo = active_->algo;
         active_->ctx.signedMessages = algo && algo->signsMessages(active_->signature, active_->ctx);
         if (!algo || (!algo->checksCalls() && !active_->ctx.signedMessages)) {
-          check_.start(t, active_->signature);
+          check_.start(t, active_->signature, active_->ctx.numbersSharedMemory);
         }
       }
       active_->schedule = active_->makeSchedule();
@@ -539,10 +556,13 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
     transport::Transport& t = *active_->ctx.transport;
     for (int peer = 0; peer < t.size(); ++peer) {
       if (peer == t.rank()) continue;
-      if (t.probeMismatch(peer, expected)) {
-        const auto theirs = t.announcedSignature(peer, active_->seq);
+      // What a host-local peer announced names its call; a waiting message
+      // of this operation with another fingerprint says only that it differs.
+      transport::CallSignature theirs;
+      const bool announced = announcedBy(active_->ctx, peer, active_->seq, &theirs);
+      if ((announced && theirs.fingerprint() != active_->fingerprint) || (!announced && t.probeMismatch(peer, expected))) {
         throw MismatchError(transport::mismatchMessage(t.rank(), active_->describe(), active_->signature,
-                                                       peer, theirs ? &*theirs : nullptr));
+                                                       peer, announced ? &theirs : nullptr));
       }
     }
   }

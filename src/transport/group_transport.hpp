@@ -31,11 +31,6 @@ class GroupTransport : public Transport {
   RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
   RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) override;
   bool probeMismatch(int peer, const Tag& expected) override;
-  /// Announcements live in the base's shared memory, numbered by its
-  /// operations: a group announces nothing (a peer's probe would read a
-  /// group's number as the base's).
-  void announce(const CallSignature&) override {}
-  std::optional<CallSignature> announcedSignature(int, uint64_t) override { return std::nullopt; }
 
   void broadcastAbort(const std::string& reason) override { base_.broadcastAbort(reason); }
   std::optional<std::string> pollAbort() override { return base_.pollAbort(); }
@@ -52,7 +47,6 @@ class GroupTransport : public Transport {
   }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   size_t sharedMemoryChunkBytes() const override { return chunkBytes_; }
-  bool checksCallsThroughSharedMemory() const override { return false; }
 
   uint32_t comm() const { return comm_; }
   /// The base transport's rank of group rank `r`.

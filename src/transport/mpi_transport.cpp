@@ -722,7 +722,6 @@ void MpiTransport::checkGroup(const Tag& tag) const {
 }
 
 bool MpiTransport::probeMismatch(int peer, const Tag& expected) {
-  if (announcedMismatch(peer, expected)) return true;
   int flag = 0;
   MPI_Status status;
   if (MPI_Iprobe(peer, MPI_ANY_TAG, data_, &flag, &status) != MPI_SUCCESS || !flag) return false;

@@ -59,15 +59,6 @@ class MpiTransport : public Transport {
   /// where the members fill whole hosts (sharedMemoryForGroup), and this
   /// one's abort channel (failure is the context's, as for GroupTransport).
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
-  /// A group sharing this transport's memory announces nothing and checks
-  /// calls by message: the memory holds the base's sequence of operations.
-  void announce(const CallSignature& call) override {
-    if (!parent_) Transport::announce(call);
-  }
-  std::optional<CallSignature> announcedSignature(int peer, uint64_t seq) override {
-    return parent_ ? std::nullopt : Transport::announcedSignature(peer, seq);
-  }
-  bool checksCallsThroughSharedMemory() const override { return parent_ == nullptr; }
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   size_t sharedMemoryChunkBytes() const override { return shmChunkBytes_; }

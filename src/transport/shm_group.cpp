@@ -361,22 +361,5 @@ void ShmSegment::removeStale() {
   closedir(dir);
 }
 
-void Transport::announceTo(ShmGroup& g, const CallSignature& call) { g.announce(call); }
-
-std::optional<CallSignature> Transport::announcedSignature(int peer, uint64_t seq) {
-  ShmGroup* g = sharedMemory();
-  const int local = g ? g->localIndexOf(peer) : -1;
-  CallSignature sig;
-  if (local < 0 || !g->announced(local, seq, &sig)) return std::nullopt;
-  return sig;
-}
-
-bool Transport::announcedMismatch(int peer, const Tag& expected) {
-  // Announcements number the transport's own operations; a group's
-  // (Tag::comm) are numbered apart and never announced.
-  if (expected.comm != 0) return false;
-  auto sig = announcedSignature(peer, expected.seq);
-  return sig && sig->fingerprint() != expected.fingerprint;
-}
 
 }  // namespace gradcomm::transport

@@ -104,17 +104,11 @@ class Transport {
     return irecv(peer, data, capacity, tag);
   }
 
-  /// True when a message from `peer` for operation `expected.seq` is waiting
-  /// whose fingerprint differs, or (through shared memory) the peer announced
-  /// that operation with a different fingerprint: it issued a different call.
+  /// True when a message from `peer` for operation `expected.seq` (of
+  /// group `expected.comm`) is waiting whose fingerprint differs: the peer
+  /// issued a different call. (What host-local peers announce in shared
+  /// memory is core's to read: progress_engine.cpp.)
   virtual bool probeMismatch(int peer, const Tag& expected) = 0;
-  /// Announces the operation this rank starts (to host-local peers).
-  virtual void announce(const CallSignature& call) {
-    if (ShmGroup* g = sharedMemory()) announceTo(*g, call);
-  }
-  /// The signature `peer` announced for operation `seq`, where this rank can
-  /// see it (a host-local peer, through shared memory).
-  virtual std::optional<CallSignature> announcedSignature(int peer, uint64_t seq);
 
   /// Tells every other rank that this communicator failed. Best effort; never blocks.
   virtual void broadcastAbort(const std::string& reason) = 0;
@@ -140,12 +134,6 @@ class Transport {
     return nullptr;
   }
 
-  /// Whether the call check between host-local neighbours may use the
-  /// shared-memory check slots (they hold one sequence of operation
-  /// numbers: a group sharing another communicator's memory numbers its
-  /// operations apart, so it checks by message).
-  virtual bool checksCallsThroughSharedMemory() const { return true; }
-
   /// MPI passthrough collectives, or null when this transport has none.
   virtual NativeCollectives* native() { return nullptr; }
   /// Shared memory with the other ranks of this host, or null (one rank per
@@ -156,14 +144,6 @@ class Transport {
   /// its host, which has no group; 0 with shared memory off. Lets a rank
   /// without a group decide as the ranks of other hosts do.
   virtual size_t sharedMemoryChunkBytes() const { return 0; }
-
- protected:
-  static void announceTo(ShmGroup& g, const CallSignature& call);
-  /// The shared-memory half of probeMismatch().
-  bool announcedMismatch(int peer, const Tag& expected);
-
- public:
-
 };
 
 /// Which ranks share a host, as a transport found out while it was set up

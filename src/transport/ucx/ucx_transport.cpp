@@ -525,7 +525,6 @@ RequestPtr UcxTransport::irecv(int peer, void* data, size_t bytes, const Tag& ta
 }
 
 bool UcxTransport::probeMismatch(int peer, const Tag& expected) {
-  if (announcedMismatch(peer, expected)) return true;
   ucp_worker_progress(state_->worker);
   Tag probe;
   probe.seq = expected.seq;
