@@ -217,9 +217,10 @@ class GRADCOMM_API Communicator {
   /// shares this one's context (its transport connections, progress
   /// thread and cost model); its messages carry its own group id (on the
   /// MPI transport: an MPI communicator of its members). It has no shared
-  /// memory of its own: where its members are all the ranks of each of
-  /// their hosts, in this order, it uses this one's; otherwise its
-  /// same-host messages go through the transport.
+  /// memory of its own: where its members are, on each of their hosts, all
+  /// the ranks of the context's first communicator there, in its order, it
+  /// uses that communicator's; otherwise its same-host messages go through
+  /// the transport.
   /// Operations of all communicators of a context run one at a time in the
   /// order this process issues them, as on one CUDA stream: ranks must
   /// issue the calls of communicators they share in the same order.

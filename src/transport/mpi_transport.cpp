@@ -538,20 +538,26 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
   MPI_Get_processor_name(name, &len);
   hostName_ = std::string(name, static_cast<size_t>(len)) + "/node-of-rank" + std::to_string(localRanks_.front());
 
-  finishSetUp();
-  postControlReceive();
-  progress_->watchControl(&controlRecv_);
-}
-
-void MpiTransport::finishSetUp() {
   graveyard_ = std::make_shared<Graveyard>();
   progress_ = std::make_shared<MpiProgress>();
   progress_->setYieldsWhenIdle(mpiYieldsWhenIdle());
   native_ = makeMpiNative(data_, graveyard_);
+  postControlReceive();
+  progress_->watchControl(&controlRecv_);
 }
 
 MpiTransport::MpiTransport(MpiTransport& parent, MPI_Comm data, const std::vector<int>& members)
     : env_(parent.env_), parent_(&parent), data_(data), layout_(parent.layout_) {
+  try {
+    setUpGroup(parent, members);
+  } catch (...) {
+    if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+    MPI_Comm_free(&data_);
+    throw;
+  }
+}
+
+void MpiTransport::setUpGroup(MpiTransport& parent, const std::vector<int>& members) {
   MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
   checkMpi(MPI_Comm_dup(data_, &control_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
@@ -569,12 +575,18 @@ MpiTransport::MpiTransport(MpiTransport& parent, MPI_Comm data, const std::vecto
   }
   hostName_ = parent.hostName_;
   shm_ = sharedMemoryForGroup(parent.hosts_, parent.shm_.get(), parent.shmChunkBytes_, members, &shmChunkBytes_);
-  finishSetUp();
+  // One progress pass and one graveyard for the context's transfers and the
+  // group's: the engine's look at abandoned transfers (the context's
+  // transport) then covers the group's too.
+  graveyard_ = parent.graveyard_;
+  progress_ = parent.progress_;
+  native_ = makeMpiNative(data_, graveyard_);
 }
 
 MpiTransport::~MpiTransport() {
-  // Requests may outlive the transport and run passes: they must not reach into it.
-  progress_->watchControl(nullptr);
+  // Requests may outlive the transport and run passes: they must not reach
+  // into it. (A group's passes are its parent's, which watch the parent's.)
+  if (!parent_ && progress_) progress_->watchControl(nullptr);
   if (!MpiEnvironment::usable()) return;
   native_.reset();
   // Nothing here may block: a peer may be dead. The control receive is

@@ -71,8 +71,8 @@ class MpiTransport : public Transport {
  private:
   /// The group of `members` of `parent` over `data` (owned).
   MpiTransport(MpiTransport& parent, MPI_Comm data, const std::vector<int>& members);
-  /// What both constructors do once data_ and control_ exist.
-  void finishSetUp();
+  /// The group constructor's work; it frees the communicators if this throws.
+  void setUpGroup(MpiTransport& parent, const std::vector<int>& members);
   void postControlReceive();
   /// `pace`: the bytes expected to arrive, which decide whether an idle
   /// progress pass yielded (MpiProgress::run).

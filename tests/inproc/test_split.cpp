@@ -223,6 +223,37 @@ TEST(Split, GroupsOfWholeHostsShareTheHostsMemoryAndStayInStepWithTheirParent) {
   }, quick(), two);
 }
 
+// Only the context's own communicator numbers the shared memory: a dup's
+// operations (here ring, which takes the engine's call check) neither
+// announce themselves there nor use the check slots, or a peer would read
+// the dup's operation numbers as the parent's.
+TEST(Split, AGroupSharingTheHostsMemoryLeavesItsAnnouncementsAndCheckSlotsToTheParent) {
+  runRanks(2, [](RankContext& ctx) {
+    Communicator copy = ctx.comm.dup();
+    const transport::ShmGroup* shm = ctx.comm.impl()->transport().sharedMemory();
+    ASSERT_NE(shm, nullptr);
+    ASSERT_NE(copy.impl()->transport().sharedMemory(), nullptr);
+    const auto& mine = shm->block(shm->localRank());
+    CollectiveOptions ring;
+    ring.algorithm = "ring";
+    std::vector<float> x(1000, 1.0f);
+    Work w = ctx.comm.allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum, ring);
+    w.wait();
+    const uint64_t announced = mine.announcedSeq.load();
+    const uint64_t taken = mine.checkTaken.load();
+    EXPECT_EQ(announced, w.sequence() + 1);
+    EXPECT_EQ(taken, w.sequence() + 1);
+    for (int i = 0; i < 5; ++i) {
+      Work g = copy.allreduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum, ring);
+      g.wait();
+      EXPECT_EQ(g.algorithm(), "ring");
+    }
+    EXPECT_EQ(mine.announcedSeq.load(), announced);
+    EXPECT_EQ(mine.checkTaken.load(), taken);
+    EXPECT_EQ(x[0], 64.0f);  // 1, doubled by the parent and then by each of five group calls
+  }, quick());
+}
+
 TEST(Split, ACollectiveOnAnyCommunicatorOfTheContextOrdersLaterTransfersOfTheOthers) {
   // Rank 0 sends on a group, reduces on the parent, sends again; rank 1
   // receives late. The parent's allreduce must close the group's open
