@@ -47,13 +47,7 @@ std::unique_ptr<ShmGroup> sharedMemoryForGroup(const std::vector<std::vector<int
                                                size_t baseChunk, const std::vector<int>& members, size_t* chunkBytes) {
   *chunkBytes = 0;
   if (baseChunk == 0) return nullptr;
-  std::vector<int> hostOf;
-  for (size_t h = 0; h < hosts.size(); ++h) {
-    for (int r : hosts[h]) {
-      if (static_cast<size_t>(r) >= hostOf.size()) hostOf.resize(static_cast<size_t>(r) + 1, -1);
-      hostOf[static_cast<size_t>(r)] = static_cast<int>(h);
-    }
-  }
+  const std::vector<long long> hostOf = hostIndex(hosts);
   std::vector<size_t> seen(hosts.size(), 0);
   std::vector<int> last(hosts.size(), -1);
   for (int m : members) {

@@ -564,10 +564,8 @@ void MpiTransport::setUpGroup(MpiTransport& parent, const std::vector<int>& memb
   MPI_Comm_rank(data_, &rank_);
   MPI_Comm_size(data_, &size_);
   // The hosts as the parent knows them, in the group's numbering.
-  std::vector<long long> parentHostOf(static_cast<size_t>(parent.size_)), hostOf;
-  for (size_t h = 0; h < parent.hosts_.size(); ++h) {
-    for (int r : parent.hosts_[h]) parentHostOf[static_cast<size_t>(r)] = static_cast<long long>(h);
-  }
+  const std::vector<long long> parentHostOf = hostIndex(parent.hosts_);
+  std::vector<long long> hostOf;
   for (int m : members) hostOf.push_back(parentHostOf[static_cast<size_t>(m)]);
   hosts_ = groupHosts(hostOf);
   for (const auto& host : hosts_) {

@@ -176,4 +176,17 @@ inline std::vector<std::vector<int>> groupHosts(const std::vector<long long>& ho
   return hosts;
 }
 
+/// The inverse of `hosts` (as groupHosts makes it): every rank's host
+/// index, up to the highest rank named; -1 for a rank no host names.
+inline std::vector<long long> hostIndex(const std::vector<std::vector<int>>& hosts) {
+  std::vector<long long> hostOf;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    for (int r : hosts[h]) {
+      if (static_cast<size_t>(r) >= hostOf.size()) hostOf.resize(static_cast<size_t>(r) + 1, -1);
+      hostOf[static_cast<size_t>(r)] = static_cast<long long>(h);
+    }
+  }
+  return hostOf;
+}
+
 }  // namespace gradcomm::transport
