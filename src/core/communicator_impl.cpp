@@ -90,11 +90,12 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
   wait_ = topology::decideWait(config_.wait, static_cast<int>(view_.hostLocalRanks(rank_).size()),
                                topology::cpusAvailable());
   settings.yieldWhenIdle = wait_.yield;
-  setUpSelection(*transport);
+  auto aborts = std::make_unique<core::AbortChannel>(*transport);
+  setUpSelection(*transport, *aborts);
   transport_ = transport.get();
   contextRanks_.resize(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) contextRanks_[static_cast<size_t>(r)] = r;
-  engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), settings);
+  engine_ = std::make_shared<core::ProgressEngine>(std::move(transport), std::move(aborts), settings);
   context_ = std::make_shared<Context>();
   context_->engine = engine_;
   context_->view = std::make_shared<topology::TopologyView>(view_);
@@ -134,7 +135,7 @@ transport::Tag setupTag() {
 /// notice is about a later operation, and this rank's last message may
 /// already have arrived) unless nothing moved for a second: then a peer
 /// may have failed during creation, and its reason is the error here.
-void runSetup(transport::Transport& t, std::unique_ptr<topology::SetupExchange> schedule,
+void runSetup(transport::Transport& t, core::AbortChannel& aborts, std::unique_ptr<topology::SetupExchange> schedule,
               std::chrono::nanoseconds timeout) {
   using Clock = std::chrono::steady_clock;
   auto lastProgress = Clock::now();
@@ -143,7 +144,7 @@ void runSetup(transport::Transport& t, std::unique_ptr<topology::SetupExchange> 
     try {
       moved = schedule->advance();
     } catch (const Error& e) {
-      t.broadcastAbort("communicator creation failed: " + std::string(e.what()));
+      aborts.broadcast("communicator creation failed: " + std::string(e.what()));
       throw;
     }
     // Open MPI may have yielded in that look already (where ranks outnumber
@@ -161,7 +162,7 @@ void runSetup(transport::Transport& t, std::unique_ptr<topology::SetupExchange> 
     if (schedule->done()) break;
     const auto idle = Clock::now() - lastProgress;
     if (idle > std::chrono::seconds(1)) {
-      if (auto notice = t.pollAbort()) {
+      if (auto notice = aborts.poll()) {
         throw RemoteError("communicator creation failed because " + *notice);
       }
     }
@@ -169,7 +170,7 @@ void runSetup(transport::Transport& t, std::unique_ptr<topology::SetupExchange> 
       const std::string why = "communicator creation: the calibration exchange made no progress for " +
                               core::formatDuration(timeout) + " (GRADCOMM_TIMEOUT); waiting for " +
                               schedule->waitingFor();
-      t.broadcastAbort("[timeout] " + why);
+      aborts.broadcast("[timeout] " + why);
       throw TimeoutError(why);
     }
     if (!yielded) std::this_thread::yield();
@@ -178,7 +179,7 @@ void runSetup(transport::Transport& t, std::unique_ptr<topology::SetupExchange> 
 
 }  // namespace
 
-void CommunicatorImpl::setUpSelection(transport::Transport& t) {
+void CommunicatorImpl::setUpSelection(transport::Transport& t, core::AbortChannel& aborts) {
   if (config_.select == "rule") return;  // the size rule needs nothing measured
   using topology::CalibrationMode;
   const CalibrationMode mode = CalibrationMode::parse(config_.calibrate);
@@ -243,7 +244,7 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t) {
     result->tuningText = in.tuning.tuningText;
     result->error = in.tuning.error;
   } else {
-    runSetup(t, topology::setupExchange(t, setupTag(), view_, in, result), config_.timeout);
+    runSetup(t, aborts, topology::setupExchange(t, setupTag(), view_, in, result), config_.timeout);
     // Every rank takes rank 0's host layout, so the ranks cannot choose
     // differently even if a transport answered differently on some rank.
     if (!result->hostLeaders.empty()) {

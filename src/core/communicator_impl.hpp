@@ -136,7 +136,7 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// Part of creation (collective, before the progress engine starts):
   /// rank 0's calibration or calibration file and its tuning file reach
   /// every rank over `t`, and the selector gets its cost model.
-  void setUpSelection(transport::Transport& t);
+  void setUpSelection(transport::Transport& t, core::AbortChannel& aborts);
   /// GRADCOMM_LOG_LEVEL=info: version, build, transport and topology, as
   /// users of NCCL_DEBUG=INFO expect them at start-up.
   void logStartup() const;

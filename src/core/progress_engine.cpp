@@ -84,8 +84,9 @@ void Backoff::idle(bool yielded) {
   std::this_thread::sleep_for(sleep);
 }
 
-ProgressEngine::ProgressEngine(std::unique_ptr<transport::Transport> transport, EngineSettings settings)
-    : transport_(std::move(transport)), settings_(settings) {}
+ProgressEngine::ProgressEngine(std::unique_ptr<transport::Transport> transport, std::unique_ptr<AbortChannel> aborts,
+                               EngineSettings settings)
+    : transport_(std::move(transport)), aborts_(std::move(aborts)), settings_(settings) {}
 
 ProgressEngine::~ProgressEngine() {
   shutdown("the communicator was destroyed");
@@ -199,7 +200,7 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
     const bool finished = algo.runInline(call, ctx, {kInlinePatience, settings_.yieldWhenIdle}, &rest);
     if (pollAbort) {
       lastAbortPoll_ = Clock::now();
-      if (auto remote = transport_->pollAbort()) {
+      if (auto remote = aborts_->poll()) {
         if (!out.op) out.op = makeOperation();
         if (rest) out.op->schedule = std::move(rest);  // its transfers are abandoned with it
         throw RemoteError(out.op->describe() + " cannot run because " + *remote);
@@ -272,7 +273,7 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
   }
   if (tellPeers) {
     std::lock_guard<std::mutex> drive(driveMu_);
-    transport_->broadcastAbort(notice(code, reason));
+    aborts_->broadcast(notice(code, reason));
   }
   if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
   queueCv_.notify_all();
@@ -337,7 +338,7 @@ void ProgressEngine::failActive(std::exception_ptr e) {
   }
   if (meansPeerFailure(code) || (remote && noticeMeansPeerFailure(reason))) transport_->notePeerFailure(reason);
   // A failure that came from a peer need not be echoed back.
-  if (!remote) transport_->broadcastAbort(notice(code, reason));
+  if (!remote) aborts_->broadcast(notice(code, reason));
   if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
   failQueued();
 }
@@ -445,7 +446,7 @@ bool ProgressEngine::drive() {
       if (fresh || !active_->schedule->done()) moved = active_->schedule->advance() || moved;
       if (pollAbortNow) {
         lastAbortPoll_ = Clock::now();
-        if (auto remote = transport_->pollAbort()) {
+        if (auto remote = aborts_->poll()) {
           throw RemoteError(active_->describe() + " cannot run because " + *remote);
         }
       }
@@ -486,7 +487,7 @@ void ProgressEngine::throwIfPeerAborted(std::chrono::milliseconds wait, const st
     throwIfFailed();
     {
       std::lock_guard<std::mutex> lock(driveMu_);  // transport calls are serialised
-      notice = transport_->pollAbort();
+      notice = aborts_->poll();
     }
     if (notice) break;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -499,7 +500,7 @@ void ProgressEngine::throwIfPeerAborted(std::chrono::milliseconds wait, const st
 std::optional<std::string> ProgressEngine::awaitNotice() {
   const auto deadline = Clock::now() + std::chrono::milliseconds(50);
   do {
-    if (auto notice = transport_->pollAbort()) return notice;
+    if (auto notice = aborts_->poll()) return notice;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   } while (Clock::now() < deadline);
   return std::nullopt;
@@ -539,7 +540,7 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
   using std::chrono::milliseconds;
   if (now - lastHealthCheck_ < milliseconds(1)) return;
   lastHealthCheck_ = now;
-  if (auto remote = transport_->pollAbort()) {
+  if (auto remote = aborts_->poll()) {
     throw RemoteError(active_->describe() + " failed because " + *remote);
   }
   active_->schedule->healthCheck();
@@ -757,7 +758,7 @@ void ProgressEngine::shutdown(const std::string& reason) {
       }
     }
     if (pending) {
-      transport_->broadcastAbort(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
+      aborts_->broadcast(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
       if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
     }
     check_.reset();

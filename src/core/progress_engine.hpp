@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "algorithms/workspace.hpp"
+#include "core/abort_channel.hpp"
 #include "core/call_check.hpp"
 #include "core/operation.hpp"
 #include "gradcomm/error.hpp"
@@ -78,7 +79,9 @@ class BackgroundTask {
 /// peers are told, and every later operation fails with the same reason.
 class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
  public:
-  ProgressEngine(std::unique_ptr<transport::Transport> transport, EngineSettings settings);
+  /// `aborts` runs over `transport`.
+  ProgressEngine(std::unique_ptr<transport::Transport> transport, std::unique_ptr<AbortChannel> aborts,
+                 EngineSettings settings);
   ~ProgressEngine();
   ProgressEngine(const ProgressEngine&) = delete;
   ProgressEngine& operator=(const ProgressEngine&) = delete;
@@ -192,6 +195,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void failQueued();
 
   std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<AbortChannel> aborts_;  // over transport_; calls guarded by driveMu_
   algorithms::Workspace workspace_;  // driving thread only
   EngineSettings settings_;
 

@@ -43,6 +43,21 @@ bool GroupTransport::probeMismatch(int peer, const Tag& expected) {
   return base_.probeMismatch(checkedPeer(peer), mapped(expected));
 }
 
+RequestPtr GroupTransport::irecvAny(void* data, size_t capacity, const Tag& tag) {
+  struct GroupReceive final : Request {
+    GroupReceive(RequestPtr inner, std::vector<int> members) : inner(std::move(inner)), members(std::move(members)) {}
+    bool test() override { return inner->test(); }
+    size_t received() const override { return inner->received(); }
+    int source() const override {
+      const auto it = std::find(members.begin(), members.end(), inner->source());
+      return it == members.end() ? -1 : static_cast<int>(it - members.begin());
+    }
+    RequestPtr inner;
+    std::vector<int> members;
+  };
+  return std::make_unique<GroupReceive>(base_.irecvAny(data, capacity, mapped(tag)), members_);
+}
+
 std::unique_ptr<ShmGroup> sharedMemoryForGroup(const std::vector<std::vector<int>>& hosts, const ShmGroup* shm,
                                                size_t baseChunk, const std::vector<int>& members, size_t* chunkBytes) {
   *chunkBytes = 0;

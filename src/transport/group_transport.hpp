@@ -14,8 +14,7 @@ namespace gradcomm::transport {
 /// members[i]) and every message carries the group's Tag::comm, so the
 /// group's messages never meet another group's. It owns nothing but the
 /// rank map: the base transport (and the engine that drives it) stay the
-/// context's. Failure is the context's too: abort notices go to every rank
-/// of the base transport.
+/// context's.
 class GroupTransport : public Transport {
  public:
   /// `release` runs when the group is destroyed (it frees the group's id).
@@ -31,9 +30,9 @@ class GroupTransport : public Transport {
   RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
   RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) override;
   bool probeMismatch(int peer, const Tag& expected) override;
+  /// The sender comes back as a group rank.
+  RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) override;
 
-  void broadcastAbort(const std::string& reason) override { base_.broadcastAbort(reason); }
-  std::optional<std::string> pollAbort() override { return base_.pollAbort(); }
   void notePeerFailure(const std::string& reason) override { base_.notePeerFailure(reason); }
   bool abandonedTransfersPending() override { return base_.abandonedTransfersPending(); }
 

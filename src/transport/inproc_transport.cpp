@@ -29,6 +29,8 @@ struct InProcWorld::Transfer {
 
 namespace {
 
+constexpr int kAnySource = -1;
+
 bool sameTag(const Tag& a, const Tag& b) {
   return a.comm == b.comm && a.seq == b.seq && a.fingerprint == b.fingerprint && a.message == b.message;
 }
@@ -52,6 +54,7 @@ class InProcRequest : public Request {
     return complete_;
   }
   size_t received() const override { return !isSend_ && complete_ ? transfer_->sendBytes : 0; }
+  int source() const override { return !isSend_ && complete_ ? transfer_->src : -1; }
 
  private:
   std::shared_ptr<InProcWorld> world_;
@@ -81,25 +84,16 @@ class InProcTransport : public Transport {
     std::lock_guard<std::mutex> lock(world_->mu_);
     for (const auto& t : world_->unmatchedSends_[rank_]) {
       if (t->src == peer && t->tag.comm == expected.comm && t->tag.seq == expected.seq && t->tag.message != Tag::kCallCheck && t->tag.message != Tag::kGossip &&
+          t->tag.message != Tag::kAbort &&
           t->tag.fingerprint != expected.fingerprint) {
         return true;
       }
     }
     return false;
   }
-  void broadcastAbort(const std::string& reason) override {
-    std::lock_guard<std::mutex> lock(world_->mu_);
-    for (int r = 0; r < world_->size(); ++r) {
-      if (r != rank_) world_->aborts_[r].push_back("rank " + std::to_string(rank_) + ": " + reason);
-    }
-  }
-  std::optional<std::string> pollAbort() override {
-    std::lock_guard<std::mutex> lock(world_->mu_);
-    auto& q = world_->aborts_[rank_];
-    if (q.empty()) return std::nullopt;
-    std::string first = q.front();
-    q.pop_front();
-    return first;
+  RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) override {
+    auto t = world_->post(kAnySource, rank_, false, data, capacity, tag);
+    return std::make_unique<InProcRequest>(world_, std::move(t), false);
   }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   size_t sharedMemoryChunkBytes() const override { return world_->settings_.shmChunkBytes; }
@@ -144,7 +138,6 @@ InProcWorld::InProcWorld(int size, Settings settings)
       rng_(settings.seed),
       unmatchedSends_(size),
       unmatchedRecvs_(size),
-      aborts_(size),
       shmMemory_(size) {
   if (!settings.hostOfRank.empty()) {
     hosts_ = groupHosts(std::vector<long long>(settings.hostOfRank.begin(), settings.hostOfRank.end()));
@@ -202,12 +195,14 @@ std::unique_ptr<Transport> InProcWorld::transport(int rank) {
 std::shared_ptr<InProcWorld::Transfer> InProcWorld::post(int src, int dst, bool isSend, void* data, size_t bytes,
                                                         const Tag& tag) {
   std::lock_guard<std::mutex> lock(mu_);
-  // Look for the oldest unmatched counterpart with the same (src, tag).
+  // Look for the oldest unmatched counterpart with the same (src, tag); an
+  // abort notice's receive takes any source.
   auto& others = isSend ? unmatchedRecvs_[dst] : unmatchedSends_[dst];
   for (auto it = others.begin(); it != others.end(); ++it) {
     auto t = *it;
-    if (t->src != src || !sameTag(t->tag, tag)) continue;
+    if ((t->src != src && t->src != kAnySource && src != kAnySource) || !sameTag(t->tag, tag)) continue;
     others.erase(it);
+    if (t->src == kAnySource) t->src = src;
     if (isSend) {
       t->sendData = data;
       t->sendBytes = bytes;
@@ -218,8 +213,9 @@ std::shared_ptr<InProcWorld::Transfer> InProcWorld::post(int src, int dst, bool 
       t->recvPosted = true;
     }
     t->matched = true;
-    // A call-check receive takes any message that fits its buffer.
-    const bool fits = tag.message == Tag::kCallCheck ? t->sendBytes <= t->recvBytes : t->sendBytes == t->recvBytes;
+    // A call-check or abort-notice receive takes any message that fits its buffer.
+    const bool upTo = tag.message == Tag::kCallCheck || tag.message == Tag::kAbort;
+    const bool fits = upTo ? t->sendBytes <= t->recvBytes : t->sendBytes == t->recvBytes;
     if (!fits) {
       t->error = "message size mismatch: rank " + std::to_string(src) + " sent " + std::to_string(t->sendBytes) +
                  " bytes, rank " + std::to_string(dst) + " expected " + std::to_string(t->recvBytes) + " (" +

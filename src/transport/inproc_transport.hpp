@@ -63,7 +63,6 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
   // Unmatched posts, per destination rank.
   std::vector<std::deque<std::shared_ptr<Transfer>>> unmatchedSends_;
   std::vector<std::deque<std::shared_ptr<Transfer>>> unmatchedRecvs_;
-  std::vector<std::deque<std::string>> aborts_;
   // Shared memory per host, created on first use; memory lives in `shmMemory_`.
   std::vector<std::shared_ptr<char>> shmMemory_;
 };

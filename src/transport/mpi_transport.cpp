@@ -29,6 +29,7 @@
 namespace gradcomm::transport {
 namespace {
 
+// Abort notices (Tag::kAbort) travel on the control communicator.
 constexpr int kControlTag = 7;
 // Call checks (Tag::kCallCheck) travel on the control communicator too, where
 // no data message can match them; one per operation per pair, in order.
@@ -40,8 +41,12 @@ constexpr int kCallCheckTag = 8;
 constexpr int kGossipTagBase = 16;
 constexpr uint64_t kGossipSteps = 16384;
 
+bool onControl(const Tag& tag) {
+  return tag.message == Tag::kCallCheck || tag.message == Tag::kGossip || tag.message == Tag::kAbort;
+}
 int controlTagOf(const Tag& tag) {
   if (tag.message == Tag::kCallCheck) return kCallCheckTag;
+  if (tag.message == Tag::kAbort) return kControlTag;
   return kGossipTagBase + static_cast<int>(tag.seq % kGossipSteps);
 }
 // MPI counts are int: messages above this are sent as several parts, which
@@ -124,7 +129,10 @@ class MpiProgress {
     bool recv = false;
     int error = MPI_SUCCESS;
     int count = 0;  ///< bytes received
+    int source = MPI_ANY_SOURCE;  ///< the sender, once a receive completed
   };
+  /// `graveyard`: swept on every pass, so abandoned requests complete.
+  explicit MpiProgress(std::shared_ptr<Graveyard> graveyard) : graveyard_(std::move(graveyard)) {}
   void enlist(MpiRequest* r) { live_.push_back(r); }
   void discharge(MpiRequest* r) {
     auto it = std::find(live_.begin(), live_.end(), r);
@@ -134,21 +142,6 @@ class MpiProgress {
   }
   uint64_t pass() const { return pass_; }
   void run();
-  /// Every pass with transfers to test also tests `*request` (the receive
-  /// of abort notices), so that the look for a notice needs no progress
-  /// call of its own: where ranks share cores, each idle one yields the core
-  /// (4 ranks on 2 cores, 8-byte rd: about a third of the calls yielded
-  /// once more after their data had arrived).
-  void watchControl(MPI_Request* request) { control_ = request; }
-  /// Whether a pass tested the watched receive since the last call; clears the mark.
-  bool takeControlTested() { return std::exchange(controlTested_, false); }
-  /// Whether a pass completed the watched receive (its status in `*status`); clears the mark.
-  bool takeControlDone(MPI_Status* status) {
-    if (!controlDone_) return false;
-    controlDone_ = false;
-    *status = controlStatus_;
-    return true;
-  }
   /// Whether Open MPI ends an idle progress pass with sched_yield().
   void setYieldsWhenIdle(bool yields) { yieldsWhenIdle_ = yields; }
   /// A pass found nothing since the last call (and so, with
@@ -156,6 +149,7 @@ class MpiProgress {
   bool takeIdleYield() { return std::exchange(idleYield_, false); }
 
  private:
+  std::shared_ptr<Graveyard> graveyard_;
   std::vector<MpiRequest*> live_;
   std::vector<MPI_Request> handles_;
   std::vector<Part*> owners_;
@@ -164,10 +158,6 @@ class MpiProgress {
   uint64_t pass_ = 0;
   bool yieldsWhenIdle_ = false;
   bool idleYield_ = false;
-  MPI_Request* control_ = nullptr;
-  bool controlTested_ = false;
-  bool controlDone_ = false;
-  MPI_Status controlStatus_{};
 };
 
 namespace {
@@ -304,6 +294,7 @@ class MpiRequest : public Request {
     for (size_t i = 0; i < parts_; ++i) bytes += static_cast<size_t>(part(i).count);
     return bytes;
   }
+  int source() const override { return isRecv_ && done_ ? first_.source : -1; }
 
  private:
   MpiProgress::Part& part(size_t i) { return i == 0 ? first_ : more_[i - 1]; }
@@ -348,17 +339,11 @@ RequestPoolCleanup::~RequestPoolCleanup() {
 
 void MpiProgress::run() {
   ++pass_;
+  graveyard_->sweep();
   handles_.clear();
   owners_.clear();
   for (MpiRequest* r : live_) r->collectOpen(handles_, owners_);
   if (handles_.empty()) return;
-  // The watched receive rides along, last, with no owner.
-  const bool watching = control_ && *control_ != MPI_REQUEST_NULL && !controlDone_;
-  if (watching) {
-    handles_.push_back(*control_);
-    owners_.push_back(nullptr);
-    controlTested_ = true;
-  }
   const int n = static_cast<int>(handles_.size());
   // Grown, never shrunk: the number of open transfers changes from pass to
   // pass, and growing a vector again value-initialises what it adds.
@@ -369,20 +354,13 @@ void MpiProgress::run() {
   int completed = 0;
   const int rc = MPI_Testsome(n, handles_.data(), &completed, indices_.data(), statuses_.data());
   // MPI frees what completed (its handle is now MPI_REQUEST_NULL).
-  if (watching) {
-    *control_ = handles_.back();
-    handles_.pop_back();
-    owners_.pop_back();
-  }
   for (size_t i = 0; i < handles_.size(); ++i) owners_[i]->request = handles_[i];
   if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
-    // The call itself failed: every open transfer reports it when tested
-    // (and the watched receive is tested on its own again).
+    // The call itself failed: every open transfer reports it when tested.
     for (MpiProgress::Part* p : owners_) {
       p->done = true;
       p->error = rc;
     }
-    controlTested_ = false;
     return;
   }
   if (completed == MPI_UNDEFINED || completed == 0) {
@@ -394,9 +372,9 @@ void MpiProgress::run() {
     // Judged by the bytes expected, not the buffer: a signed or call-check
     // receive has room for 16 KiB, and judging by that made every waiting
     // loop of a small signed call yield twice per look, handing the core to
-    // a peer twice (4 ranks on 2 cores, 8-byte rd, together with the notices
-    // riding along below: 7.7..10 context switches per call and rank when
-    // judged by the buffer, 2.3..2.8 when judged by the bytes expected).
+    // a peer twice (4 ranks on 2 cores, 8-byte rd: 7.7..10 context switches
+    // per call and rank when judged by the buffer, 2.3..2.8 when judged by
+    // the bytes expected). The abort-notice receive, always open, expects 0.
     idleYield_ = yieldsWhenIdle_ &&
                  std::all_of(owners_.begin(), owners_.end(), [](const Part* p) { return p->pace <= kOneFragmentBytes; });
     return;
@@ -404,17 +382,13 @@ void MpiProgress::run() {
   for (int k = 0; k < completed; ++k) {
     const size_t i = static_cast<size_t>(indices_[static_cast<size_t>(k)]);
     const MPI_Status& st = statuses_[static_cast<size_t>(k)];
-    if (i == owners_.size()) {  // the watched receive
-      // One that failed is no notice (as when pollAbort's own test fails).
-      if (rc == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS) continue;
-      controlDone_ = true;
-      controlStatus_ = st;
-      continue;
-    }
     MpiProgress::Part* p = owners_[i];
     p->done = true;
     p->error = rc == MPI_ERR_IN_STATUS ? st.MPI_ERROR : MPI_SUCCESS;
-    if (p->error == MPI_SUCCESS && p->recv) MPI_Get_count(&st, MPI_BYTE, &p->count);
+    if (p->error == MPI_SUCCESS && p->recv) {
+      MPI_Get_count(&st, MPI_BYTE, &p->count);
+      p->source = st.MPI_SOURCE;
+    }
   }
 }
 
@@ -539,15 +513,13 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
   hostName_ = std::string(name, static_cast<size_t>(len)) + "/node-of-rank" + std::to_string(localRanks_.front());
 
   graveyard_ = std::make_shared<Graveyard>();
-  progress_ = std::make_shared<MpiProgress>();
+  progress_ = std::make_shared<MpiProgress>(graveyard_);
   progress_->setYieldsWhenIdle(mpiYieldsWhenIdle());
   native_ = makeMpiNative(data_, graveyard_);
-  postControlReceive();
-  progress_->watchControl(&controlRecv_);
 }
 
 MpiTransport::MpiTransport(MpiTransport& parent, MPI_Comm data, const std::vector<int>& members)
-    : env_(parent.env_), parent_(&parent), data_(data), layout_(parent.layout_) {
+    : env_(parent.env_), data_(data), layout_(parent.layout_) {
   try {
     setUpGroup(parent, members);
   } catch (...) {
@@ -582,20 +554,10 @@ void MpiTransport::setUpGroup(MpiTransport& parent, const std::vector<int>& memb
 }
 
 MpiTransport::~MpiTransport() {
-  // Requests may outlive the transport and run passes: they must not reach
-  // into it. (A group's passes are its parent's, which watch the parent's.)
-  if (!parent_ && progress_) progress_->watchControl(nullptr);
   if (!MpiEnvironment::usable()) return;
   native_.reset();
-  // Nothing here may block: a peer may be dead. The control receive is
-  // cancelled like any other; abandoned requests stay in the graveyard,
-  // which leaks what never completes.
-  std::vector<MPI_Request> control{controlRecv_};
-  controlRecv_ = MPI_REQUEST_NULL;
-  abandon(control, true, *graveyard_);
-  for (auto& a : abortSends_) {
-    if (a->request != MPI_REQUEST_NULL) MPI_Request_free(&a->request);
-  }
+  // Nothing here may block: a peer may be dead. Abandoned requests stay in
+  // the graveyard, which leaks what never completes.
   graveyard_.reset();
   MPI_Comm_free(&control_);
   MPI_Comm_free(&data_);
@@ -653,17 +615,10 @@ void MpiTransport::setUpSharedMemory(MPI_Comm local, size_t chunkBytes) {
   shm_ = std::move(group);
 }
 
-void MpiTransport::postControlReceive() {
-  controlBuffer_.fill(0);
-  checkMpi(MPI_Irecv(controlBuffer_.data(), static_cast<int>(controlBuffer_.size()) - 1, MPI_CHAR, MPI_ANY_SOURCE,
-                     kControlTag, control_, &controlRecv_),
-           "MPI_Irecv (control)");
-}
-
 RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
   checkGroup(tag);
   auto req = std::make_unique<MpiRequest>(false, peer, rank_, *graveyard_, progress_);
-  const bool check = tag.message == Tag::kCallCheck || tag.message == Tag::kGossip;
+  const bool check = onControl(tag);
   const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
   MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;
@@ -689,11 +644,15 @@ RequestPtr MpiTransport::irecvExpecting(int peer, void* data, size_t capacity, s
   return postRecv(peer, data, capacity, std::min(expected, capacity), tag);
 }
 
+RequestPtr MpiTransport::irecvAny(void* data, size_t capacity, const Tag& tag) {
+  return postRecv(MPI_ANY_SOURCE, data, capacity, 0, tag);
+}
+
 RequestPtr MpiTransport::postRecv(int peer, void* data, size_t bytes, size_t pace, const Tag& tag) {
   checkGroup(tag);
-  auto req =
-      std::make_unique<MpiRequest>(true, peer, rank_, *graveyard_, progress_, tag.message == Tag::kCallCheck);
-  const bool check = tag.message == Tag::kCallCheck || tag.message == Tag::kGossip;
+  const bool upTo = tag.message == Tag::kCallCheck || peer == MPI_ANY_SOURCE;
+  auto req = std::make_unique<MpiRequest>(true, peer, rank_, *graveyard_, progress_, upTo);
+  const bool check = onControl(tag);
   const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
   MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;
@@ -739,41 +698,6 @@ bool MpiTransport::probeMismatch(int peer, const Tag& expected) {
          layout_.fingerprintOf(status.MPI_TAG) != (expected.fingerprint & layout_.fingerprintMask());
 }
 
-void MpiTransport::broadcastAbort(const std::string& reason) {
-  if (parent_) return parent_->broadcastAbort(reason);
-  std::string text = reason.substr(0, controlBuffer_.size() - 64);
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    auto a = std::make_unique<AbortSend>();
-    a->text = text;
-    if (MPI_Isend(a->text.data(), static_cast<int>(a->text.size()), MPI_CHAR, peer, kControlTag, control_,
-                  &a->request) == MPI_SUCCESS) {
-      abortSends_.push_back(std::move(a));
-    }
-  }
-}
-
 bool MpiTransport::yieldedWhileIdle() { return progress_->takeIdleYield(); }
-
-std::optional<std::string> MpiTransport::pollAbort() {
-  if (parent_) return parent_->pollAbort();
-  graveyard_->sweep();
-  for (auto& a : abortSends_) {  // keep the sends moving
-    if (a->request != MPI_REQUEST_NULL) {
-      int done = 0;
-      MPI_Test(&a->request, &done, MPI_STATUS_IGNORE);
-    }
-  }
-  MPI_Status status;
-  if (!progress_->takeControlDone(&status)) {
-    // A progress pass since the last look tested it already.
-    if (progress_->takeControlTested() || controlRecv_ == MPI_REQUEST_NULL) return std::nullopt;
-    int flag = 0;
-    if (MPI_Test(&controlRecv_, &flag, &status) != MPI_SUCCESS || !flag) return std::nullopt;
-  }
-  std::string text = "rank " + std::to_string(status.MPI_SOURCE) + ": " + std::string(controlBuffer_.data());
-  postControlReceive();
-  return text;
-}
 
 }  // namespace gradcomm::transport

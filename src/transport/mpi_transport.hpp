@@ -48,8 +48,7 @@ class MpiTransport : public Transport {
   RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
   RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) override;
   bool probeMismatch(int peer, const Tag& expected) override;
-  void broadcastAbort(const std::string& reason) override;
-  std::optional<std::string> pollAbort() override;
+  RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) override;
   bool yieldedWhileIdle() override;
   void notePeerFailure(const std::string& reason) override { env_->markBroken(reason); }
   bool abandonedTransfersPending() override;
@@ -57,7 +56,7 @@ class MpiTransport : public Transport {
   /// (MPI_Comm_create_group, and one duplicate for its call checks), the
   /// hosts and tag layout of this one, this one's shared memory renumbered
   /// where the members fill whole hosts (sharedMemoryForGroup), and this
-  /// one's abort channel (failure is the context's, as for GroupTransport).
+  /// one's progress pass.
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
   NativeCollectives* native() override { return native_.get(); }
   ShmGroup* sharedMemory() override { return shm_.get(); }
@@ -73,7 +72,6 @@ class MpiTransport : public Transport {
   MpiTransport(MpiTransport& parent, MPI_Comm data, const std::vector<int>& members);
   /// The group constructor's work; it frees the communicators if this throws.
   void setUpGroup(MpiTransport& parent, const std::vector<int>& members);
-  void postControlReceive();
   /// `pace`: the bytes expected to arrive, which decide whether an idle
   /// progress pass yielded (MpiProgress::run).
   RequestPtr postRecv(int peer, void* data, size_t bytes, size_t pace, const Tag& tag);
@@ -81,19 +79,11 @@ class MpiTransport : public Transport {
   void setUpSharedMemory(MPI_Comm local, size_t chunkBytes);
 
   std::shared_ptr<MpiEnvironment> env_;
-  MpiTransport* parent_ = nullptr;  ///< a group's base transport (outlives it): its abort channel
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   MpiTagLayout layout_;
-  MPI_Request controlRecv_ = MPI_REQUEST_NULL;  // abort notices; every progress pass tests it too
-  std::array<char, 1024> controlBuffer_{};
-  struct AbortSend {
-    std::string text;
-    MPI_Request request = MPI_REQUEST_NULL;
-  };
-  std::vector<std::unique_ptr<AbortSend>> abortSends_;
   std::vector<int> localRanks_;
   std::vector<std::vector<int>> hosts_;
   std::string hostName_;

@@ -40,6 +40,11 @@ struct Tag {
   /// apart from collective messages and call checks, since gossip runs
   /// beside the operation FIFO and its messages may arrive at any time.
   static constexpr uint32_t kGossip = UINT32_MAX - 1;
+  /// The message index of abort notices (core's AbortChannel): text that
+  /// any rank may send at any time, received by Transport::irecvAny; seq
+  /// and fingerprint take no part. Transports keep them apart from every
+  /// other message.
+  static constexpr uint32_t kAbort = UINT32_MAX - 2;
 };
 
 /// An asynchronous send or receive. Dropping an incomplete request cancels
@@ -53,8 +58,11 @@ class Request {
   /// transfer failed (a peer that went away).
   virtual bool test() = 0;
   /// The bytes a completed receive got: its size, except on the call-check
-  /// channel (Tag::kCallCheck), where a message may be shorter.
+  /// channel (Tag::kCallCheck) and for irecvAny, where a message may be shorter.
   virtual size_t received() const = 0;
+  /// The sender of a completed receive posted with irecvAny; -1 for
+  /// requests of other kinds.
+  virtual int source() const { return -1; }
 };
 using RequestPtr = std::unique_ptr<Request>;
 
@@ -109,11 +117,12 @@ class Transport {
   /// issued a different call. (What host-local peers announce in shared
   /// memory is core's to read: progress_engine.cpp.)
   virtual bool probeMismatch(int peer, const Tag& expected) = 0;
+  /// A receive of a message from any rank on `tag` (Tag::kAbort; the
+  /// group and message index match, nothing else), into a buffer of
+  /// `capacity` bytes; the message may be shorter (Request::received()),
+  /// and Request::source() names its sender.
+  virtual RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) = 0;
 
-  /// Tells every other rank that this communicator failed. Best effort; never blocks.
-  virtual void broadcastAbort(const std::string& reason) = 0;
-  /// A failure reported by another rank, if one arrived: "rank R: reason".
-  virtual std::optional<std::string> pollAbort() = 0;
   /// A peer may have died or hung (an operation timed out, or the transport
   /// failed): the job cannot end cleanly any more. The MPI transport then
   /// has an MPI that gradcomm owns aborted at exit instead of finalised.

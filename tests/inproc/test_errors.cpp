@@ -16,6 +16,7 @@
 #include "support/forwarding_transport.hpp"
 #include "support/inproc.hpp"
 #include "support/per_rank.hpp"
+#include "transport/group_transport.hpp"
 
 using namespace gradcomm;
 using namespace gradcomm::testing;
@@ -648,8 +649,9 @@ namespace {
 
 /// A transport that reports a failed peer the way a real network may: the
 /// peer's abandoned transfer fails here before its abort notice arrives.
-/// Notices stay hidden until a transfer has failed; then the first pending
-/// one fails the transfer that is being tested.
+/// A notice that arrives stays hidden until a transfer has failed: the
+/// next transfer tested then fails, and only after that is the notice
+/// reported.
 class NoticeAfterAbandon : public ForwardingTransport {
  public:
   explicit NoticeAfterAbandon(std::unique_ptr<transport::Transport> inner) : ForwardingTransport(std::move(inner)) {}
@@ -660,18 +662,15 @@ class NoticeAfterAbandon : public ForwardingTransport {
   transport::RequestPtr irecv(int peer, void* data, size_t bytes, const transport::Tag& tag) override {
     return std::make_unique<Req>(*this, inner().irecv(peer, data, bytes, tag));
   }
-  std::optional<std::string> pollAbort() override {
-    if (!abandoned_) return std::nullopt;
-    if (held_) return std::exchange(held_, std::nullopt);
-    return inner().pollAbort();
+  transport::RequestPtr irecvAny(void* data, size_t capacity, const transport::Tag& tag) override {
+    return std::make_unique<Notice>(*this, inner().irecvAny(data, capacity, tag));
   }
 
  private:
   struct Req : transport::Request {
     Req(NoticeAfterAbandon& t, transport::RequestPtr inner) : t_(t), inner_(std::move(inner)) {}
     bool test() override {
-      if (!t_.abandoned_ && !t_.held_) t_.held_ = t_.inner().pollAbort();
-      if (t_.held_ && !t_.abandoned_) {
+      if (t_.noticeHeld_ && !t_.abandoned_) {
         t_.abandoned_ = true;
         throw TransportError("the other side abandoned the transfer");
       }
@@ -681,11 +680,54 @@ class NoticeAfterAbandon : public ForwardingTransport {
     NoticeAfterAbandon& t_;
     transport::RequestPtr inner_;
   };
-  std::optional<std::string> held_;
+  struct Notice : transport::Request {
+    Notice(NoticeAfterAbandon& t, transport::RequestPtr inner) : t_(t), inner_(std::move(inner)) {}
+    bool test() override {
+      if (!arrived_) arrived_ = inner_->test();
+      if (arrived_ && !t_.abandoned_) t_.noticeHeld_ = true;
+      return arrived_ && t_.abandoned_;
+    }
+    size_t received() const override { return inner_->received(); }
+    int source() const override { return inner_->source(); }
+    NoticeAfterAbandon& t_;
+    transport::RequestPtr inner_;
+    bool arrived_ = false;
+  };
+  bool noticeHeld_ = false;
   bool abandoned_ = false;
 };
 
 }  // namespace
+
+// Abort notices over the data plane alone: every other rank hears a
+// failed rank once, named, with its reason cut to the channel's limit; in a
+// group the sender is named by its group rank; nobody hears its own.
+TEST(AbortChannel, EveryOtherRankHearsTheNoticeOnceWithItsSender) {
+  auto world = transport::InProcWorld::create(3);
+  std::vector<std::unique_ptr<transport::Transport>> t;
+  std::vector<std::unique_ptr<core::AbortChannel>> ch;
+  for (int r = 0; r < 3; ++r) t.push_back(world->transport(r));
+  for (int r = 0; r < 3; ++r) ch.push_back(std::make_unique<core::AbortChannel>(*t[static_cast<size_t>(r)]));
+  const std::string longReason(5000, 'x');
+  ch[2]->broadcast("disk full");
+  ch[2]->broadcast(longReason);
+  for (int r : {0, 1}) {
+    auto& c = *ch[static_cast<size_t>(r)];
+    EXPECT_EQ(c.poll().value_or("(none)"), "rank 2: disk full") << "rank " << r;
+    EXPECT_EQ(c.poll().value_or("(none)"), "rank 2: " + longReason.substr(0, core::AbortChannel::kMaxText))
+        << "rank " << r;
+    EXPECT_FALSE(c.poll().has_value()) << "rank " << r << " heard a notice twice";
+  }
+  EXPECT_FALSE(ch[2]->poll().has_value()) << "a rank heard its own notice";
+
+  // A group of base ranks {2, 0}: base rank 2 is group rank 0, and the
+  // group's notices stay apart from the base's.
+  transport::GroupTransport g0(*t[2], {2, 0}, 5), g1(*t[0], {2, 0}, 5);
+  core::AbortChannel a0(g0), a1(g1);
+  a0.broadcast("in the group");
+  EXPECT_EQ(a1.poll().value_or("(none)"), "rank 0: in the group");
+  EXPECT_FALSE(ch[0]->poll().has_value()) << "the base heard a group's notice";
+}
 
 // A peer that fails cancels its transfers before its notice goes out, so a
 // rank may see the abandoned transfer first: it must still report the
@@ -1048,8 +1090,14 @@ class LostNotices : public transport::Transport {
     return inner_->irecv(peer, data, bytes, tag);
   }
   bool probeMismatch(int peer, const transport::Tag& expected) override { return inner_->probeMismatch(peer, expected); }
-  void broadcastAbort(const std::string&) override {}
-  std::optional<std::string> pollAbort() override { return std::nullopt; }
+  /// A receive that never completes: no notice ever arrives.
+  transport::RequestPtr irecvAny(void*, size_t, const transport::Tag&) override {
+    struct Never : transport::Request {
+      bool test() override { return false; }
+      size_t received() const override { return 0; }
+    };
+    return std::make_unique<Never>();
+  }
   transport::ShmGroup* sharedMemory() override { return inner_->sharedMemory(); }
   size_t sharedMemoryChunkBytes() const override { return inner_->sharedMemoryChunkBytes(); }
 

@@ -4,7 +4,6 @@
 // Shared memory is not passed on (sharedMemory() stays null), so every
 // peer is reached by messages.
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "transport/transport.hpp"
@@ -28,8 +27,9 @@ class ForwardingTransport : public transport::Transport {
     return inner_->irecvExpecting(peer, data, capacity, expected, tag);
   }
   bool probeMismatch(int peer, const transport::Tag& expected) override { return inner_->probeMismatch(peer, expected); }
-  void broadcastAbort(const std::string& reason) override { inner_->broadcastAbort(reason); }
-  std::optional<std::string> pollAbort() override { return inner_->pollAbort(); }
+  transport::RequestPtr irecvAny(void* data, size_t capacity, const transport::Tag& tag) override {
+    return inner_->irecvAny(data, capacity, tag);
+  }
 
  protected:
   transport::Transport& inner() { return *inner_; }

@@ -42,6 +42,7 @@ uint64_t UcxTagLayout::data(int source, const Tag& tag) {
     // Gossip pushes: control space too, matched on source and step alone.
     return control(source, kGossip) | commBits(tag) | (tag.seq & mask(kSeqBits)) << kSeqShift;
   }
+  if (tag.message == Tag::kAbort) return control(source, kAbort) | commBits(tag);
   return (static_cast<uint64_t>(source) & mask(kRankBits)) << kRankShift | commBits(tag) |
          (tag.seq & mask(kSeqBits)) << kSeqShift |
          (static_cast<uint64_t>(tag.fingerprint) & mask(kFingerprintBits)) << kFingerprintShift |
@@ -52,7 +53,7 @@ uint64_t UcxTagLayout::control(int source, uint32_t kind) {
   return kControlBit | (static_cast<uint64_t>(source) & mask(kRankBits)) << kRankShift | kind;
 }
 
-uint64_t UcxTagLayout::controlKindMask() { return kControlBit | mask(kMessageBits); }
+uint64_t UcxTagLayout::anySourceMask() { return kControlBit | mask(kCommBits) << kCommShift | mask(kMessageBits); }
 
 uint64_t UcxTagLayout::sourceAndSeqMask() {
   return kControlBit | mask(kRankBits) << kRankShift | mask(kCommBits) << kCommShift | mask(kSeqBits) << kSeqShift;
@@ -84,8 +85,6 @@ std::string ucxSettings() {
   return "UCX_TLS=" + envOr("UCX_TLS", "(unset: all)") + ", UCX_NET_DEVICES=" + envOr("UCX_NET_DEVICES", "(unset: all)");
 }
 
-constexpr size_t kControlBytes = 1024;
-
 }  // namespace
 
 struct UcxTransport::State {
@@ -108,15 +107,6 @@ struct UcxTransport::State {
   std::vector<pid_t> peerPid;
   std::chrono::steady_clock::time_point lastLivenessCheck{};
 
-  // The abort channel: one receive for control messages from any rank.
-  std::array<char, kControlBytes> controlBuffer{};
-  void* controlRecv = nullptr;
-  ucp_tag_recv_info_t controlInfo{};
-  struct AbortSend {
-    std::string text;
-    void* request = nullptr;
-  };
-  std::vector<std::unique_ptr<AbortSend>> abortSends;
   /// Receives dropped while a transfer into their buffer was under way.
   std::vector<void*> abandoned;
 
@@ -125,13 +115,6 @@ struct UcxTransport::State {
   }
 
   ~State() {
-    if (controlRecv) {
-      ucp_request_cancel(worker, controlRecv);
-      ucp_request_free(controlRecv);
-    }
-    for (auto& a : abortSends) {
-      if (a->request) ucp_request_free(a->request);
-    }
     for (void* r : abandoned) ucp_request_free(r);
     closeEndpoints();
     drainUnexpected();
@@ -211,20 +194,6 @@ struct UcxTransport::State {
                          " failed: the connection reported '" + statusText(static_cast<ucs_status_t>(s)) +
                          "' (the peer process may have exited)");
   }
-
-  void postControlReceive() {
-    controlBuffer.fill(0);
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    param.recv_info.tag_info = &controlInfo;
-    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker, controlBuffer.data(), controlBuffer.size() - 1,
-                                          UcxTagLayout::control(0, UcxTagLayout::kAbort),
-                                          UcxTagLayout::controlKindMask(), &param);
-    if (UCS_PTR_IS_ERR(r)) {
-      throw TransportError("UCX: cannot post the control receive: " + statusText(UCS_PTR_STATUS(r)));
-    }
-    controlRecv = r;  // null: a notice was already waiting and has been received
-  }
 };
 
 // ---- requests ---------------------------------------------------------------------
@@ -277,7 +246,7 @@ class UcxRequest : public Request {
     ucp_worker_progress(st_->worker);
     const ucs_status_t s = isRecv_ ? ucp_tag_recv_request_test(request_, &info_) : ucp_request_check_status(request_);
     if (s == UCS_INPROGRESS) {
-      st_->checkPeer(peer_, isRecv_ ? "receive from" : "send to");
+      if (peer_ >= 0) st_->checkPeer(peer_, isRecv_ ? "receive from" : "send to");
       return false;
     }
     ucp_request_free(request_);
@@ -286,6 +255,9 @@ class UcxRequest : public Request {
     return true;
   }
   size_t received() const override { return isRecv_ && done_ ? info_.length : 0; }
+  int source() const override {
+    return isRecv_ && done_ ? static_cast<int>((info_.sender_tag >> kRankShift) & mask(UcxTagLayout::kRankBits)) : -1;
+  }
 
  private:
   void finish(ucs_status_t s) {
@@ -306,7 +278,7 @@ class UcxRequest : public Request {
                           std::to_string(peer_) + " than the " + std::to_string(expected_) +
                           " bytes expected: the count (or data type) differs between the ranks' calls");
     }
-    st_->checkPeer(peer_, isRecv_ ? "receive from" : "send to");
+    if (peer_ >= 0) st_->checkPeer(peer_, isRecv_ ? "receive from" : "send to");
     throw TransportError("rank " + std::to_string(st_->rank) + ": UCX " + (isRecv_ ? "receive from" : "send to") +
                          " rank " + std::to_string(peer_) + " failed: " + statusText(s));
   }
@@ -477,7 +449,6 @@ UcxTransport::UcxTransport(Bootstrap& boot, size_t shmChunkBytes, std::chrono::m
                            ". The transports in UCX_TLS must connect these hosts (tcp does everywhere)");
     }
   }
-  st->postControlReceive();
   connectAll(st, connectTimeout);
 
   state_ = std::move(st);
@@ -524,6 +495,14 @@ RequestPtr UcxTransport::irecv(int peer, void* data, size_t bytes, const Tag& ta
   return req;
 }
 
+RequestPtr UcxTransport::irecvAny(void* data, size_t capacity, const Tag& tag) {
+  auto req = std::make_unique<UcxRequest>(state_, true, -1, capacity, true);
+  ucp_request_param_t p = req->params();
+  req->start(ucp_tag_recv_nbx(state_->worker, data, capacity, UcxTagLayout::data(0, tag), UcxTagLayout::anySourceMask(),
+                              &p));
+  return req;
+}
+
 bool UcxTransport::probeMismatch(int peer, const Tag& expected) {
   ucp_worker_progress(state_->worker);
   Tag probe;
@@ -534,43 +513,6 @@ bool UcxTransport::probeMismatch(int peer, const Tag& expected) {
       ucp_tag_probe_nb(state_->worker, UcxTagLayout::data(peer, probe), UcxTagLayout::sourceAndSeqMask(), 0, &info);
   if (!msg) return false;
   return UcxTagLayout::fingerprintOf(info.sender_tag) != UcxTagLayout::fingerprintOf(UcxTagLayout::data(0, expected));
-}
-
-void UcxTransport::broadcastAbort(const std::string& reason) {
-  State& st = *state_;
-  const std::string text = reason.substr(0, kControlBytes - 64);
-  for (int peer = 0; peer < st.size; ++peer) {
-    if (peer == st.rank || st.peerStatus[static_cast<size_t>(peer)].load() != UCS_OK) continue;
-    auto a = std::make_unique<State::AbortSend>();
-    a->text = text;
-    ucp_request_param_t p{};
-    ucs_status_ptr_t r = ucp_tag_send_nbx(st.eps[static_cast<size_t>(peer)], a->text.data(), a->text.size(),
-                                          UcxTagLayout::control(st.rank, UcxTagLayout::kAbort), &p);
-    if (UCS_PTR_IS_ERR(r)) continue;
-    a->request = r;
-    st.abortSends.push_back(std::move(a));
-  }
-  ucp_worker_progress(st.worker);
-}
-
-std::optional<std::string> UcxTransport::pollAbort() {
-  State& st = *state_;
-  ucp_worker_progress(st.worker);
-  for (auto& a : st.abortSends) {  // release the notices already sent
-    if (a->request && ucp_request_check_status(a->request) != UCS_INPROGRESS) {
-      ucp_request_free(a->request);
-      a->request = nullptr;
-    }
-  }
-  if (st.controlRecv) {
-    if (ucp_tag_recv_request_test(st.controlRecv, &st.controlInfo) == UCS_INPROGRESS) return std::nullopt;
-    ucp_request_free(st.controlRecv);
-    st.controlRecv = nullptr;
-  }
-  const int source = static_cast<int>((st.controlInfo.sender_tag >> kRankShift) & mask(UcxTagLayout::kRankBits));
-  std::string text = "rank " + std::to_string(source) + ": " + std::string(st.controlBuffer.data());
-  st.postControlReceive();
-  return text;
 }
 
 // ---- information ----------------------------------------------------------------------

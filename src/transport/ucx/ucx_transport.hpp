@@ -27,13 +27,13 @@ struct UcxTagLayout {
 
   static uint64_t data(int source, const Tag& tag);
   /// Control messages: kinds in the message bits.
-  static constexpr uint32_t kAbort = 0;
+  static constexpr uint32_t kAbort = 0;  ///< carries Tag::kAbort messages
   static constexpr uint32_t kHello = 1;
   static constexpr uint32_t kCallCheck = 2;  ///< carries Tag::kCallCheck messages
   static constexpr uint32_t kGossip = 3;     ///< carries Tag::kGossip messages (the push number in the sequence bits)
   static uint64_t control(int source, uint32_t kind);
-  /// Matches a control message of one kind from any source.
-  static uint64_t controlKindMask();
+  /// Matches a control message of one kind and group from any source.
+  static uint64_t anySourceMask();
   /// Mask that matches a data tag exactly.
   static constexpr uint64_t kFullMask = ~uint64_t{0};
   /// Mask of the control bit, the source, the group and the sequence number: a probe
@@ -67,8 +67,7 @@ class UcxTransport : public Transport {
   RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) override;
   RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
   bool probeMismatch(int peer, const Tag& expected) override;
-  void broadcastAbort(const std::string& reason) override;
-  std::optional<std::string> pollAbort() override;
+  RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) override;
   ShmGroup* sharedMemory() override;
   size_t sharedMemoryChunkBytes() const override { return shmChunkBytes_; }
   bool abandonedTransfersPending() override;

@@ -1,0 +1,81 @@
+#include "core/abort_channel.hpp"
+
+#include <algorithm>
+
+#include "gradcomm/error.hpp"
+
+namespace gradcomm::core {
+namespace {
+
+transport::Tag abortTag() {
+  transport::Tag tag;
+  tag.message = transport::Tag::kAbort;
+  return tag;
+}
+
+}  // namespace
+
+AbortChannel::AbortChannel(transport::Transport& t) : t_(t) { post(); }
+
+AbortChannel::~AbortChannel() {
+  // Memory a dropped transfer may still touch is left allocated (a few
+  // hundred bytes per peer, after failures only): a receive the transport
+  // could not take back, and unfinished sends (UCX sends on in the
+  // background).
+  recv_.reset();
+  if (t_.abandonedTransfersPending()) (void)buffer_.release();
+  for (auto& s : sends_) {
+    if (s.request) (void)s.text.release();
+  }
+}
+
+void AbortChannel::post() {
+  buffer_->fill(0);
+  recv_ = t_.irecvAny(buffer_->data(), buffer_->size() - 1, abortTag());
+}
+
+void AbortChannel::broadcast(const std::string& reason) {
+  for (int peer = 0; peer < t_.size(); ++peer) {
+    if (peer == t_.rank()) continue;
+    Send s{std::make_unique<std::string>(reason.substr(0, kMaxText)), nullptr};
+    try {
+      s.request = t_.isend(peer, s.text->data(), s.text->size(), abortTag());
+    } catch (const Error&) {
+      continue;  // a peer already gone
+    }
+    sends_.push_back(std::move(s));
+  }
+  // One look at each sets them moving (a transport may progress only when
+  // asked), since a failing rank may not look again before it exits.
+  pollSends();
+}
+
+void AbortChannel::pollSends() {
+  for (auto& s : sends_) {
+    try {
+      if (s.request->test()) s.request.reset();
+    } catch (const Error&) {
+      s.request.reset();  // a dead peer
+    }
+  }
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](const Send& s) { return !s.request; }), sends_.end());
+}
+
+std::optional<std::string> AbortChannel::poll() {
+  pollSends();  // keep them moving; forget those done
+  if (!recv_) return std::nullopt;
+  bool done = false;
+  try {
+    done = recv_->test();
+  } catch (const Error&) {
+    recv_.reset();  // the receive itself failed: no notice, and none to come
+    return std::nullopt;
+  }
+  if (!done) return std::nullopt;
+  const size_t n = std::min(recv_->received(), buffer_->size() - 1);
+  std::string text = "rank " + std::to_string(recv_->source()) + ": " + std::string(buffer_->data(), n);
+  post();
+  return text;
+}
+
+}  // namespace gradcomm::core
