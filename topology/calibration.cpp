@@ -102,7 +102,6 @@ constexpr int kLoadedBulkRounds = 5;
 // The across and leaders rounds (the inter-host link gap): after the
 // 8-byte ring rounds, where there are several hosts of several ranks
 // (across()); message indices kAcrossMessageBase + k.
-constexpr uint32_t kAcrossBase = kAcrossMessageBase;
 static_assert(kAcrossMessageBase >= kLoadedRingMessageBase + kLoadedRingRounds + 1 + kLoadedBulkRounds,
               "the across rounds' messages follow the ring's and the bulk rounds'");
 constexpr size_t kLoadedBulkBytes = 256 * 1024;
@@ -482,7 +481,7 @@ class SetupExchangeImpl : public SetupExchange {
     for (int k = 0; k < kAcrossRounds; ++k) {
       const bool leadersOnly = k % 2 == 1;
       if (leadersOnly && i != 0) continue;
-      const uint32_t message = kAcrossBase + static_cast<uint32_t>(k);
+      const uint32_t message = kAcrossMessageBase + static_cast<uint32_t>(k);
       sendDetached(to, acrossOut_.data(), acrossOut_.size(), message);
       recv(from, acrossIn_.data(), acrossIn_.size(), message, [this, k, r, share, leadersOnly] {
         if (r != 0) return;

@@ -65,10 +65,6 @@ transport::CallSignature callSignature(const CollectiveCall& call, const std::st
                                         compression);
 }
 
-uint32_t callFingerprint(const CollectiveCall& call, const std::string& algorithm) {
-  return callSignature(call, algorithm, {}).fingerprint();
-}
-
 CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transport,
                                    const transport::HostLayout& hosts, core::Config config)
     : config_(std::move(config)),
