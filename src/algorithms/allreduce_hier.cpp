@@ -372,8 +372,7 @@ class HierAllreduce final : public Algorithm {
     return makeSchedule<HierAllreduceSchedule>(ctx.workspace, call, ctx, this);
   }
   /// Small calls sign their messages between hosts instead of running the
-  /// engine's call check, a message across each host link (2x2 at
-  /// 1 Gbit/s, 16 B..1 KiB: 48..52 us with it, 28..34 signed). Recursive
+  /// engine's call check, which adds a message across each host link. Recursive
   /// doubling sends one message per round (or fold) to a different owner of
   /// a slice; on equal hosts each rank owns one slice, on uneven ones a rank
   /// of a smaller host owns several, which must not meet the same owner

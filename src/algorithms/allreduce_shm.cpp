@@ -239,12 +239,8 @@ class ShmAllreduceSchedule final : public Schedule {
   // mailbox, and the reduction that follows reads them from this core's
   // cache: one cross-core transfer less on the call's path (what loads
   // them is only a hint; the mailbox's `ready` still orders the reads).
-  // Measured (2 ranks, one host, with and without the prefetch
-  // alternated): where a cross-core transfer
-  // is slow, 256 B took 0.57..0.58 us against 0.64..0.65 (MPI 0.60), 128 B
-  // 0.54 against 0.58..0.59; where it is fast, no change. Up to 512 B: at
-  // 2 KiB prefetching every line on every look took 1.56..1.60 us against
-  // 1.17..1.18 (lines the peer was still writing went back and forth).
+  // Up to 512 B only: at a few KiB, prefetching every line on every look
+  // pulls lines the peer is still writing back and forth, and is slower.
   static constexpr size_t kPrefetchMaxBytes = 512;
   void prefetchStaged(int q, int b, size_t bytes) const {
     const char* p = g_.buffer(q, b);
