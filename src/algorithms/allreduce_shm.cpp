@@ -140,18 +140,10 @@ class ShmAllreduceSchedule final : public Schedule {
     if (own.count) {
       // Accumulate in our own slice of our buffer (staging leaves it free):
       // writing into the output first would clobber our input when in place.
-      // Operands go in rank order, so the result does not depend on who reduces.
       char* acc = g_.buffer(me_, b) + own.offset * elem_;
-      const char* prev = nullptr;
-      for (int q = 0; q < p_; ++q) {
-        const char* src = q == me_ ? in_ + (begin + own.offset) * elem_ : g_.buffer(q, b) + own.offset * elem_;
-        if (!prev) {
-          prev = src;
-          continue;
-        }
-        ctx_.reduce(acc, prev, src, own.count);
-        prev = acc;
-      }
+      reduceInRankOrder(ctx_, acc, p_, own.count, [&](int q) -> const char* {
+        return q == me_ ? in_ + (begin + own.offset) * elem_ : g_.buffer(q, b) + own.offset * elem_;
+      });
       if (call_.op == ReduceOp::kAvg) ctx_.divide(acc, own.count, static_cast<double>(p_));
       std::memcpy(out_ + (begin + own.offset) * elem_, acc, own.count * elem_);
     }
