@@ -81,14 +81,10 @@ constexpr uint32_t kShmDecisionMessage = 5;
 constexpr uint32_t kClassBase[2] = {16, 64};
 // The loaded round: every rank sends 8 bytes to the next rank and receives
 // from the previous, kRingRounds times, each round after the last one's
-// receive; rank 0 times each round after the first and takes the median.
-// A mean of 8 let a round or two whose rank lost its core for a while
-// (common where emulated hosts share cores) set the alpha: 4x1 at 1 Gbit/s
-// calibrated 33..78 us between runs of one build, and the 1 KiB rd
-// prediction ran from 86 to 175 us (measured: 77). With the median of 16:
-// 24..46 us, and rd 69..111 us. It prices a round at its typical time,
-// as the benchmarks' medians do; on 2x2 that is below the measured rd
-// (37..49 us predicted against 55..76).
+// receive; rank 0 times each round after the first and takes the median,
+// not the mean, so that a round whose rank lost its core for a while
+// (common where emulated hosts share cores) does not set the alpha: it
+// prices a round at its typical time, as the benchmarks' medians do.
 constexpr uint32_t kRingBase = kLoadedRingMessageBase;
 constexpr int kRingRounds = kLoadedRingRounds;
 // After them, rank 0 sends every rank the size of the loaded bulk rounds
@@ -102,17 +98,14 @@ constexpr int kLoadedBulkRounds = 5;
 // The across and leaders rounds (the inter-host link gap): after the
 // 8-byte ring rounds, where there are several hosts of several ranks
 // (across()); message indices kAcrossMessageBase + k.
-constexpr uint32_t kAcrossBase = kAcrossMessageBase;
 static_assert(kAcrossMessageBase >= kLoadedRingMessageBase + kLoadedRingRounds + 1 + kLoadedBulkRounds,
               "the across rounds' messages follow the ring's and the bulk rounds'");
 constexpr size_t kLoadedBulkBytes = 256 * 1024;
 // The loaded shared-memory phase (the ranks of each host, all at once,
 // where every one of them sees the same shared-memory group): kShmSyncRounds
 // hand-offs with no data; rank 0 takes the median of all but the first on
-// its host. The fixed 0.5 us priced 1x4 (4 ranks on 2 cores) 1 KiB shm at
-// 0.9 us against 6..9 measured. Every host runs it at the same time, as a
-// hierarchical call does (on 2x2 emulated hosts sharing 2 cores the median
-// was 0.1..1.6 us with rank 0's host alone and with both).
+// its host (a fixed price far underpriced ranks that share cores). Every
+// host runs it at the same time, as a hierarchical call does.
 constexpr int kShmSyncRounds = kShmHandOffRounds;
 // Then kShmDataRounds rounds with data, each the shared-memory allreduce's
 // round in small: every rank stages a round of its input into its buffer
@@ -482,7 +475,7 @@ class SetupExchangeImpl : public SetupExchange {
     for (int k = 0; k < kAcrossRounds; ++k) {
       const bool leadersOnly = k % 2 == 1;
       if (leadersOnly && i != 0) continue;
-      const uint32_t message = kAcrossBase + static_cast<uint32_t>(k);
+      const uint32_t message = kAcrossMessageBase + static_cast<uint32_t>(k);
       sendDetached(to, acrossOut_.data(), acrossOut_.size(), message);
       recv(from, acrossIn_.data(), acrossIn_.size(), message, [this, k, r, share, leadersOnly] {
         if (r != 0) return;

@@ -26,13 +26,11 @@ LinkCost fitLink(double smallRoundTrip, double bulkRoundTrip, size_t bulkBytes, 
 /// A link class's round floor (LinkCost::roundFloorSeconds) once a round
 /// of 8-byte messages with every rank sending at once took `roundSeconds`:
 /// the model adds its per-round overhead to the floor, so the floor is the
-/// difference (0 when the overhead covers it). On 4 emulated hosts on 2
-/// cores a lone ping-pong gave 14 us while a round of a collective took
-/// about 100 us; the round's wait for a core overlaps its transfer, so the
-/// floor replaces alpha only while alpha plus the transfer is shorter (the
-/// ping-pong's alpha raised to the loaded round for every message priced
-/// `rd` at 16 KiB on 4x1 at 2 x (40 + 131) us; it took 273, and `hd`, four
-/// rounds of 4..8 KiB, 216).
+/// difference (0 when the overhead covers it). Where ranks share cores a
+/// round takes far longer than a lone ping-pong, but the round's wait for
+/// a core overlaps its transfer, so the floor replaces alpha only while
+/// alpha plus the transfer is shorter (raising alpha itself would
+/// over-price larger messages).
 double fitRoundFloor(double roundSeconds, double roundOverheadSeconds);
 
 /// The inter-host link gap (LinkCost::gapSeconds) once a round of 8-byte

@@ -157,8 +157,7 @@ MachineCosts MachineCosts::forHardware(int ranksOnHost, int cpus, double nicBits
   MachineCosts c = defaults();
   // Across hosts: TCP (or UCX over it) through the kernel's stack costs
   // about 20 us a small message one way, and carries about 0.95 of the
-  // link's bit rate as payload (headers, acks): a 1 Gbit/s link moved
-  // 0.957 x its rate in the p2p benchmark. Where no NIC reports a speed
+  // link's bit rate as payload (headers, acks). Where no NIC reports a speed
   // (virtual interfaces), 10 Gbit/s is assumed.
   const double bits = nicBitsPerSecond > 0 ? nicBitsPerSecond : 10e9;
   c.interHost.betaSecondsPerByte = 8.0 / (0.95 * bits);
@@ -170,8 +169,7 @@ MachineCosts MachineCosts::forHardware(int ranksOnHost, int cpus, double nicBits
     // round floor). Waiting ranks yield (decideWait), and a yielded core
     // comes back after the peers' own polls: about a scheduler hand-off
     // (~5 us) per rank queued on each core beyond the first. The shared
-    // memory hand-off pays the same wait (calibration measured 4.6..6.4 us
-    // for 4 ranks on 2 cores, against 0.15..0.6 for 2).
+    // memory hand-off pays the same wait.
     c = shareCores(c, ranksOnHost, cpus);
     const double share = static_cast<double>(ranksOnHost) / cpus;
     const double wait = 5e-6 * (share - 1);
@@ -223,11 +221,8 @@ double CostModel::roundSeconds(const Pairs& messages, double bytes) const {
   double worst = 0;
   // A rank with several messages in one round (on uneven hosts, the owner
   // of several of hier's slices) handles them one after another: every
-  // message after its costliest adds its fixed cost. Measured on 1 + 3
-  // emulated hosts at 1 Gbit/s (medians of 3 runs): hier, whose lone rank
-  // exchanges three slices, took 48.3 us at 16 B against 23.6 us at 4 B,
-  // where only one slice is not empty. A whole
-  // fixed cost per message over-prices that (about half of it here).
+  // message after its costliest adds its fixed cost (an upper bound: on
+  // emulated hosts each such message measured about half of it).
   const size_t ranks = static_cast<size_t>(view_.size());
   std::vector<double> sendFixed(ranks, 0), sendMost(ranks, 0), recvFixed(ranks, 0), recvMost(ranks, 0);
   for (const auto& [s, d] : messages) {
@@ -540,9 +535,7 @@ double CostModel::callCheckSeconds(Collective collective, const std::string& alg
   // beside the algorithm's first round: its latency overlaps the
   // algorithm, its software does not. Algorithms that compare calls
   // themselves (native, shm) or sign their messages (rd up to
-  // kSignedPayloadLimit; hier where hierSignsMessages says) send none. On
-  // 2 x 2 emulated hosts the check took hier from 47 to 54..57 us at
-  // 16 B..1 KiB.
+  // kSignedPayloadLimit; hier where hierSignsMessages says) send none.
   if (view_.size() < 2 || algorithm == "native" || algorithm == "shm") return 0;
   if (collective == Collective::kAllreduce && bytes > 0) {
     if (algorithm == "rd" && bytes <= transport::kSignedPayloadLimit) return 0;

@@ -23,10 +23,7 @@ struct LinkCost {
   double roundFloorSeconds = 0;
   /// What each further message of a round that leaves or enters a host by
   /// the same link adds, whatever its size (beyond the bytes, which share
-  /// the link's bandwidth): the small-message gap of a host's link. On 2
-  /// emulated hosts of 2 ranks sharing 2 cores, a round of 8-byte messages
-  /// with both ranks of each host sending across took 28.6..31.9 us, one
-  /// with a single rank per host 15.6..17.8 (gradcomm-link-rounds; a NIC
+  /// the link's bandwidth): the small-message gap of a host's link (a NIC
   /// that serves several messages at once has next to none). Calibration
   /// measures it across hosts only (where every host has several ranks);
   /// 0: none.
@@ -77,8 +74,7 @@ struct MachineCosts {
 /// ranks outnumber the CPUs, each gets cpus / ranks of one, so a byte
 /// copied, reduced or sent to a rank of the same host (a copy too) costs
 /// ranks / cpus times what it costs on an idle core (the condition under
-/// which waiting ranks yield; see decideWait). 1x4 on 2 CPUs, 64 MiB shm:
-/// 13 ms predicted from idle cores, 28..38 ms measured.
+/// which waiting ranks yield; see decideWait).
 MachineCosts shareCores(MachineCosts c, int ranksOnHost, int cpus);
 
 /// Algorithm parameters that change predicted times.
@@ -87,9 +83,8 @@ struct ModelSettings {
   size_t shmChunkBytes = 128 * 1024; ///< GRADCOMM_SHM_CHUNK (shm rounds)
   /// gradcomm's own cost of one round of messages (posting and completing
   /// its transfers through the plan runner and the engine), on top of the
-  /// transport's alpha that calibration measures with bare ping-pongs.
-  /// Measured: rd at 8 B on 2 ranks of one host took 3.1 to 5.0 us a call
-  /// over MPI whose ping-pong alpha was 0.48 us.
+  /// transport's alpha that calibration measures with bare ping-pongs
+  /// (several times that alpha on one host).
   double roundOverheadSeconds = 2e-6;
   /// The hierarchy's exchange between hosts: slices (bytes / ranks per
   /// host) of at most this many bytes go by recursive doubling, larger ones
@@ -106,10 +101,8 @@ struct ModelSettings {
 /// (GRADCOMM_HIER_RD_SIZE), where it takes fewer rounds, and on two hosts
 /// at any size, where it sends the same bytes as the ring (the whole slice
 /// once, against half of it twice) in one round instead of two, unless
-/// `rdSliceBytes` is 0 (GRADCOMM_HIER_RD_SIZE=0: always rings). On 2x2 at
-/// 1 Gbit/s it took 8.79 ms at 1 MiB against the ring's 9.48..9.68, and
-/// 566 against 584..591 ms at 64 MiB. From
-/// 4 hosts recursive doubling sends log2(hosts) slices against the ring's
+/// `rdSliceBytes` is 0 (GRADCOMM_HIER_RD_SIZE=0: always rings). From 4
+/// hosts recursive doubling sends log2(hosts) slices against the ring's
 /// 2 (hosts - 1) / hosts.
 bool hierExchangesByRd(size_t sliceBytes, size_t hosts, size_t rdSliceBytes);
 
@@ -163,11 +156,9 @@ uint32_t hdSameHostDistances(const TopologyView& view);
 /// ranks (its allgather retraces them backwards): the distances in
 /// `sameHostDistances` first, then the others, each from the largest down.
 /// The first round moves half the vector, the next a quarter, so the
-/// largest exchanges stay inside hosts where they can: on 2x2 at 1 Gbit/s,
-/// distance halving (2, then 1) sent half of a 1 MiB vector across hosts
-/// in its first round, and took 17.6 ms where Open MPI's nonblocking
-/// allreduce (same-host partner first) took 9.2. Without such distances:
-/// p2/2, p2/4, ..., 1.
+/// largest exchanges stay inside hosts where they can (plain distance
+/// halving sends half the vector across hosts in its first round, and is
+/// about twice as slow). Without such distances: p2/2, p2/4, ..., 1.
 std::vector<int> hdHalvingOrder(int p2, uint32_t sameHostDistances);
 
 /// Predicts the time of each algorithm for a call from the topology and the
@@ -231,9 +222,7 @@ class CostModel {
   /// call of more than one round of the shm allreduce (local x
   /// GRADCOMM_SHM_CHUNK bytes), whose data streams through memory as in
   /// calibration's data rounds; else 1 (one round's data mostly stays in
-  /// the caches: on 1x4, 64 KiB and 256 KiB measured at or below the
-  /// unscaled price, and priced at the factor, 64 KiB chose `hd` in one run
-  /// of three).
+  /// the caches).
   double shmByteScale(double bytes, double local) const;
   double hierarchical(double bytes) const;
   double hierarchicalBroadcast(double bytes) const;

@@ -33,6 +33,10 @@ class GRADCOMM_API Timeline {
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
+  /// The rank's file for a trace path naming all ranks: "trace.json" ->
+  /// "trace.rank3.json" (".rank3.json" is appended to other names).
+  static std::string perRankPath(const std::string& base, int rank);
+
   /// Time zero of the trace. Ranks that set it right after a collective
   /// they all took part in share (to within that collective's skew) one
   /// time axis, so their traces line up when merged. Default: construction.

@@ -135,13 +135,6 @@ void addCopyBack(std::function<void()>& finish, const at::Tensor& to, const at::
 
 int64_t toNs(Clock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); }
 
-std::string perRankPath(const std::string& base, int rank) {
-  const std::string tag = ".rank" + std::to_string(rank);
-  auto dot = base.rfind(".json");
-  if (dot != std::string::npos && dot + 5 == base.size()) return base.substr(0, dot) + tag + ".json";
-  return base + tag + ".json";
-}
-
 Communicator formCommunicator(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                               std::chrono::milliseconds timeout) {
   Options options;
@@ -214,7 +207,7 @@ ProcessGroupGradcomm::ProcessGroupGradcomm(const c10::intrusive_ptr<c10d::Store>
   printStats_ = statsWanted();
   const std::string timelinePath = comm_.parameter("GRADCOMM_TIMELINE");
   if (!timelinePath.empty()) {
-    telemetry_->timeline = std::make_unique<Timeline>(perRankPath(timelinePath, rank), rank);
+    telemetry_->timeline = std::make_unique<Timeline>(Timeline::perRankPath(timelinePath, rank), rank);
   }
   lastFlush_ = Clock::now();
   completer_ = std::make_shared<Completer>();

@@ -91,6 +91,15 @@ struct RunContext {
   char* scratch(size_t bytes) const { return workspace->scratch(bytes); }
 };
 
+/// acc = operand(0) OP operand(1) OP ... OP operand(ranks - 1) over `count`
+/// elements, in rank order so the result does not depend on who reduces.
+/// `acc` is none of the operands; ranks >= 2.
+template <class Operand>
+void reduceInRankOrder(const RunContext& ctx, char* acc, int ranks, size_t count, Operand operand) {
+  ctx.reduce(acc, operand(0), operand(1), count);
+  for (int q = 2; q < ranks; ++q) ctx.reduce(acc, acc, operand(q), count);
+}
+
 /// The ranks a call would run on, as the predicates that choose an
 /// algorithm see them: the transport (ranks, shared memory, native
 /// collectives) and the communicator's view of the hosts, the one source of

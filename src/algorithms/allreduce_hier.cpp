@@ -321,18 +321,10 @@ class HierAllreduceSchedule final : public Schedule {
       const Part pt = part(v, k, j);
       if (!pt.count) continue;
       // Accumulate in our own (unstaged) slot: writing the output first would
-      // clobber our input when in place. Operands go in local-rank order.
+      // clobber our input when in place.
       char* acc = slot(me_, b, j);
-      const char* prev = nullptr;
-      for (int q = 0; q < p_; ++q) {
-        const char* src = q == me_ ? in_ + pt.offset * elem_ : slot(q, b, j);
-        if (!prev) {
-          prev = src;
-          continue;
-        }
-        ctx_.reduce(acc, prev, src, pt.count);
-        prev = acc;
-      }
+      reduceInRankOrder(ctx_, acc, p_, pt.count,
+                        [&](int q) -> const char* { return q == me_ ? in_ + pt.offset * elem_ : slot(q, b, j); });
       std::memcpy(out_ + pt.offset * elem_, acc, pt.count * elem_);
     }
     g_->block(me_).consumed.store(rid, std::memory_order_release);
@@ -372,8 +364,7 @@ class HierAllreduce final : public Algorithm {
     return makeSchedule<HierAllreduceSchedule>(ctx.workspace, call, ctx, this);
   }
   /// Small calls sign their messages between hosts instead of running the
-  /// engine's call check, a message across each host link (2x2 at
-  /// 1 Gbit/s, 16 B..1 KiB: 48..52 us with it, 28..34 signed). Recursive
+  /// engine's call check, which adds a message across each host link. Recursive
   /// doubling sends one message per round (or fold) to a different owner of
   /// a slice; on equal hosts each rank owns one slice, on uneven ones a rank
   /// of a smaller host owns several, which must not meet the same owner

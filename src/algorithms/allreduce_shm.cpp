@@ -140,18 +140,10 @@ class ShmAllreduceSchedule final : public Schedule {
     if (own.count) {
       // Accumulate in our own slice of our buffer (staging leaves it free):
       // writing into the output first would clobber our input when in place.
-      // Operands go in rank order, so the result does not depend on who reduces.
       char* acc = g_.buffer(me_, b) + own.offset * elem_;
-      const char* prev = nullptr;
-      for (int q = 0; q < p_; ++q) {
-        const char* src = q == me_ ? in_ + (begin + own.offset) * elem_ : g_.buffer(q, b) + own.offset * elem_;
-        if (!prev) {
-          prev = src;
-          continue;
-        }
-        ctx_.reduce(acc, prev, src, own.count);
-        prev = acc;
-      }
+      reduceInRankOrder(ctx_, acc, p_, own.count, [&](int q) -> const char* {
+        return q == me_ ? in_ + (begin + own.offset) * elem_ : g_.buffer(q, b) + own.offset * elem_;
+      });
       if (call_.op == ReduceOp::kAvg) ctx_.divide(acc, own.count, static_cast<double>(p_));
       std::memcpy(out_ + (begin + own.offset) * elem_, acc, own.count * elem_);
     }
@@ -239,12 +231,8 @@ class ShmAllreduceSchedule final : public Schedule {
   // mailbox, and the reduction that follows reads them from this core's
   // cache: one cross-core transfer less on the call's path (what loads
   // them is only a hint; the mailbox's `ready` still orders the reads).
-  // Measured (2 ranks, one host, with and without the prefetch
-  // alternated): where a cross-core transfer
-  // is slow, 256 B took 0.57..0.58 us against 0.64..0.65 (MPI 0.60), 128 B
-  // 0.54 against 0.58..0.59; where it is fast, no change. Up to 512 B: at
-  // 2 KiB prefetching every line on every look took 1.56..1.60 us against
-  // 1.17..1.18 (lines the peer was still writing went back and forth).
+  // Up to 512 B only: at a few KiB, prefetching every line on every look
+  // pulls lines the peer is still writing back and forth, and is slower.
   static constexpr size_t kPrefetchMaxBytes = 512;
   void prefetchStaged(int q, int b, size_t bytes) const {
     const char* p = g_.buffer(q, b);

@@ -2,7 +2,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
-#include <string>
 #include <vector>
 
 namespace gradcomm::algorithms {
@@ -66,26 +65,20 @@ class PlanBuilder {
   Id copy(Span dst, Span src, Deps deps = {}) { return add(StepKind::kCopy, -1, 0, dst, src, {}, deps); }
   Id divide(Span data, Deps deps = {}) { return add(StepKind::kDivide, -1, 0, data, {}, {}, deps); }
   Id nop(Deps deps = {}) { return add(StepKind::kNop, -1, 0, {}, {}, {}, deps); }
-  Id nop(const std::vector<Id>& deps);
+  Id nop(const std::vector<Id>& deps) { return add(StepKind::kNop, -1, 0, {}, {}, {}, deps.data(), deps.data() + deps.size()); }
   size_t allocScratch(size_t count) {
     size_t offset = plan_.scratchCount;
     plan_.scratchCount += count;
     return offset;
   }
-  size_t stepCount() const { return plan_.steps.size(); }
   Plan finish() { return std::move(plan_); }
 
  private:
-  Id add(StepKind kind, int peer, uint32_t message, Span dst, Span a, Span b, Deps deps);
+  Id add(StepKind kind, int peer, uint32_t message, Span dst, Span a, Span b, Deps deps) {
+    return add(kind, peer, message, dst, a, b, deps.begin(), deps.end());
+  }
+  Id add(StepKind kind, int peer, uint32_t message, Span dst, Span a, Span b, const Id* depsBegin, const Id* depsEnd);
   Plan plan_;
 };
-
-/// Checks a plan for races: every pair of steps that touch overlapping
-/// memory, at least one of them writing, must be ordered by the DAG (a send
-/// reads its source until it completes; a receive writes its destination).
-/// When the input aliases the output, input element x is output element
-/// x + inputShift (allgather in place: r * count; reduce-scatter: -r * count).
-/// Returns a description of the first hazard, or an empty string.
-std::string findHazard(const Plan& plan, bool inputAliasesOutput, long long inputShift = 0);
 
 }  // namespace gradcomm::algorithms

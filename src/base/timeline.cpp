@@ -32,6 +32,13 @@ Timeline::Timeline(std::string path, int rank) : path_(std::move(path)), rank_(r
   flush();
 }
 
+std::string Timeline::perRankPath(const std::string& base, int rank) {
+  const std::string tag = ".rank" + std::to_string(rank);
+  auto dot = base.rfind(".json");
+  if (dot != std::string::npos && dot + 5 == base.size()) return base.substr(0, dot) + tag + ".json";
+  return base + tag + ".json";
+}
+
 Timeline::~Timeline() {
   try {
     flush();

@@ -44,12 +44,6 @@ std::chrono::milliseconds connectTimeout(const Config& config) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(config.timeout);
 }
 
-std::string agreedParameterNames() {
-  std::string out;
-  for (const char* name : kAgreedParams) out += (out.empty() ? "" : ", ") + std::string(name);
-  return out;
-}
-
 Config agreeOnConfiguration(const Options& options, transport::Bootstrap& boot) {
   // Validate locally, then agree: a rank whose configuration is bad must
   // not leave the others blocked in the setup that follows. Each rank sends

@@ -16,8 +16,4 @@ Config agreeOnConfiguration(const Options& options, transport::Bootstrap& boot);
 /// How long transports may take to connect: GRADCOMM_TIMEOUT (0: none).
 std::chrono::milliseconds connectTimeout(const Config& config);
 
-/// The parameters every rank must set alike, comma-separated (for docs and
-/// messages).
-std::string agreedParameterNames();
-
 }  // namespace gradcomm::core

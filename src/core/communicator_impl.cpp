@@ -26,16 +26,13 @@
 namespace gradcomm::detail {
 
 using algorithms::CollectiveCall;
+using transport::isReduction;
 
 namespace {
 
 bool rangesOverlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
   auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
   return aBytes && bBytes && x < y + bBytes && y < x + aBytes;
-}
-
-bool isReduction(Collective c) {
-  return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kReduceScatter;
 }
 
 // Calls up to this size take their first progress step inside submit (see
@@ -66,10 +63,6 @@ transport::CallSignature callSignature(const CollectiveCall& call, const std::st
                                        const std::string& compression) {
   return transport::CallSignature::make(0, call.collective, call.type, call.op, call.count, call.root, algorithm,
                                         compression);
-}
-
-uint32_t callFingerprint(const CollectiveCall& call, const std::string& algorithm) {
-  return callSignature(call, algorithm, {}).fingerprint();
 }
 
 CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transport,

@@ -76,10 +76,8 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   core::ProgressEngine& engine() { return *engine_; }
   /// Which ranks share a host (identical on every rank).
   const topology::TopologyView& topology() const { return view_; }
-  const topology::WaitPolicy& waitPolicy() const { return wait_; }
   /// The selector, with its cost model once creation finished.
   const algorithms::Selector& selector() const { return selector_; }
-  std::shared_ptr<core::ProgressEngine> enginePtr() { return engine_; }
   /// This communicator's transport (a group's, for a split communicator;
   /// the engine's transport is the context's).
   transport::Transport& transport() const { return *transport_; }
@@ -306,9 +304,5 @@ BufferUses buffersUsed(const algorithms::CollectiveCall& call, int rank);
 /// What ranks agree on for `call` run by `algorithm` (seq left 0).
 transport::CallSignature callSignature(const algorithms::CollectiveCall& call, const std::string& algorithm,
                                        const std::string& compression);
-
-
-/// 32-bit FNV-1a of a call signature: equal on every rank iff the calls match.
-uint32_t callFingerprint(const algorithms::CollectiveCall& call, const std::string& algorithm);
 
 }  // namespace gradcomm::detail

@@ -2,6 +2,7 @@
 
 #include "base/log.hpp"
 #include "core/device_staging.hpp"
+#include "transport/call_signature.hpp"
 
 #include <cstdlib>
 #include <new>
@@ -128,10 +129,8 @@ void OperationState::runCallback(const std::function<void(std::exception_ptr)>& 
 
 std::string OperationState::describe() const {
   if (!algo) return customWhat + " #" + std::to_string(seq) + " (algorithm " + algorithm + ")";
-  const bool reduces = call.collective == Collective::kAllreduce || call.collective == Collective::kReduce ||
-                       call.collective == Collective::kReduceScatter;
   return std::string(toString(call.collective)) + " #" + std::to_string(seq) + " (" + toString(call.type) +
-         (reduces ? std::string(" ") + toString(call.op) : std::string()) + ", " + std::to_string(call.count) +
+         (transport::isReduction(call.collective) ? std::string(" ") + toString(call.op) : std::string()) + ", " + std::to_string(call.count) +
          " elements, algorithm " + algorithmName() + ")";
 }
 

@@ -246,7 +246,6 @@ void endFrame(Bytes& b, size_t start = 0) {
 class Reader {
  public:
   Reader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  uint8_t u8() { return *take(1); }
   uint32_t u32() { return loadU32(take(4)); }
   uint64_t u64() { return loadU64(take(8)); }
   int64_t i64() { return static_cast<int64_t>(u64()); }

@@ -42,13 +42,6 @@ std::string rankList(const std::vector<int>& ranks) {
   return s.str();
 }
 
-std::string perRankPath(const std::string& base, int rank) {
-  const std::string tag = ".rank" + std::to_string(rank);
-  auto dot = base.rfind(".json");
-  if (dot != std::string::npos && dot + 5 == base.size()) return base.substr(0, dot) + tag + ".json";
-  return base + tag + ".json";
-}
-
 // Buffers a transport may still write into after their transfer was
 // abandoned (MPI cannot take back a matched receive): kept for the process.
 void keepForever(std::vector<std::shared_ptr<std::vector<char>>>&& buffers) {
@@ -180,7 +173,7 @@ GossipAveragerImpl::GossipAveragerImpl(Communicator comm, std::vector<GossipBuff
   computeInNeighbours();
   z_.resize(count_);
   if (!options.timelinePath.empty()) {
-    timeline_ = std::make_unique<core::Timeline>(perRankPath(options.timelinePath, rank_), rank_);
+    timeline_ = std::make_unique<core::Timeline>(core::Timeline::perRankPath(options.timelinePath, rank_), rank_);
   }
   transfers_ = std::make_shared<gossip::GossipTransfers>();
   impl_.engine().addBackground(transfers_);

@@ -48,33 +48,4 @@ std::vector<int> ExponentialGraph::inPeers(int rank, uint64_t step) const {
   return in;
 }
 
-bool stronglyConnectedOver(const ExponentialGraph& graph, uint64_t first, size_t steps) {
-  const auto& members = graph.members();
-  const size_t m = members.size();
-  if (m <= 1) return true;
-  std::vector<std::vector<bool>> reach(m, std::vector<bool>(m, false));
-  for (size_t i = 0; i < m; ++i) reach[i][i] = true;
-  auto index = [&](int rank) {
-    return static_cast<size_t>(std::lower_bound(members.begin(), members.end(), rank) - members.begin());
-  };
-  for (uint64_t s = first; s < first + steps; ++s) {
-    for (size_t i = 0; i < m; ++i) {
-      for (int peer : graph.outPeers(members[i], s)) reach[i][index(peer)] = true;
-    }
-  }
-  // Transitive closure (Floyd-Warshall on booleans): m is small.
-  for (size_t k = 0; k < m; ++k) {
-    for (size_t i = 0; i < m; ++i) {
-      if (!reach[i][k]) continue;
-      for (size_t j = 0; j < m; ++j) reach[i][j] = reach[i][j] || reach[k][j];
-    }
-  }
-  for (size_t i = 0; i < m; ++i) {
-    for (size_t j = 0; j < m; ++j) {
-      if (!reach[i][j]) return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace gradcomm::gossip

@@ -27,7 +27,6 @@ class ExponentialGraph {
   /// Out-peers per step (the same for every member).
   size_t peersPerStep() const { return peersPerStep_; }
   const std::vector<int>& members() const { return members_; }
-  bool isMember(int rank) const { return indexOf(rank) >= 0; }
 
  private:
   int indexOf(int rank) const;
@@ -38,9 +37,5 @@ class ExponentialGraph {
   size_t levels_ = 0;  // L: distances 1, 2, ..., 2^(L-1), all below m
   size_t peersPerStep_ = 0;
 };
-
-/// True when the union of the graph's edges over steps [first, first + steps)
-/// lets every member reach every other (for tests and assertions).
-bool stronglyConnectedOver(const ExponentialGraph& graph, uint64_t first, size_t steps);
 
 }  // namespace gradcomm::gossip

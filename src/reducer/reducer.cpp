@@ -25,14 +25,6 @@ namespace {
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-/// Rank-specific timeline file: "trace.json" -> "trace.rank3.json".
-std::string perRankPath(const std::string& base, int rank) {
-  const std::string tag = ".rank" + std::to_string(rank);
-  auto dot = base.rfind(".json");
-  if (dot != std::string::npos && dot + 5 == base.size()) return base.substr(0, dot) + tag + ".json";
-  return base + tag + ".json";
-}
-
 /// Frees bucket memory: host memory, or device memory of `rt`.
 struct AlignedFree {
   device::Runtime* rt = nullptr;
@@ -74,7 +66,7 @@ class ReducerImpl {
     std::string timelineError;
     if (!opts_.timelinePath.empty()) {
       try {
-        timeline_ = std::make_unique<core::Timeline>(perRankPath(opts_.timelinePath, rank_), rank_);
+        timeline_ = std::make_unique<core::Timeline>(core::Timeline::perRankPath(opts_.timelinePath, rank_), rank_);
       } catch (const Error& e) {
         timelineError = e.what();
       }

@@ -15,10 +15,6 @@ void copyText(char (&dst)[16], const std::string& src) {
 
 std::string text(const char (&field)[16]) { return std::string(field, strnlen(field, sizeof field)); }
 
-bool isReduction(Collective c) {
-  return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kReduceScatter;
-}
-
 bool isRooted(Collective c) { return c == Collective::kBroadcast || c == Collective::kReduce; }
 
 // Enum values from a peer are data: name them only when they are valid.

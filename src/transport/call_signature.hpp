@@ -11,6 +11,11 @@
 
 namespace gradcomm::transport {
 
+/// Allreduce, reduce and reduce-scatter: the collectives whose op matters.
+inline bool isReduction(Collective c) {
+  return c == Collective::kAllreduce || c == Collective::kReduce || c == Collective::kReduceScatter;
+}
+
 /// One call's signature: every field ranks must agree on. In-place-ness is
 /// not part of it: it changes no message (only local copies), and ranks may
 /// legitimately differ (a broadcast's non-roots pass no input).

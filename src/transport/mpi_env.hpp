@@ -16,7 +16,6 @@ class MpiEnvironment {
   static std::shared_ptr<MpiEnvironment> acquire();
   ~MpiEnvironment();
   int threadLevel() const { return threadLevel_; }
-  bool ownsInit() const { return ownsInit_; }
   /// False once MPI_Finalize has run (by anyone).
   static bool usable();
   /// Records that a peer may have died or hung. MPI_Finalize would then

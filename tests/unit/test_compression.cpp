@@ -186,14 +186,14 @@ TEST(CompressionResidual, LivesWhereItsFirstUsePutsItUntilCleared) {
 // ---- casts --------------------------------------------------------------------------
 
 TEST(CompressionIsa, DetectsAndResolvesLevels) {
-  const auto isas = supportedIsas();
+  const auto isas = kernels::supportedSimdLevels();
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.front(), Isa::kScalar);
   EXPECT_EQ(isas.back(), detectIsa());
-  EXPECT_EQ(resolveIsa("scalar"), Isa::kScalar);
-  EXPECT_EQ(resolveIsa("auto"), detectIsa());
-  EXPECT_EQ(resolveIsa("avx512bf16"), detectIsa() >= Isa::kAvx512Bf16 ? Isa::kAvx512Bf16 : detectIsa());
-  EXPECT_THROW(resolveIsa("sse9"), ConfigError);
+  EXPECT_EQ(kernels::resolveSimd("scalar"), Isa::kScalar);
+  EXPECT_EQ(kernels::resolveSimd("auto"), detectIsa());
+  EXPECT_EQ(kernels::resolveSimd("avx512bf16"), detectIsa() >= Isa::kAvx512Bf16 ? Isa::kAvx512Bf16 : detectIsa());
+  EXPECT_THROW(kernels::resolveSimd("sse9"), ConfigError);
   std::printf("[   info   ] compression ISA: %s\n", toString(detectIsa()));
 }
 
@@ -202,7 +202,7 @@ TEST(CompressionCast, EveryLevelMatchesTheReferenceOnSpecialAndRandomValues) {
   std::vector<float> in = gradcomm::testing::specialFloats();
   const std::vector<float> mixed = gradcomm::testing::mixedFloats(20000, seed);
   in.insert(in.end(), mixed.begin(), mixed.end());
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
       const bool fp16 = type == DataType::kFloat16;
       for (float scale : {1.0f, 0.25f, 1.0f / 3.0f, 3.0f}) {
@@ -225,7 +225,7 @@ TEST(CompressionCast, EveryLevelMatchesTheReferenceOnSpecialAndRandomValues) {
 }
 
 TEST(CompressionCast, Fp16SaturatesFiniteOverflowButKeepsInfinityAndNan) {
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     std::vector<float> in = {65504.0f, 65519.0f, 65520.0f, 1e5f, -1e30f, std::numeric_limits<float>::max(), kInf,
                              -kInf, std::nanf("")};
     in.resize(40, 1.0f);  // long enough for the vector paths
@@ -248,7 +248,7 @@ TEST(CompressionCast, Fp16SaturatesFiniteOverflowButKeepsInfinityAndNan) {
 }
 
 TEST(CompressionCast, Bf16KeepsIeeeOverflowAndSubnormalsInEveryVectorLane) {
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     // One subnormal in an otherwise normal vector, at every lane of a 32-wide
     // block: the AVX-512 BF16 instruction would flush it to zero.
     for (size_t lane = 0; lane < 32; ++lane) {
@@ -271,7 +271,7 @@ TEST(CompressionCast, Bf16KeepsIeeeOverflowAndSubnormalsInEveryVectorLane) {
 TEST(CompressionCast, DecodeIsExactForEveryEncoding) {
   std::vector<uint16_t> all(65536);
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
       const bool fp16 = type == DataType::kFloat16;
       std::vector<float> out(all.size() + 1, 7.0f);
@@ -314,7 +314,7 @@ TEST(CompressionResidualCast, EveryLevelMatchesTheDocumentedFormulaBitForBit) {
   const std::vector<float> mixed = gradcomm::testing::mixedFloats(5000, seed);
   in.insert(in.end(), mixed.begin(), mixed.end());
   const std::vector<float> startResidual = gradcomm::testing::mixedFloats(in.size(), seed + 1);
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
       const bool fp16 = type == DataType::kFloat16;
       for (float scale : {1.0f, 0.5f, 1.0f / 3.0f, 1.0f / 7.0f}) {
@@ -336,7 +336,7 @@ TEST(CompressionResidualCast, EveryLevelMatchesTheDocumentedFormulaBitForBit) {
 }
 
 TEST(CompressionResidualCast, CarriesTheSaturatedExcessAndDropsNonFiniteError) {
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     std::vector<float> in(33, 0.0f), residual(33, 0.0f);
     std::vector<uint16_t> out(33);
     in[0] = 1e5f;
@@ -362,7 +362,7 @@ TEST(CompressionResidualCast, CarriesTheSaturatedExcessAndDropsNonFiniteError) {
 TEST(CompressionResidualCast, ErrorFeedbackLosesNothingOverManySteps) {
   const uint64_t seed = gradcomm::testing::compressionSeed("ErrorFeedbackLosesNothingOverManySteps");
   constexpr size_t kN = 4099, kSteps = 200;
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     for (DataType type : {DataType::kFloat16, DataType::kBFloat16}) {
       const bool fp16 = type == DataType::kFloat16;
       for (float scale : {1.0f, 0.25f, 1.0f / 3.0f}) {
@@ -442,7 +442,7 @@ const char* const kDistributions[] = {"uniform", "normal", "heavy-tailed", "many
 
 TEST(CompressionTopK, ExactMatchesBruteForceAtEveryLevel) {
   const uint64_t seed = gradcomm::testing::compressionSeed("CompressionTopK.Exact");
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     for (const char* dist : kDistributions) {
       for (size_t n : {size_t{1}, size_t{2}, size_t{17}, size_t{1000}, size_t{40009}}) {
         const std::vector<float> t = distribution(dist, n, seed + n);
@@ -479,7 +479,7 @@ TEST(CompressionTopK, SpecialValuesRankNanFirstThenInfinity) {
   t[500] = std::nanf("");
   t[700] = kInf;
   t[900] = -0.0f;
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     TopKOptions o;
     o.approximate = false;
     o.isa = isa;
@@ -499,7 +499,7 @@ TEST(CompressionTopK, SpecialValuesRankNanFirstThenInfinity) {
 TEST(CompressionTopK, WideIndicesGiveTheSameSelection) {
   const uint64_t seed = gradcomm::testing::compressionSeed("CompressionTopK.WideIndices");
   const std::vector<float> t = distribution("normal", 300007, seed);
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     for (bool approximate : {false, true}) {
       TopKOptions o;
       o.k = 3001;
@@ -530,7 +530,7 @@ TEST(CompressionTopK, ApproximateStaysWithinTenPercentOfKOnEveryDistribution) {
     const std::vector<float> t = distribution(dist, kN, seed);
     for (size_t k : {size_t{10}, kN / 1000, kN / 100, kN / 10}) {
       for (uint64_t round = 0; round < 3; ++round) {
-        const Isa isa = supportedIsas()[round % supportedIsas().size()];
+        const Isa isa = kernels::supportedSimdLevels()[round % kernels::supportedSimdLevels().size()];
         TopKOptions o;
         o.k = k;
         o.approximate = true;
@@ -573,7 +573,7 @@ TEST(CompressionTopK, CandidateBufferStaysBoundedOnAdversarialOrders) {
   // Ascending magnitudes with a tiny k make every element a new maximum, so
   // the buffer fills and is compacted again and again; the result stays exact.
   const std::vector<float> t = distribution("ascending", 200000, 0);
-  for (Isa isa : supportedIsas()) {
+  for (Isa isa : kernels::supportedSimdLevels()) {
     TopKOptions o;
     o.k = 7;
     o.approximate = true;
@@ -595,7 +595,7 @@ TEST(CompressionTopK, ErrorFeedbackSendsEverythingEventually) {
   const uint64_t seed = gradcomm::testing::compressionSeed("CompressionTopK.ErrorFeedback");
   constexpr size_t kN = 100003, kSteps = 40;
   for (bool approximate : {false, true}) {
-    for (Isa isa : supportedIsas()) {
+    for (Isa isa : kernels::supportedSimdLevels()) {
       std::mt19937_64 rng(seed);
       std::normal_distribution<float> normal(0.0f, 1.0f);
       std::vector<float> in(kN), residual(kN, 0.0f);

@@ -16,12 +16,14 @@
 #include "algorithms/selector.hpp"
 #include "base/algo_rules.hpp"
 #include "gradcomm/error.hpp"
+#include "support/plan_hazards.hpp"
 #include "topology/calibration.hpp"
 #include "topology/cost_model.hpp"
 #include "transport/inproc_transport.hpp"
 
 using namespace gradcomm;
 using namespace gradcomm::algorithms;
+using gradcomm::testing::findHazard;
 
 TEST(Patterns, PartitionCoversTheRangeWithBalancedChunks) {
   for (size_t count : {0, 1, 2, 5, 7, 100, 101}) {
