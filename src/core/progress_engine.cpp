@@ -323,10 +323,7 @@ void ProgressEngine::failActive(std::exception_ptr e) {
   check_.reset();
   auto op = std::move(active_);
   active_.reset();
-  if (op) {
-    op->schedule.reset();  // cancels outstanding transfers
-    op->finish(std::move(e));
-  }
+  if (op) op->schedule.reset();  // cancels outstanding transfers
   {
     std::lock_guard<std::mutex> lock(queueMu_);
     if (!failed_) {
@@ -337,9 +334,12 @@ void ProgressEngine::failActive(std::exception_ptr e) {
     }
   }
   if (meansPeerFailure(code) || (remote && noticeMeansPeerFailure(reason))) transport_->notePeerFailure(reason);
-  // A failure that came from a peer need not be echoed back.
+  // Peers are told before the caller hears of the failure: a process that
+  // exits on the error at once must not take its notice with it. A failure
+  // that came from a peer need not be echoed back.
   if (!remote) aborts_->broadcast(notice(code, reason));
   if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
+  if (op) op->finish(std::move(e));
   failQueued();
 }
 
