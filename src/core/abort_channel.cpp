@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "algorithms/workspace.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::core {
@@ -18,28 +19,29 @@ transport::Tag abortTag() {
 AbortChannel::AbortChannel(transport::Transport& t) : t_(t) { post(); }
 
 AbortChannel::~AbortChannel() {
-  // Memory a dropped transfer may still touch is left allocated (a few
-  // hundred bytes per peer, after failures only): a receive the transport
-  // could not take back, and unfinished sends (UCX sends on in the
-  // background).
+  pollSends();
+  // What a dropped transfer may still touch (a receive the transport could
+  // not take back, a send still going) is left allocated: a few hundred
+  // bytes per peer, after failures only.
   recv_.reset();
-  if (t_.abandonedTransfersPending()) (void)buffer_.release();
-  for (auto& s : sends_) {
-    if (s.request) (void)s.text.release();
-  }
+  for (auto& s : sends_) s.request.reset();
+  if (!t_.abandonedTransfersPending()) return;
+  algorithms::keepForever(std::move(buffer_));
+  for (auto& s : sends_) algorithms::keepForever(std::move(s.text));
 }
 
 void AbortChannel::post() {
-  buffer_->fill(0);
-  recv_ = t_.irecvAny(buffer_->data(), buffer_->size() - 1, abortTag());
+  std::fill(buffer_.begin(), buffer_.end(), '\0');
+  recv_ = t_.irecvAny(buffer_.data(), buffer_.size() - 1, abortTag());
 }
 
 void AbortChannel::broadcast(const std::string& reason) {
   for (int peer = 0; peer < t_.size(); ++peer) {
     if (peer == t_.rank()) continue;
-    Send s{std::make_unique<std::string>(reason.substr(0, kMaxText)), nullptr};
+    const size_t n = std::min(reason.size(), kMaxText);
+    Send s{std::vector<char>(reason.begin(), reason.begin() + static_cast<std::ptrdiff_t>(n)), nullptr};
     try {
-      s.request = t_.isend(peer, s.text->data(), s.text->size(), abortTag());
+      s.request = t_.isend(peer, s.text.data(), s.text.size(), abortTag());
     } catch (const Error&) {
       continue;  // a peer already gone
     }
@@ -72,8 +74,8 @@ std::optional<std::string> AbortChannel::poll() {
     return std::nullopt;
   }
   if (!done) return std::nullopt;
-  const size_t n = std::min(recv_->received(), buffer_->size() - 1);
-  std::string text = "rank " + std::to_string(recv_->source()) + ": " + std::string(buffer_->data(), n);
+  const size_t n = std::min(recv_->received(), buffer_.size() - 1);
+  std::string text = "rank " + std::to_string(recv_->source()) + ": " + std::string(buffer_.data(), n);
   post();
   return text;
 }

@@ -1,5 +1,4 @@
 #pragma once
-#include <array>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,11 +38,10 @@ class AbortChannel {
   void pollSends();
 
   transport::Transport& t_;
-  using Buffer = std::array<char, kMaxText + 64>;
-  std::unique_ptr<Buffer> buffer_ = std::make_unique<Buffer>();
+  std::vector<char> buffer_ = std::vector<char>(kMaxText + 64);
   transport::RequestPtr recv_;  // null once the receive itself failed: no more notices
   struct Send {
-    std::unique_ptr<std::string> text;
+    std::vector<char> text;
     transport::RequestPtr request;
   };
   std::vector<Send> sends_;

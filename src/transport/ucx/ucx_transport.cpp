@@ -107,7 +107,7 @@ struct UcxTransport::State {
   std::vector<pid_t> peerPid;
   std::chrono::steady_clock::time_point lastLivenessCheck{};
 
-  /// Receives dropped while a transfer into their buffer was under way.
+  /// Transfers dropped while under way (their buffers may still be used).
   std::vector<void*> abandoned;
 
   explicit State(int n) : peerStatus(static_cast<size_t>(n)) {
@@ -206,19 +206,18 @@ class UcxRequest : public Request {
       : st_(std::move(st)), isRecv_(isRecv), upTo_(upTo), peer_(peer), expected_(bytes) {}
   ~UcxRequest() override {
     if (!request_) return;
-    // A send goes on in the background (UCX releases the request once it
-    // completes). A receive is cancelled; one already matched (a rendezvous
-    // transfer under way) cannot be, and may still write into its buffer:
-    // it is parked, and the engine keeps its buffers while any is.
-    if (isRecv_) {
-      ucp_request_cancel(st_->worker, request_);
-      for (int i = 0; i < 10 && ucp_request_check_status(request_) == UCS_INPROGRESS; ++i) {
-        ucp_worker_progress(st_->worker);
-      }
-      if (ucp_request_check_status(request_) == UCS_INPROGRESS) {
-        st_->abandoned.push_back(request_);
-        return;
-      }
+    // A receive is cancelled; one already matched (a rendezvous transfer
+    // under way) cannot be, and may still write into its buffer. A send
+    // goes on and may still read its buffer. Either is parked when a few
+    // progress calls do not end it, and the buffers' owners keep them
+    // while any is (Transport::abandonedTransfersPending).
+    if (isRecv_) ucp_request_cancel(st_->worker, request_);
+    for (int i = 0; i < 10 && ucp_request_check_status(request_) == UCS_INPROGRESS; ++i) {
+      ucp_worker_progress(st_->worker);
+    }
+    if (ucp_request_check_status(request_) == UCS_INPROGRESS) {
+      st_->abandoned.push_back(request_);
+      return;
     }
     ucp_request_free(request_);
   }
