@@ -24,10 +24,10 @@ AbortChannel::~AbortChannel() {
   // not take back, a send still going) is left allocated: a few hundred
   // bytes per peer, after failures only.
   recv_.reset();
-  for (auto& s : sends_) s.request.reset();
+  sends_.clear();
   if (!t_.abandonedTransfersPending()) return;
   algorithms::keepForever(std::move(buffer_));
-  for (auto& s : sends_) algorithms::keepForever(std::move(s.text));
+  for (auto& text : texts_) algorithms::keepForever(std::move(text));
 }
 
 void AbortChannel::post() {
@@ -36,16 +36,16 @@ void AbortChannel::post() {
 }
 
 void AbortChannel::broadcast(const std::string& reason) {
+  // Kept until the channel goes (a rank broadcasts once or twice, when it fails).
+  const auto end = reason.begin() + static_cast<std::ptrdiff_t>(std::min(reason.size(), kMaxText));
+  const std::vector<char>& text = texts_.emplace_back(reason.begin(), end);
   for (int peer = 0; peer < t_.size(); ++peer) {
     if (peer == t_.rank()) continue;
-    const size_t n = std::min(reason.size(), kMaxText);
-    Send s{std::vector<char>(reason.begin(), reason.begin() + static_cast<std::ptrdiff_t>(n)), nullptr};
     try {
-      s.request = t_.isend(peer, s.text.data(), s.text.size(), abortTag());
+      sends_.push_back(t_.isend(peer, text.data(), text.size(), abortTag()));
     } catch (const Error&) {
-      continue;  // a peer already gone
+      // a peer already gone
     }
-    sends_.push_back(std::move(s));
   }
   // One look at each sets them moving (a transport may progress only when
   // asked), since a failing rank may not look again before it exits.
@@ -55,12 +55,12 @@ void AbortChannel::broadcast(const std::string& reason) {
 void AbortChannel::pollSends() {
   for (auto& s : sends_) {
     try {
-      if (s.request->test()) s.request.reset();
+      if (s->test()) s.reset();
     } catch (const Error&) {
-      s.request.reset();  // a dead peer
+      s.reset();  // a dead peer
     }
   }
-  sends_.erase(std::remove_if(sends_.begin(), sends_.end(), [](const Send& s) { return !s.request; }), sends_.end());
+  sends_.erase(std::remove(sends_.begin(), sends_.end(), nullptr), sends_.end());
 }
 
 std::optional<std::string> AbortChannel::poll() {

@@ -40,11 +40,8 @@ class AbortChannel {
   transport::Transport& t_;
   std::vector<char> buffer_ = std::vector<char>(kMaxText + 64);
   transport::RequestPtr recv_;  // null once the receive itself failed: no more notices
-  struct Send {
-    std::vector<char> text;
-    transport::RequestPtr request;
-  };
-  std::vector<Send> sends_;
+  std::vector<transport::RequestPtr> sends_;   // unfinished
+  std::vector<std::vector<char>> texts_;       // one per broadcast, read by its sends
 };
 
 }  // namespace gradcomm::core
