@@ -58,6 +58,20 @@ struct Tuning {
   uint32_t hdSameHostDistances = 0;
 };
 
+/// What host-local peers announced of the operations they run (core's
+/// control plane in the host's shared memory: core::HostControl), by local
+/// index in the transport's ShmGroup. An algorithm that finds a mismatch in
+/// shared memory names the field that differs with it.
+class HostAnnouncements {
+ public:
+  /// The signature local rank `local` announced for operation `seq`; false
+  /// when it has not announced that operation (yet, or any more).
+  virtual bool announced(int local, uint64_t seq, transport::CallSignature* out) const = 0;
+
+ protected:
+  ~HostAnnouncements() = default;
+};
+
 /// Everything a schedule needs to run: the transport, the kernels, the
 /// operation's tag and the communicator's workspace (which outlives every
 /// schedule, and is only touched by the thread driving progress).
@@ -82,11 +96,11 @@ struct RunContext {
   /// this rank's before it takes the data. The engine's call check, a
   /// message of its own per operation, is then not needed.
   bool signedMessages = false;
-  /// Whether this communicator's operations number the transport's shared
-  /// memory (its announcements and call-check slots): the context's own
-  /// communicator. A group that uses that memory renumbered has its own
-  /// operation numbers, so it announces nothing and reads no announcement.
-  bool numbersSharedMemory = false;
+  /// The host's announcements, where this communicator's operations number
+  /// them and the call-check slots (the context's own communicator); else
+  /// null. A group that uses the host's memory renumbered has operation
+  /// numbers of its own, so it announces nothing and reads no announcement.
+  const HostAnnouncements* announcements = nullptr;
   /// At least `bytes` of 64-byte aligned scratch, reused between operations.
   char* scratch(size_t bytes) const { return workspace->scratch(bytes); }
 };

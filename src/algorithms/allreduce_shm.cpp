@@ -243,8 +243,8 @@ class ShmAllreduceSchedule final : public Schedule {
     // Both ranks announced their calls before staging anything (where this
     // communicator numbers the memory): name the field that differs.
     transport::CallSignature mine, theirs;
-    const bool known = ctx_.numbersSharedMemory && g_.announced(me_, ctx_.tag.seq, &mine);
-    const bool knownTheirs = known && g_.announced(q, ctx_.tag.seq, &theirs);
+    const bool known = ctx_.announcements && ctx_.announcements->announced(me_, ctx_.tag.seq, &mine);
+    const bool knownTheirs = known && ctx_.announcements->announced(q, ctx_.tag.seq, &theirs);
     if (!known) mine.seq = ctx_.tag.seq;
     throw MismatchError(transport::mismatchMessage(ctx_.transport->rank(),
                                                    "shared-memory allreduce #" + std::to_string(ctx_.tag.seq), mine,

@@ -113,8 +113,8 @@ std::shared_ptr<const CompiledPlan> cachedPlan(const Algorithm* algorithm, const
 
 void throwShmMismatch(const RunContext& ctx, const ShmGroup& g, int q, const char* what) {
   transport::CallSignature mine, theirs;
-  const bool known = ctx.numbersSharedMemory && g.announced(g.localRank(), ctx.tag.seq, &mine);
-  const bool knownTheirs = known && g.announced(q, ctx.tag.seq, &theirs);
+  const bool known = ctx.announcements && ctx.announcements->announced(g.localRank(), ctx.tag.seq, &mine);
+  const bool knownTheirs = known && ctx.announcements->announced(q, ctx.tag.seq, &theirs);
   if (!known) mine.seq = ctx.tag.seq;
   throw MismatchError(transport::mismatchMessage(ctx.transport->rank(), std::string(what) + " #" + std::to_string(ctx.tag.seq),
                                                  mine, g.ranks()[static_cast<size_t>(q)],

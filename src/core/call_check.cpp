@@ -4,11 +4,11 @@
 
 #include "algorithms/workspace.hpp"
 #include "gradcomm/error.hpp"
-#include "transport/shm_group.hpp"
+#include "core/host_control.hpp"
 
 namespace gradcomm::core {
 
-void CallCheck::start(transport::Transport& t, const transport::CallSignature& mine, bool sharedMemorySlots) {
+void CallCheck::start(transport::Transport& t, const transport::CallSignature& mine, HostControl* slots) {
   reset();
   const int p = t.size(), r = t.rank();
   if (p < 2) return;
@@ -16,9 +16,9 @@ void CallCheck::start(transport::Transport& t, const transport::CallSignature& m
   mine_ = &mine;
   next_ = (r + 1) % p;
   previous_ = (r + p - 1) % p;
-  shm_ = sharedMemorySlots ? t.sharedMemory() : nullptr;
-  nextLocal_ = shm_ ? shm_->localIndexOf(next_) : -1;
-  previousLocal_ = shm_ ? shm_->localIndexOf(previous_) : -1;
+  slots_ = slots && slots->group() ? slots : nullptr;
+  nextLocal_ = slots_ ? slots_->group()->localIndexOf(next_) : -1;
+  previousLocal_ = slots_ ? slots_->group()->localIndexOf(previous_) : -1;
   sendPending_ = recvPending_ = true;
   transport::Tag tag;
   tag.seq = mine.seq;
@@ -36,7 +36,7 @@ bool CallCheck::advance(const std::string& what) {
   bool moved = false;
   // The send first: the next rank needs it even when this one is about to fail.
   if (sendPending_) {
-    const bool sent = nextLocal_ >= 0 ? shm_->putCheck(nextLocal_, *mine_) : send_->test();
+    const bool sent = nextLocal_ >= 0 ? slots_->putCheck(nextLocal_, *mine_) : send_->test();
     if (sent) {
       send_.reset();
       sendPending_ = false;
@@ -44,7 +44,7 @@ bool CallCheck::advance(const std::string& what) {
     }
   }
   if (recvPending_) {
-    const bool arrived = previousLocal_ >= 0 ? shm_->takeCheck(previousLocal_, mine_->seq, &theirs_) : recv_->test();
+    const bool arrived = previousLocal_ >= 0 ? slots_->takeCheck(previousLocal_, mine_->seq, &theirs_) : recv_->test();
     if (arrived && previousLocal_ < 0) {
       if (recv_->received() < sizeof theirs_) {
         throw MismatchError(what + ": the call check from rank " + std::to_string(previous_) + " has " +

@@ -15,12 +15,14 @@
 
 namespace gradcomm::core {
 
+class HostControl;
+
 class CallCheck {
  public:
   /// Starts the check of `mine` (kept by reference until done or reset).
-  /// With `sharedMemorySlots` (the communicator numbers the transport's
-  /// shared memory), host-local neighbours exchange through its slots.
-  void start(transport::Transport& t, const transport::CallSignature& mine, bool sharedMemorySlots);
+  /// With `slots` (where the communicator numbers the host's control
+  /// areas), host-local neighbours exchange through its call-check slots.
+  void start(transport::Transport& t, const transport::CallSignature& mine, HostControl* slots);
   /// Moves it on without blocking; true when anything moved. Throws a
   /// MismatchError (whose text starts with `what`) when the previous
   /// rank's call differs.
@@ -36,10 +38,10 @@ class CallCheck {
 
  private:
   transport::Transport* t_ = nullptr;
-  transport::ShmGroup* shm_ = nullptr;
+  HostControl* slots_ = nullptr;
   const transport::CallSignature* mine_ = nullptr;
   int next_ = -1, previous_ = -1;            // communicator ranks
-  int nextLocal_ = -1, previousLocal_ = -1;  // in shm_, or -1: by message
+  int nextLocal_ = -1, previousLocal_ = -1;  // in slots_, or -1: by message
   bool sendPending_ = false, recvPending_ = false;
   transport::RequestPtr send_, recv_;
   transport::CallSignature theirs_;

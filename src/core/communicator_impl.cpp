@@ -66,7 +66,8 @@ transport::CallSignature callSignature(const CollectiveCall& call, const std::st
 }
 
 CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transport,
-                                   const transport::HostLayout& hosts, core::Config config)
+                                   const transport::HostLayout& hosts, core::Config config,
+                                   std::function<void(const std::string&)> onPeerFailure)
     : config_(std::move(config)),
       rank_(transport->rank()),
       size_(transport->size()),
@@ -80,6 +81,7 @@ CommunicatorImpl::CommunicatorImpl(std::unique_ptr<transport::Transport> transpo
   settings.pollSpins = config_.pollSpins;
   settings.pollMaxSleep = config_.pollMaxSleep;
   settings.linger = config_.pollLinger;
+  settings.onPeerFailure = std::move(onPeerFailure);
   wait_ = topology::decideWait(config_.wait, static_cast<int>(view_.hostLocalRanks(rank_).size()),
                                topology::cpusAvailable());
   settings.yieldWhenIdle = wait_.yield;
@@ -484,7 +486,7 @@ void CommunicatorImpl::internalAllgather(const void* mine, void* all, size_t byt
   call.inPlace = mine == static_cast<const char*>(all) + bytes * static_cast<size_t>(t->rank());
   algorithms::RunContext ctx = runContext(call, tag);
   ctx.transport = t;
-  ctx.numbersSharedMemory = ctx.numbersSharedMemory && !over;
+  if (over) ctx.announcements = nullptr;
   auto op = OperationState::forCall(algorithms::findAlgorithm(Collective::kAllgather, "ring"), call, ctx, signature,
                                     bytes * static_cast<size_t>(t->size()));
   if (!over) noteQueued(op);
@@ -629,7 +631,7 @@ void CommunicatorImpl::abortAndThrow(const Error& e, const std::string& what) {
 algorithms::RunContext CommunicatorImpl::runContext(const CollectiveCall& call, const transport::Tag& tag) const {
   algorithms::RunContext ctx;
   ctx.transport = transport_;
-  ctx.numbersSharedMemory = transport_ == &engine_->transport();
+  ctx.announcements = transport_ == &engine_->transport() ? engine_->hostAnnouncements() : nullptr;
   ctx.topology = &view_;
   ctx.tag = tag;
   ctx.simd = simd_;

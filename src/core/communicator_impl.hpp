@@ -65,8 +65,9 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
  public:
   /// `hosts`: what the transport's set-up found about the hosts (the one
   /// source of the communicator's TopologyView).
+  /// `onPeerFailure`: EngineSettings::onPeerFailure.
   CommunicatorImpl(std::unique_ptr<transport::Transport> transport, const transport::HostLayout& hosts,
-                   core::Config config);
+                   core::Config config, std::function<void(const std::string&)> onPeerFailure = {});
   ~CommunicatorImpl();
 
   int rank() const { return rank_; }

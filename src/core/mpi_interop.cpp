@@ -127,16 +127,21 @@ Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
           "the communicator");
     }
   }
+  // A peer that died or hung leaves an MPI that cannot be finalised, even
+  // where MPI only formed the communicator.
+  auto onPeerFailure = [env](const std::string& reason) { env->markBroken(reason); };
   if (config.transport == "ucx") {
     // Bootstrapped through MPI, every byte through UCX.
     transport::HostLayout hosts;
     auto t = transport::makeUcxTransport(boot, config.shm ? config.shmChunkBytes : 0, core::connectTimeout(config),
                                          &hosts);
-    return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config)));
+    return Communicator(
+        std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config), onPeerFailure));
   }
   auto t = std::make_unique<transport::MpiTransport>(comm, env, config.shm ? config.shmChunkBytes : 0);
   const transport::HostLayout hosts = t->hostLayout();
-  return Communicator(std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config)));
+  return Communicator(
+      std::make_shared<detail::CommunicatorImpl>(std::move(t), hosts, std::move(config), onPeerFailure));
 }
 
 Communicator::Communicator() : Communicator(Options{}) {}

@@ -17,20 +17,13 @@ using detail::OperationState;
 
 namespace {
 
-/// Publishes the operation in shared memory, where this communicator's
-/// operations number it (RunContext::numbersSharedMemory).
-void announce(const algorithms::RunContext& ctx, const transport::CallSignature& call) {
-  if (!ctx.numbersSharedMemory) return;
-  if (transport::ShmGroup* g = ctx.transport->sharedMemory()) g->announce(call);
-}
-
 /// What host-local `peer` announced for operation `seq`, where this
 /// communicator can see it.
-bool announcedBy(const algorithms::RunContext& ctx, int peer, uint64_t seq, transport::CallSignature* out) {
-  if (!ctx.numbersSharedMemory) return false;
-  transport::ShmGroup* g = ctx.transport->sharedMemory();
-  const int local = g ? g->localIndexOf(peer) : -1;
-  return local >= 0 && g->announced(local, seq, out);
+bool announcedBy(const algorithms::RunContext& ctx, const HostControl& host, int peer, uint64_t seq,
+                 transport::CallSignature* out) {
+  if (!ctx.announcements) return false;
+  const int local = host.group()->localIndexOf(peer);
+  return local >= 0 && host.announced(local, seq, out);
 }
 
 // How long the thread leaves an operation to the caller that just drove it.
@@ -86,7 +79,10 @@ void Backoff::idle(bool yielded) {
 
 ProgressEngine::ProgressEngine(std::unique_ptr<transport::Transport> transport, std::unique_ptr<AbortChannel> aborts,
                                EngineSettings settings)
-    : transport_(std::move(transport)), aborts_(std::move(aborts)), settings_(settings) {}
+    : transport_(std::move(transport)),
+      aborts_(std::move(aborts)),
+      host_(transport_->sharedMemory()),
+      settings_(settings) {}
 
 ProgressEngine::~ProgressEngine() {
   shutdown("the communicator was destroyed");
@@ -195,7 +191,7 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
     return op;
   };
   try {
-    announce(ctx, signature);
+    if (ctx.announcements) host_.announce(signature);
     algorithms::SchedulePtr rest;
     const bool finished = algo.runInline(call, ctx, {kInlinePatience, settings_.yieldWhenIdle}, &rest);
     if (pollAbort) {
@@ -242,8 +238,7 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
 }
 
 bool ProgressEngine::inlineAllowed() {
-  transport::ShmGroup* g = transport_->sharedMemory();
-  return !g || g->failedPeer() < 0;
+  return host_.failedPeer() < 0;
 }
 
 void ProgressEngine::wakeThread() {
@@ -275,7 +270,7 @@ void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellP
     std::lock_guard<std::mutex> drive(driveMu_);
     aborts_->broadcast(notice(code, reason));
   }
-  if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
+  host_.markFailed();
   queueCv_.notify_all();
 }
 
@@ -333,12 +328,14 @@ void ProgressEngine::failActive(std::exception_ptr e) {
       failReason_ = reason;
     }
   }
-  if (meansPeerFailure(code) || (remote && noticeMeansPeerFailure(reason))) transport_->notePeerFailure(reason);
+  if (meansPeerFailure(code) || (remote && noticeMeansPeerFailure(reason))) {
+    if (settings_.onPeerFailure) settings_.onPeerFailure(reason);
+  }
   // Peers are told before the caller hears of the failure: a process that
   // exits on the error at once must not take its notice with it. A failure
   // that came from a peer need not be echoed back.
   if (!remote) aborts_->broadcast(notice(code, reason));
-  if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
+  host_.markFailed();
   if (op) op->finish(std::move(e));
   failQueued();
 }
@@ -416,20 +413,20 @@ bool ProgressEngine::drive() {
       // rank had sent anything (2 ranks on one core, 8-byte rd: 84 us a
       // call with the look before the first step, 63 us after it).
       pollAbortNow = now - lastAbortPoll_ >= std::chrono::microseconds(50);
-      if (transport::ShmGroup* g = transport_->sharedMemory()) {
-        if (const int peer = g->failedPeer(); peer >= 0) throwPeerFailed(peer);
-      }
+      if (const int peer = host_.failedPeer(); peer >= 0) throwPeerFailed(peer);
       if (!active_->pointToPoint) {
         // The operation's own transport: a group's, when the communicator
         // was split from another (the engine's transport is the context's).
         transport::Transport& t = *active_->ctx.transport;
-        announce(active_->ctx, active_->signature);
+        // Published in the host's control areas where this communicator's
+        // operations number them.
+        if (active_->ctx.announcements) host_.announce(active_->signature);
         // Algorithms that compare every rank's call themselves, or whose
         // messages carry the signature, skip the check.
         const auto* algo = active_->algo;
         active_->ctx.signedMessages = algo && algo->signsMessages(active_->signature, active_->ctx);
         if (!algo || (!algo->checksCalls() && !active_->ctx.signedMessages)) {
-          check_.start(t, active_->signature, active_->ctx.numbersSharedMemory);
+          check_.start(t, active_->signature, active_->ctx.announcements ? &host_ : nullptr);
         }
       }
       active_->schedule = active_->makeSchedule();
@@ -560,7 +557,7 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
       // What a host-local peer announced names its call; a waiting message
       // of this operation with another fingerprint says only that it differs.
       transport::CallSignature theirs;
-      const bool announced = announcedBy(active_->ctx, peer, active_->seq, &theirs);
+      const bool announced = announcedBy(active_->ctx, host_, peer, active_->seq, &theirs);
       if ((announced && theirs.fingerprint() != active_->fingerprint) || (!announced && t.probeMismatch(peer, expected))) {
         throw MismatchError(transport::mismatchMessage(t.rank(), active_->describe(), active_->signature,
                                                        peer, announced ? &theirs : nullptr));
@@ -759,7 +756,7 @@ void ProgressEngine::shutdown(const std::string& reason) {
     }
     if (pending) {
       aborts_->broadcast(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
-      if (transport::ShmGroup* g = transport_->sharedMemory()) g->markFailed();
+      host_.markFailed();
     }
     check_.reset();
     if (active_) {

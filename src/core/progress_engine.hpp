@@ -14,6 +14,7 @@
 #include "algorithms/workspace.hpp"
 #include "core/abort_channel.hpp"
 #include "core/call_check.hpp"
+#include "core/host_control.hpp"
 #include "core/operation.hpp"
 #include "gradcomm/error.hpp"
 #include "transport/transport.hpp"
@@ -33,6 +34,12 @@ struct EngineSettings {
   std::chrono::nanoseconds pollMaxSleep{std::chrono::microseconds(200)};
   /// How long the idle thread keeps polling before it blocks.
   std::chrono::nanoseconds linger{std::chrono::milliseconds(5)};
+  /// Called (from any thread, possibly more than once) when a peer may
+  /// have died or hung: an operation timed out, a transfer failed, or a
+  /// peer's notice says one of these. The job cannot end cleanly any more;
+  /// the creator decides what that means (communicatorFromMpi: an MPI that
+  /// gradcomm initialised is aborted at exit instead of finalised).
+  std::function<void(const std::string& reason)> onPeerFailure;
 };
 
 /// Exponential back-off of an idle polling loop: spin, then yield, then
@@ -126,6 +133,9 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   transport::Transport& transport() { return *transport_; }
   algorithms::Workspace& workspace() { return workspace_; }
   const transport::Transport& transport() const { return *transport_; }
+  /// The host's control plane over the transport's shared memory, or null
+  /// (no host-local peers).
+  const algorithms::HostAnnouncements* hostAnnouncements() const { return host_.group() ? &host_ : nullptr; }
 
   /// Keeps `what` until the engine ends (a group's transport, destroyed
   /// while its operations were still queued).
@@ -196,6 +206,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
 
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<AbortChannel> aborts_;  // over transport_; calls guarded by driveMu_
+  HostControl host_;                      // over transport_'s shared memory
   algorithms::Workspace workspace_;  // driving thread only
   EngineSettings settings_;
 

@@ -33,7 +33,6 @@ class GroupTransport : public Transport {
   /// The sender comes back as a group rank.
   RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) override;
 
-  void notePeerFailure(const std::string& reason) override { base_.notePeerFailure(reason); }
   bool abandonedTransfersPending() override { return base_.abandonedTransfersPending(); }
 
   /// The base's shared memory, renumbered for the group (see

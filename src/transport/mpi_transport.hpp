@@ -50,7 +50,6 @@ class MpiTransport : public Transport {
   bool probeMismatch(int peer, const Tag& expected) override;
   RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) override;
   bool yieldedWhileIdle() override;
-  void notePeerFailure(const std::string& reason) override { env_->markBroken(reason); }
   bool abandonedTransfersPending() override;
   /// A light transport for the group: an MPI communicator of the members
   /// (MPI_Comm_create_group, and one duplicate for its call checks), the

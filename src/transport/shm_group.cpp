@@ -195,54 +195,6 @@ int ShmGroup::peerStillReading(uint64_t rid) const {
   return -1;
 }
 
-void ShmGroup::announce(const CallSignature& call) {
-  ShmRankBlock& b = block(localRank_);
-  uint64_t words[sizeof(CallSignature) / 8];
-  std::memcpy(words, &call, sizeof words);
-  // Seqlock: readers that see the same sequence number before and after
-  // copying the words got a consistent signature.
-  b.announcedSeq.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  for (size_t i = 0; i < sizeof words / 8; ++i) b.announcedSignature[i].store(words[i], std::memory_order_relaxed);
-  b.announcedSeq.store(call.seq + 1, std::memory_order_release);
-}
-
-bool ShmGroup::announced(int local, uint64_t seq, CallSignature* out) const {
-  const ShmRankBlock& b = block(local);
-  if (b.announcedSeq.load(std::memory_order_acquire) != seq + 1) return false;
-  uint64_t words[sizeof(CallSignature) / 8];
-  for (size_t i = 0; i < sizeof words / 8; ++i) words[i] = b.announcedSignature[i].load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if (b.announcedSeq.load(std::memory_order_relaxed) != seq + 1) return false;
-  std::memcpy(out, words, sizeof words);
-  return true;
-}
-
-bool ShmGroup::putCheck(int next, const CallSignature& call) {
-  auto& slot = block(localRank_).checkSlot[call.seq % ShmRankBlock::kCheckSlots];
-  // Free once `next` took what it holds (operations that skip the check
-  // leave gaps in the sequence numbers, so compare with the slot itself).
-  const uint64_t held = slot[0].load(std::memory_order_relaxed);
-  if (held != 0 && block(next).checkTaken.load(std::memory_order_acquire) < held) return false;
-  uint64_t words[sizeof(CallSignature) / 8];
-  std::memcpy(words, &call, sizeof words);
-  for (size_t i = 1; i < sizeof words / 8; ++i) slot[i].store(words[i], std::memory_order_relaxed);
-  slot[0].store(call.seq + 1, std::memory_order_release);
-  return true;
-}
-
-bool ShmGroup::takeCheck(int previous, uint64_t seq, CallSignature* out) {
-  const auto& slot = block(previous).checkSlot[seq % ShmRankBlock::kCheckSlots];
-  if (slot[0].load(std::memory_order_acquire) != seq + 1) return false;
-  // The slot stays as it is until checkTaken says we are done with it.
-  uint64_t words[sizeof(CallSignature) / 8];
-  words[0] = seq;
-  for (size_t i = 1; i < sizeof words / 8; ++i) words[i] = slot[i].load(std::memory_order_relaxed);
-  std::memcpy(out, words, sizeof words);
-  block(localRank_).checkTaken.store(seq + 1, std::memory_order_release);
-  return true;
-}
-
 int ShmGroup::localIndexOf(int rank) const {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (ranks_[i] == rank) return static_cast<int>(i);

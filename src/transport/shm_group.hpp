@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "transport/call_signature.hpp"
 
 namespace gradcomm::transport {
 
@@ -44,26 +43,12 @@ struct ShmRankBlock {
   alignas(64) int32_t pid;  ///< in the owner's PID namespace: for messages, and liveness only within that namespace
   uint32_t holdsLock;       ///< non-zero once the owner holds its liveness lock (ShmSegment::holdLock)
   uint64_t pidNamespace;    ///< inode of the owner's PID namespace (/proc/self/ns/pid), 0 if unknown
-  /// The operation this rank is running, whatever its algorithm: sequence
-  /// number + 1 (0: none yet) and its call signature (a CallSignature as
-  /// words, guarded by announcedSeq like a seqlock). Lets host-local peers
-  /// see a mismatched call even when no message would ever match, and name
-  /// the field that differs.
-  alignas(64) std::atomic<uint64_t> announcedSeq;
-  alignas(64) std::atomic<uint64_t> announcedSignature[sizeof(CallSignature) / 8];
-  /// The call check between host-local neighbours (see core/call_check.hpp):
-  /// this rank's signatures for the next rank, in slot seq % kCheckSlots.
-  /// Word 0 holds seq + 1 and is written last (0: empty); a slot is
-  /// rewritten only after the next rank took what it held (or a later one).
-  static constexpr uint64_t kCheckSlots = 16;
-  alignas(64) std::atomic<uint64_t> checkSlot[kCheckSlots][sizeof(CallSignature) / 8];
-  /// seq + 1 of the last signature this rank took from the previous rank.
-  alignas(64) std::atomic<uint64_t> checkTaken;
-  /// Non-zero once this rank's communicator failed. A host-local peer looks
-  /// at it before each operation: a failed rank's staged data would
-  /// otherwise let the peer's next shared-memory call complete, however
-  /// late its abort notice arrives over the network.
-  alignas(64) std::atomic<uint64_t> failed;
+  /// Bytes the communicator lays out for its own control plane between
+  /// the ranks of the host (core::HostControl: announcements, call-check
+  /// slots, failure flags). Zero when the segment is made; the transport
+  /// never reads them.
+  static constexpr size_t kControlBytes = 2048;
+  alignas(64) unsigned char control[kControlBytes];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory flags must be lock-free");
 
@@ -86,6 +71,9 @@ class ShmGroup {
   const std::vector<int>& ranks() const { return ranks_; }
   size_t bufferBytes() const { return bufferBytes_; }
   ShmRankBlock& block(int local) const;
+  static constexpr size_t kControlBytes = ShmRankBlock::kControlBytes;
+  /// Local rank `local`'s control area (ShmRankBlock::control).
+  void* control(int local) const { return block(local).control; }
   char* buffer(int local, int which) const;
   /// False once the process of local rank `local` no longer exists. Holds
   /// across PID namespaces (containers sharing IPC but not process ids):
@@ -96,28 +84,8 @@ class ShmGroup {
   /// and the liveness lock on `segment` (null: none, as for memory that is
   /// no segment).
   void registerSelf(const std::shared_ptr<ShmSegment>& segment);
-  /// Publishes the operation this rank starts.
-  void announce(const CallSignature& call);
-  /// The signature local rank `local` announced for operation `seq`; false
-  /// when it has not announced that operation (yet, or any more).
-  bool announced(int local, uint64_t seq, CallSignature* out) const;
-  /// Call check: publishes `call` for local rank `next`; false while the
-  /// slot it goes to still holds a signature `next` has not taken.
-  bool putCheck(int next, const CallSignature& call);
-  /// Call check: the signature local rank `previous` published for
-  /// operation `seq`, if it has.
-  bool takeCheck(int previous, uint64_t seq, CallSignature* out);
   /// Index of communicator rank `rank` in this group, or -1.
   int localIndexOf(int rank) const;
-  /// Tells the host-local peers that this rank's communicator failed.
-  void markFailed() { block(localRank_).failed.store(1, std::memory_order_release); }
-  /// Communicator rank of a host-local peer whose communicator failed, or -1.
-  int failedPeer() const {
-    for (int q = 0; q < localSize(); ++q) {
-      if (q != localRank_ && block(q).failed.load(std::memory_order_acquire)) return ranks_[static_cast<size_t>(q)];
-    }
-    return -1;
-  }
   /// Publishes round `rid` (its data staged) in this rank's mailbox `b`:
   /// the call's fingerprint and the last round this rank finished reading.
   void publish(int b, uint64_t rid, uint32_t fingerprint);

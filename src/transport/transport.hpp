@@ -123,10 +123,6 @@ class Transport {
   /// and Request::source() names its sender.
   virtual RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) = 0;
 
-  /// A peer may have died or hung (an operation timed out, or the transport
-  /// failed): the job cannot end cleanly any more. The MPI transport then
-  /// has an MPI that gradcomm owns aborted at exit instead of finalised.
-  virtual void notePeerFailure(const std::string& reason) { (void)reason; }
   /// True while transfers abandoned by failed operations may still write
   /// into their buffers: the memory they target must outlive the transport.
   virtual bool abandonedTransfersPending() { return false; }

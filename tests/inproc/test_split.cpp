@@ -10,6 +10,7 @@
 #include "support/collective_check.hpp"
 #include "support/inproc.hpp"
 #include "support/per_rank.hpp"
+#include "core/host_control.hpp"
 #include "transport/group_transport.hpp"
 
 using namespace gradcomm;
@@ -233,7 +234,7 @@ TEST(Split, AGroupSharingTheHostsMemoryLeavesItsAnnouncementsAndCheckSlotsToTheP
     const transport::ShmGroup* shm = ctx.comm.impl()->transport().sharedMemory();
     ASSERT_NE(shm, nullptr);
     ASSERT_NE(copy.impl()->transport().sharedMemory(), nullptr);
-    const auto& mine = shm->block(shm->localRank());
+    const auto& mine = core::HostControl(shm).block(shm->localRank());
     CollectiveOptions ring;
     ring.algorithm = "ring";
     std::vector<float> x(1000, 1.0f);

@@ -5,6 +5,7 @@
 // survivors would wait in MPI_Finalize for the dead rank forever), so
 // gradcomm aborts it and mpirun exits non-zero. Run by ctest as
 //   mpirun-test --job-fails-within S 3 peer_death ALGORITHM
+// (also with GRADCOMM_TRANSPORT=ucx: MPI only forms the communicator).
 #include <signal.h>
 #include <unistd.h>
 
@@ -32,6 +33,12 @@ int main(int argc, char** argv) {
   Communicator comm(o);  // MPI_COMM_WORLD; gradcomm initialises MPI
   const int rank = comm.rank();
   const int dying = comm.size() - 1;
+  // GRADCOMM_TRANSPORT (the ucx variant) must have been taken.
+  const char* wanted = std::getenv("GRADCOMM_TRANSPORT");
+  if (wanted && comm.transportName().rfind(wanted, 0) != 0) {
+    mark(rank, "FAIL: GRADCOMM_TRANSPORT=" + std::string(wanted) + " but the transport is " + comm.transportName());
+    return 1;
+  }
   // GRADCOMM_TIMEOUT in seconds ("5s"), as the test sets it.
   const char* timeoutText = std::getenv("GRADCOMM_TIMEOUT");
   const double timeoutS = timeoutText ? std::atof(timeoutText) : 300.0;
