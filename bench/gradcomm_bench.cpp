@@ -208,7 +208,9 @@ void usage() {
       "                          OMPI_COMM_WORLD_*, rendezvous as in communicatorFromEnvironment)\n"
       "  --json FILE, --csv FILE write every row (rank 0)\n"
       "  --tune FILE             measure every algorithm (implies --algo all) and write, per size, the\n"
-      "                          fastest (out-of-place time) as a GRADCOMM_TUNING_FILE for this layout\n"
+      "                          fastest (out-of-place time) as a GRADCOMM_TUNING_FILE for this layout;\n"
+      "                          under Open MPI prefer gradcomm-tune [options] FILE (mpirun takes\n"
+      "                          --tune FILE for its own parameter file)\n"
       "  -q, --quiet             no progress on stderr\n"
       "  --median                time each call and report the median (the slowest rank's), not the\n"
       "                          mean of the whole run: robust to a rare long stall on a busy host\n"
@@ -367,18 +369,21 @@ Args parseArgs(int argc, char** argv) {
 }
 
 /// Writes, per measured size, the algorithm with the lowest out-of-place
-/// time (only rows that ran what they asked for, with no wrong element) as
-/// a GRADCOMM_TUNING_FILE: one entry per run of sizes with the same
-/// winner, from the first size of the run to the first size of the next
-/// (the first from 0, the last open). Returns why it failed, or "".
+/// time (rows with no wrong element) as a GRADCOMM_TUNING_FILE: one entry
+/// per run of sizes with the same winner, from the first size of the run to
+/// the first size of the next (the first from 0, the last open). Every row
+/// counts for the algorithm it executed, whatever it asked for: the
+/// default's row and a forced row that fell back are measurements of that
+/// algorithm too, so one stalled row does not hand a size to another.
+/// Returns why it failed, or "".
 std::string writeTuningFile(const std::string& path, const std::vector<Row>& rows, Collective collective,
                             const std::string& transport, const std::string& layout) {
   std::map<size_t, std::pair<std::string, double>> best;  // bytes -> (algorithm, time)
   for (const Row& r : rows) {
-    if (r.inPlace || r.algorithm == "default" || r.algorithm.rfind("baseline:", 0) == 0) continue;
-    if (r.transport != transport || r.executed != r.algorithm || r.wrong > 0) continue;
+    if (r.inPlace || r.algorithm.rfind("baseline:", 0) == 0) continue;
+    if (r.transport != transport || r.executed.empty() || r.wrong > 0) continue;
     auto it = best.find(r.bytes);
-    if (it == best.end() || r.timeUs < it->second.second) best[r.bytes] = {r.algorithm, r.timeUs};
+    if (it == best.end() || r.timeUs < it->second.second) best[r.bytes] = {r.executed, r.timeUs};
   }
   if (best.empty()) return "--tune: no algorithm ran successfully, nothing to write";
   std::ostringstream out;
@@ -924,6 +929,26 @@ int main(int argc, char** argv) {
     gRank = envComm->rank();
     gSize = envComm->size();
     gEnvComm = envComm.get();
+  }
+  // gradcomm-tune (a link to this program) [options] FILE is
+  // gradcomm-bench --interleave [options] --tune FILE. Under Open MPI the
+  // tool's name keeps "--tune" off mpirun's command line, which mpirun
+  // scans for an MCA parameter file of that name.
+  std::vector<char*> tuneArgs;
+  const std::string self = argv[0];
+  if (self.size() >= 13 && self.compare(self.size() - 13, 13, "gradcomm-tune") == 0) {
+    if (argc < 2 || argv[argc - 1][0] == '-') {
+      die("usage: mpirun -np N gradcomm-tune [gradcomm-bench options] FILE: measures every algorithm, size by size "
+          "(--interleave), and writes the fastest per size to FILE, a GRADCOMM_TUNING_FILE for this layout");
+    }
+    static char interleave[] = "--interleave", tune[] = "--tune";
+    tuneArgs.assign(argv, argv + argc - 1);
+    tuneArgs.push_back(interleave);
+    tuneArgs.push_back(tune);
+    tuneArgs.push_back(argv[argc - 1]);
+    argc = static_cast<int>(tuneArgs.size());
+    tuneArgs.push_back(nullptr);
+    argv = tuneArgs.data();
   }
   Args args = parseArgs(argc, argv);
   if (args.device) gMemory.useDevice("gradcomm-bench", gRank);
