@@ -23,6 +23,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -381,13 +382,16 @@ std::string writeTuningFile(const std::string& path, const std::vector<Row>& row
   std::map<size_t, std::pair<std::string, double>> best;  // bytes -> (algorithm, time)
   for (const Row& r : rows) {
     if (r.inPlace || r.algorithm.rfind("baseline:", 0) == 0) continue;
-    if (r.transport != transport || r.executed.empty() || r.wrong > 0) continue;
+    if (r.transport != transport || r.wrong > 0) continue;
+    // Only what a tuning file may name (a device call's engine, "nccl", is not).
+    const auto names = algorithmNames(collective);
+    if (std::find(names.begin(), names.end(), r.executed) == names.end()) continue;
     auto it = best.find(r.bytes);
     if (it == best.end() || r.timeUs < it->second.second) best[r.bytes] = {r.executed, r.timeUs};
   }
   if (best.empty()) return "--tune: no algorithm ran successfully, nothing to write";
   std::ostringstream out;
-  out << "# gradcomm tuning file written by gradcomm-bench --tune (" << toString(collective) << ", transport "
+  out << "# gradcomm tuning file written by gradcomm-tune (" << toString(collective) << ", transport "
       << transport << "): the fastest algorithm per measured size\n";
   if (!layout.empty()) out << "layout " << layout << "\n";  // Communicator::layout(): "2x2", "1+3"
   std::string current;
@@ -935,9 +939,15 @@ int main(int argc, char** argv) {
   // tool's name keeps "--tune" off mpirun's command line, which mpirun
   // scans for an MCA parameter file of that name.
   std::vector<char*> tuneArgs;
-  const std::string self = argv[0];
+  const std::string self = argc > 0 ? argv[0] : "";
   if (self.size() >= 13 && self.compare(self.size() - 13, 13, "gradcomm-tune") == 0) {
-    if (argc < 2 || argv[argc - 1][0] == '-') {
+    // FILE is the last argument, and no option's value: options that take
+    // one would otherwise swallow it (`--json out.json` with FILE left out).
+    const std::string last = argc >= 2 ? argv[argc - 1] : "";
+    const std::string before = argc >= 3 ? argv[argc - 2] : "";
+    static const std::set<std::string> flags = {"-q", "--quiet", "--median", "--interleave", "--digest", "--no-mpi"};
+    const bool takesValue = before.size() > 1 && before[0] == '-' && !flags.count(before);
+    if (last.empty() || last[0] == '-' || takesValue) {
       die("usage: mpirun -np N gradcomm-tune [gradcomm-bench options] FILE: measures every algorithm, size by size "
           "(--interleave), and writes the fastest per size to FILE, a GRADCOMM_TUNING_FILE for this layout");
     }

@@ -39,6 +39,7 @@ struct HostControlBlock {
   alignas(64) std::atomic<uint64_t> failed;
 };
 static_assert(sizeof(HostControlBlock) <= transport::ShmGroup::kControlBytes, "host control block too large");
+static_assert(alignof(HostControlBlock) <= 64, "the control area is aligned to a cache line only");
 
 /// A view of the host's control areas through one ShmGroup (its local
 /// indices); every operation is lock-free and never blocks. A view over no

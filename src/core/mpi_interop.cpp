@@ -128,8 +128,11 @@ Communicator communicatorFromMpi(MPI_Comm comm, const Options& options) {
     }
   }
   // A peer that died or hung leaves an MPI that cannot be finalised, even
-  // where MPI only formed the communicator.
-  auto onPeerFailure = [env](const std::string& reason) { env->markBroken(reason); };
+  // where MPI only formed the communicator. Weak: the environment ends at
+  // exit (finalised or aborted there), whatever communicators still live.
+  auto onPeerFailure = [weak = std::weak_ptr<transport::MpiEnvironment>(env)](const std::string& reason) {
+    if (auto e = weak.lock()) e->markBroken(reason);
+  };
   if (config.transport == "ucx") {
     // Bootstrapped through MPI, every byte through UCX.
     transport::HostLayout hosts;

@@ -115,7 +115,7 @@ class Transport {
   /// True when a message from `peer` for operation `expected.seq` (of
   /// group `expected.comm`) is waiting whose fingerprint differs: the peer
   /// issued a different call. (What host-local peers announce in shared
-  /// memory is core's to read: progress_engine.cpp.)
+  /// memory is core's to read: core::HostControl.)
   virtual bool probeMismatch(int peer, const Tag& expected) = 0;
   /// A receive of a message from any rank on `tag` (Tag::kAbort; the
   /// group and message index match, nothing else), into a buffer of
