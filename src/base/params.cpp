@@ -134,6 +134,15 @@ const std::vector<ParamDef>& registry() {
                            "Pipeline segment of ring and halving-doubling (allreduce, reduce-scatter, "
                            "allgather) when the communicator spans hosts: fewer, larger messages between "
                            "hosts (tree and the hierarchy's waves keep GRADCOMM_SEGMENT_SIZE)"));
+    d.push_back(ParamDef{"GRADCOMM_NET_RATE", "0", "link rate (bit/kbit/mbit/gbit/tbit)",
+                         "The link rate between hosts the static cost model prices: 0 takes the fastest speed "
+                         "a NIC of rank 0's host reports in /sys/class/net (10gbit where none does: virtual "
+                         "interfaces); set it where that is not the rate a rank gets (shaped, shared or "
+                         "virtual links). Rank 0's value counts",
+                         [](Config& c, const std::string& v, const std::string& n) {
+                           c.netBitsPerSecond = parseBitRate(trim(v), n);
+                         },
+                         [](const Config& c) { return formatBitRate(c.netBitsPerSecond); }});
     d.push_back(bytesParam("GRADCOMM_HIER_RD_SIZE", "16K", &Config::hierRdSliceBytes, 0,
                            "Hierarchical allreduce: slices (the call's bytes / ranks per host) of at most "
                            "this size are summed between hosts by recursive doubling (log2 of the hosts "

@@ -22,6 +22,7 @@ struct Config {
   size_t deviceChunkBytes = 0;            // GRADCOMM_DEVICE_CHUNK_SIZE
   std::string deviceEngine;               // GRADCOMM_DEVICE_ENGINE: auto, nccl or staged
   size_t netSegmentBytes = 0;             // GRADCOMM_NET_SEGMENT_SIZE
+  double netBitsPerSecond = 0;            // GRADCOMM_NET_RATE (0: the NIC's speed)
   size_t hierRdSliceBytes = 0;            // GRADCOMM_HIER_RD_SIZE
   size_t hierSliceMinBytes = 0;           // GRADCOMM_HIER_SLICE_MIN
   int pipelineDepth = 0;                  // GRADCOMM_PIPELINE_DEPTH

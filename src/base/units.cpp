@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
@@ -48,6 +49,39 @@ bool splitNumber(std::string_view text, double& number, std::string& suffix) {
 }
 
 }  // namespace
+
+double parseBitRate(std::string_view text, std::string_view what) {
+  static constexpr const char* kExpected =
+      "a link rate such as 1gbit, 25gbit or 400mbit (tc's units: bit, kbit, mbit, gbit, tbit; a bare number is "
+      "bits per second)";
+  double number = 0;
+  std::string suffix;
+  if (!splitNumber(text, number, suffix) || number < 0) fail(what, text, kExpected);
+  const std::pair<const char*, double> units[] = {{"", 1}, {"bit", 1}, {"kbit", 1e3}, {"mbit", 1e6},
+                                                  {"gbit", 1e9}, {"tbit", 1e12}};
+  for (const auto& [name, multiplier] : units) {
+    if (suffix == name) {
+      const double bits = number * multiplier;
+      if (bits > 1e15) fail(what, text, "a rate of at most 1000tbit");
+      return bits;
+    }
+  }
+  fail(what, text, kExpected);
+}
+
+std::string formatBitRate(double bitsPerSecond) {
+  const std::pair<const char*, double> units[] = {{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}};
+  for (const auto& [name, multiplier] : units) {
+    if (bitsPerSecond >= multiplier) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%g%s", bitsPerSecond / multiplier, name);
+      return buf;
+    }
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", bitsPerSecond);
+  return buf;
+}
 
 size_t parseBytes(std::string_view text, std::string_view what) {
   static constexpr const char* kExpected =

@@ -14,6 +14,12 @@ std::chrono::nanoseconds parseDuration(std::string_view text, std::string_view w
 /// "1", "0", "true", "false", "on", "off", "yes", "no".
 bool parseBool(std::string_view text, std::string_view what);
 long long parseInteger(std::string_view text, std::string_view what, long long lo, long long hi);
+/// A link rate in bits per second, as tc writes it: "1gbit", "25gbit",
+/// "400mbit", "100kbit", "1000000bit" or a bare number of bits per second
+/// (decimal multiples). Throws ConfigError naming `what` when malformed.
+double parseBitRate(std::string_view text, std::string_view what);
+/// 1e9 -> "1gbit", 2.5e10 -> "25gbit", 0 -> "0".
+std::string formatBitRate(double bitsPerSecond);
 
 /// Shortest exact rendering: 26214400 -> "25M", 1000 -> "1000".
 std::string formatBytes(size_t bytes);

@@ -184,9 +184,9 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t, core::AbortChanne
   // they share, its NIC's speed), which the setup exchange hands to every
   // rank, so the choice for a call is a function of the layout and these
   // numbers alone, and the same job chooses alike on every run.
-  in.costs = topology::MachineCosts::forHardware(static_cast<int>(view_.hostLocalRanks(0).size()),
-                                                 topology::hostCpus(view_.hardware()),
-                                                 view_.hardware().nicBitsPerSecond);
+  in.costs = topology::MachineCosts::forHardware(
+      static_cast<int>(view_.hostLocalRanks(0).size()), topology::hostCpus(view_.hardware()),
+      config_.netBitsPerSecond > 0 ? config_.netBitsPerSecond : view_.hardware().nicBitsPerSecond);
   in.budget = config_.calibrateBudget;
   bool measure = false;
   if (rank_ == 0) {

@@ -442,6 +442,30 @@ TEST(StaticModel, ByDefaultEveryRankHoldsRankZerosHardwareConstantsWithoutMeasur
   }
 }
 
+// GRADCOMM_NET_RATE replaces the NIC's speed (shaped or virtual links,
+// whose sysfs speed is not what a rank gets), and rank 0's value counts.
+TEST(StaticModel, TheNetRateOfRankZeroPricesTheLinksBetweenHosts) {
+  Seen seen;
+  auto world = transport::InProcWorld::create(4, hostsOf(2));
+  gradcomm::testing::ThreadBarrier barrier(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      Options o;
+      o.set("NET_RATE", r == 0 ? "1gbit" : "100gbit");
+      Communicator comm = gradcomm::testing::makeInProcCommunicator(world, r, o);
+      RankContext ctx{comm, r, 4, &barrier};
+      record(ctx, seen);
+    });
+  }
+  for (auto& t : threads) t.join();
+  expectAllAlike(seen);
+  const topology::HostHardware hw = topology::detectHardware();
+  const auto expected = topology::MachineCosts::forHardware(2, topology::hostCpus(hw), 1e9);
+  EXPECT_EQ(seen.costs[0].interHost.betaSecondsPerByte, expected.interHost.betaSecondsPerByte);
+  EXPECT_NEAR(seen.costs[0].interHost.betaSecondsPerByte, 8.0 / (0.95 * 1e9), 1e-15);
+}
+
 TEST(StaticModel, TheSameJobTwiceChoosesAlikeAtEverySize) {
   // Two jobs one after the other in one process: with the static model the
   // choices are a function of the layout and rank 0's hardware alone.

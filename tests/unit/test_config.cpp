@@ -65,6 +65,26 @@ TEST(Units, RejectsMalformedSizesNamingTheParameter) {
   }
 }
 
+TEST(Units, ParsesLinkRatesInTcsUnits) {
+  EXPECT_DOUBLE_EQ(parseBitRate("1gbit", "X"), 1e9);
+  EXPECT_DOUBLE_EQ(parseBitRate("25Gbit", "X"), 25e9);
+  EXPECT_DOUBLE_EQ(parseBitRate("400mbit", "X"), 400e6);
+  EXPECT_DOUBLE_EQ(parseBitRate("100kbit", "X"), 100e3);
+  EXPECT_DOUBLE_EQ(parseBitRate("2500000bit", "X"), 2.5e6);
+  EXPECT_DOUBLE_EQ(parseBitRate("0", "X"), 0.0);
+}
+
+TEST(Units, RejectsMalformedRatesNamingTheParameter) {
+  for (const char* bad : {"", "fast", "1gb", "1 gbps", "-1gbit", "gbit", "2000tbit", "1e9"}) {
+    std::string msg = errorOf([&] { parseBitRate(bad, "GRADCOMM_NET_RATE"); });
+    EXPECT_NE(msg.find("GRADCOMM_NET_RATE='"), std::string::npos) << bad << ": " << msg;
+    EXPECT_NE(msg.find("malformed"), std::string::npos) << bad << ": " << msg;
+  }
+  EXPECT_EQ(formatBitRate(1e9), "1gbit");
+  EXPECT_EQ(formatBitRate(2.5e10), "25gbit");
+  EXPECT_EQ(formatBitRate(0), "0");
+}
+
 TEST(Units, ParsesDurations) {
   using namespace std::chrono;
   EXPECT_EQ(parseDuration("300s", "X"), seconds(300));
