@@ -5,6 +5,7 @@
 //  - every host has its own processor name, ending in "-h<index>";
 //  - bytes between hosts cross the host's eth0 (so they pass the tbf shaper),
 //    bytes within a host do not (shared memory).
+//  - GRADCOMM_NET_RATE carries the shaped rate (bits/s) to gradcomm's model.
 // Expects GRADCOMM_NETNS_HOSTS and GRADCOMM_NETNS_PPN (set by netns-cluster).
 // Each rank writes PASS/FAIL to $GRADCOMM_TEST_MARKER_DIR/rank<N>.
 #include <mpi.h>
@@ -92,6 +93,13 @@ int main(int argc, char** argv) {
   }
   std::vector<int> hostOf;  // rank -> host
   for (size_t h = 0; h < perHost.size(); ++h) hostOf.insert(hostOf.end(), static_cast<size_t>(std::max(perHost[h], 0)), static_cast<int>(h));
+  // The emulated rate reaches gradcomm's cost model as a NIC's speed would.
+  const char* rateBps = std::getenv("GRADCOMM_NETNS_RATE_BPS");
+  const char* netRate = std::getenv("GRADCOMM_NET_RATE");
+  if (rateBps && std::string(rateBps) != "0" && (!netRate || std::string(netRate) != rateBps)) {
+    fail(std::string("GRADCOMM_NET_RATE is '") + (netRate ? netRate : "(unset)") + "', not the link's " + rateBps +
+         " bits/s");
+  }
   if (hosts <= 0 || perHost.empty()) {
     fail("GRADCOMM_NETNS_HOSTS/PPN not set; run under scripts/netns-cluster");
   } else if (static_cast<int>(perHost.size()) != hosts || size != static_cast<int>(hostOf.size())) {
