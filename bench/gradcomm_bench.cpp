@@ -380,11 +380,11 @@ Args parseArgs(int argc, char** argv) {
 std::string writeTuningFile(const std::string& path, const std::vector<Row>& rows, Collective collective,
                             const std::string& transport, const std::string& layout) {
   std::map<size_t, std::pair<std::string, double>> best;  // bytes -> (algorithm, time)
+  const std::vector<std::string> names = algorithmNames(collective);
   for (const Row& r : rows) {
     if (r.inPlace || r.algorithm.rfind("baseline:", 0) == 0) continue;
     if (r.transport != transport || r.wrong > 0) continue;
     // Only what a tuning file may name (a device call's engine, "nccl", is not).
-    const auto names = algorithmNames(collective);
     if (std::find(names.begin(), names.end(), r.executed) == names.end()) continue;
     auto it = best.find(r.bytes);
     if (it == best.end() || r.timeUs < it->second.second) best[r.bytes] = {r.executed, r.timeUs};

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "algorithms/catalog.hpp"
+#include "algorithms/hier_phases.hpp"
 #include "gradcomm/error.hpp"
 #include "transport/shm_group.hpp"
 
@@ -32,6 +33,8 @@ using transport::ShmGroup;
 using transport::ShmRankBlock;
 
 class ShmAllreduceSchedule final : public Schedule {
+  static constexpr const char* kWhat = "shared-memory allreduce";
+
  public:
   ShmAllreduceSchedule(const CollectiveCall& call, const RunContext& ctx, ShmGroup& g)
       : call_(call), ctx_(ctx), g_(g), p_(g.localSize()), me_(g.localRank()), elem_(dataTypeSize(call.type)) {
@@ -71,14 +74,7 @@ class ShmAllreduceSchedule final : public Schedule {
     return what + "running";
   }
 
-  void healthCheck() override {
-    for (int q = 0; q < p_; ++q) {
-      if (q != me_ && !g_.alive(q)) {
-        throw TransportError("rank " + std::to_string(g_.ranks()[static_cast<size_t>(q)]) + " (pid " +
-                             std::to_string(g_.block(q).pid) + ") on this host exited during a shared-memory allreduce");
-      }
-    }
-  }
+  void healthCheck() override { hier::checkPeersAlive(g_, kWhat); }
 
  private:
   struct Slice {
@@ -239,17 +235,9 @@ class ShmAllreduceSchedule final : public Schedule {
     for (size_t at = 0; at < bytes; at += 64) _mm_prefetch(p + at, _MM_HINT_T0);
   }
 
-  [[noreturn]] void throwMismatch(int q) const {
-    // Both ranks announced their calls before staging anything (where this
-    // communicator numbers the memory): name the field that differs.
-    transport::CallSignature mine, theirs;
-    const bool known = ctx_.announcements && ctx_.announcements->announced(me_, ctx_.tag.seq, &mine);
-    const bool knownTheirs = known && ctx_.announcements->announced(q, ctx_.tag.seq, &theirs);
-    if (!known) mine.seq = ctx_.tag.seq;
-    throw MismatchError(transport::mismatchMessage(ctx_.transport->rank(),
-                                                   "shared-memory allreduce #" + std::to_string(ctx_.tag.seq), mine,
-                                                   g_.ranks()[static_cast<size_t>(q)], knownTheirs ? &theirs : nullptr));
-  }
+  // Both ranks announced their calls before staging anything (where this
+  // communicator numbers the memory): the error names the field that differs.
+  [[noreturn]] void throwMismatch(int q) const { hier::throwShmMismatch(ctx_, g_, q, kWhat); }
 
   CollectiveCall call_;
   RunContext ctx_;

@@ -70,16 +70,16 @@ double parseBitRate(std::string_view text, std::string_view what) {
 }
 
 std::string formatBitRate(double bitsPerSecond) {
-  const std::pair<const char*, double> units[] = {{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}};
-  for (const auto& [name, multiplier] : units) {
-    if (bitsPerSecond >= multiplier) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%g%s", bitsPerSecond / multiplier, name);
-      return buf;
+  const std::pair<const char*, double> units[] = {{"tbit", 1e12}, {"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"", 1}};
+  const auto* unit = &units[4];
+  for (const auto& u : units) {
+    if (bitsPerSecond >= u.second) {
+      unit = &u;
+      break;
     }
   }
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%g", bitsPerSecond);
+  std::snprintf(buf, sizeof buf, "%g%s", bitsPerSecond / unit->second, unit->first);
   return buf;
 }
 
