@@ -19,18 +19,18 @@ const char* toString(MemoryKind memory) {
   return "?";
 }
 
-void decompressAll(Compressor& c, const char* payloads, size_t slotBytes, int ranks, float* out, size_t n) {
-  if (c.summable()) {
-    c.decompress(payloads, out, n);
+void Compressor::decompressAll(const char* payloads, size_t slotBytes, int ranks, float* out, size_t n) {
+  if (summable()) {
+    decompress(payloads, out, n);
     return;
   }
   for (int q = 0; q < ranks; ++q) {
     const char* slot = payloads + static_cast<size_t>(q) * slotBytes;
     try {
       if (q == 0) {
-        c.decompress(slot, out, n);
+        decompress(slot, out, n);
       } else {
-        c.decompressAdd(slot, out, n);
+        decompressAdd(slot, out, n);
       }
     } catch (const TransportError& e) {
       throw TransportError("payload of rank " + std::to_string(q) + ": " + e.what());

@@ -72,14 +72,14 @@ class Compressor {
   /// wire is validated first: a malformed one throws TransportError or
   /// InvalidArgument before out is touched out of bounds.
   virtual void decompressAdd(const void* payload, float* out, size_t n) = 0;
+  /// out[0, n) = what the payloads of `ranks` ranks carry together: the one
+  /// (already reduced) payload of a summable compressor, else the slots of
+  /// `slotBytes` each, decompressed in rank order (the order fixes the float
+  /// sums, equal on every rank and memory). A malformed slot throws
+  /// TransportError naming its rank. The default calls decompress() and
+  /// decompressAdd(); a device compressor may validate all slots at once.
+  virtual void decompressAll(const char* payloads, size_t slotBytes, int ranks, float* out, size_t n);
 };
-
-/// out[0, n) = what the payloads of `ranks` ranks carry together: the one
-/// (already reduced) payload of a summable compressor, else the slots of
-/// `slotBytes` each, decompressed in rank order (the order fixes the float
-/// sums, equal on every rank and memory). A malformed slot throws
-/// TransportError naming its rank.
-void decompressAll(Compressor& c, const char* payloads, size_t slotBytes, int ranks, float* out, size_t n);
 
 /// Owning pointer to a Compressor.
 using CompressorPtr = std::unique_ptr<Compressor>;

@@ -41,16 +41,30 @@ size_t topkCapacity(size_t n, size_t k, bool approximate);
 void topk(const float* in, float* residual, size_t n, size_t k, bool approximate, void* indices, bool wideIndices,
           float* values, size_t capacity, uint64_t* nnzDevice, void* workspace, size_t workspaceBytes, void* stream);
 
-/// dense[indices[i]] += values[i] (atomic: repeated indices add up). Device
-/// memory cannot be validated from the host, so indices >= denseCount are
-/// skipped and counted into *badDevice when it is not null.
-void scatterAdd(float* dense, size_t denseCount, const void* indices, bool wideIndices, const float* values,
-                size_t nnz, unsigned long long* badDevice, void* stream);
+/// Where the parts of a top-k payload lie: a uint64 count at offset 0, then
+/// `capacity` indices (uint64 when `wideIndices`, else uint32) at
+/// `indicesOffset`, then as many float values at `valuesOffset`.
+struct SlotLayout {
+  size_t capacity = 0;
+  size_t indicesOffset = 0;
+  size_t valuesOffset = 0;
+  bool wideIndices = false;
+};
+
+/// For each of `slots` payloads (slot q at payloads + q * slotBytes, device
+/// memory): dense[indices[i]] += values[i] for i below the slot's count, slot
+/// after slot on `stream`. The counts are read on the device, so nothing
+/// here waits. statusDevice holds 2 per slot and is cleared first; then
+/// status[2q] is the count of slot q when it exceeds the capacity (nothing
+/// of that slot is added) and status[2q + 1] how many of its indices were
+/// >= denseCount (skipped).
+void scatterAddSlots(float* dense, size_t denseCount, const char* payloads, size_t slotBytes, int slots,
+                     const SlotLayout& layout, unsigned long long* statusDevice, void* stream);
 
 /// The device Compressor of `spec` (fp16, bf16 or topk) running on
 /// `stream`; does not probe for a GPU (compression::makeCompressor does).
-/// Top-k's decompressAdd() reads the payload's count back to the host, so
-/// it waits for the stream.
+/// Top-k validates what it decompresses on the host, so decompress(),
+/// decompressAdd() and decompressAll() wait for the stream, once a call.
 CompressorPtr makeCompressor(const Spec& spec, void* stream);
 
 }  // namespace gradcomm::compression::cuda

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <vector>
 
 #include "compression/cast_compressor.hpp"
 #include "compression/compressor.hpp"
@@ -85,43 +86,59 @@ class CudaTopKCompressor final : public Compressor {
   }
 
   void decompress(const void* payload, float* out, size_t n) override {
-    if (n) {
-      detail::check(cudaMemsetAsync(out, 0, n * sizeof(float), static_cast<cudaStream_t>(stream_)),
-                    "cuda top-k decompress: clearing the output");
-    }
-    decompressAdd(payload, out, n);
+    clear(out, n);
+    scatterChecked(static_cast<const char*>(payload), 0, 1, out, n, false);
   }
-
-  // The count lives on the device: reading it waits for the stream.
   void decompressAdd(const void* payload, float* out, size_t n) override {
-    const auto s = static_cast<cudaStream_t>(stream_);
-    const auto* base = static_cast<const char*>(payload);
-    uint64_t nnz = 0;
-    detail::check(cudaMemcpyAsync(&nnz, base, sizeof(nnz), cudaMemcpyDeviceToHost, s),
-                  "cuda top-k decompress: reading the count");
-    detail::check(cudaStreamSynchronize(s), "cuda top-k decompress: waiting for the count");
-    if (nnz > capacity(n)) {
-      throw TransportError("top-k payload claims " + std::to_string(nnz) + " entries, more than its slot of " +
-                           std::to_string(capacity(n)));
-    }
-    if (nnz == 0) return;
-    StreamScratch bad(sizeof(unsigned long long), s, "cuda top-k decompress: scratch");
-    auto* badDevice = static_cast<unsigned long long*>(bad.get());
-    detail::check(cudaMemsetAsync(badDevice, 0, sizeof(unsigned long long), s), "cuda top-k decompress: memset");
-    scatterAdd(out, n, base + kHeader, needsWideIndices(n), reinterpret_cast<const float*>(base + valuesOffset(n)),
-               static_cast<size_t>(nnz), badDevice, stream_);
-    unsigned long long badCount = 0;
-    detail::check(cudaMemcpyAsync(&badCount, badDevice, sizeof(badCount), cudaMemcpyDeviceToHost, s),
-                  "cuda top-k decompress: reading the bad-index count");
-    detail::check(cudaStreamSynchronize(s), "cuda top-k decompress: waiting for the scatter");
-    if (badCount) {
-      throw TransportError("top-k payload holds " + std::to_string(badCount) + " indices past the tensor's " +
-                           std::to_string(n) + " elements (they were skipped)");
-    }
+    scatterChecked(static_cast<const char*>(payload), 0, 1, out, n, false);
+  }
+  void decompressAll(const char* payloads, size_t slotBytes, int ranks, float* out, size_t n) override {
+    clear(out, n);
+    scatterChecked(payloads, slotBytes, ranks, out, n, true);
   }
 
  private:
   static constexpr size_t kHeader = 8;
+
+  void clear(float* out, size_t n) {
+    if (n) {
+      detail::check(cudaMemsetAsync(out, 0, n * sizeof(float), static_cast<cudaStream_t>(stream_)),
+                    "cuda top-k decompress: clearing the output");
+    }
+  }
+
+  /// Adds the slots in rank order, then waits for the stream once and
+  /// throws TransportError for the first malformed slot (naming its rank
+  /// where `nameRanks`). The counts live on the device, so they are checked
+  /// there; a slot whose count exceeds its capacity adds nothing.
+  void scatterChecked(const char* payloads, size_t slotBytes, int slots, float* out, size_t n, bool nameRanks) {
+    if (slots <= 0) return;
+    const auto s = static_cast<cudaStream_t>(stream_);
+    const size_t statusBytes = 2 * static_cast<size_t>(slots) * sizeof(unsigned long long);
+    StreamScratch status(statusBytes, s, "cuda top-k decompress: status");
+    SlotLayout layout;
+    layout.capacity = capacity(n);
+    layout.indicesOffset = kHeader;
+    layout.valuesOffset = valuesOffset(n);
+    layout.wideIndices = needsWideIndices(n);
+    auto* statusDevice = static_cast<unsigned long long*>(status.get());
+    scatterAddSlots(out, n, payloads, slotBytes, slots, layout, statusDevice, stream_);
+    std::vector<unsigned long long> host(2 * static_cast<size_t>(slots));
+    detail::check(cudaMemcpyAsync(host.data(), statusDevice, statusBytes, cudaMemcpyDeviceToHost, s),
+                  "cuda top-k decompress: reading the status");
+    detail::check(cudaStreamSynchronize(s), "cuda top-k decompress: waiting for the scatter");
+    for (int q = 0; q < slots; ++q) {
+      const std::string who = nameRanks ? "payload of rank " + std::to_string(q) + ": " : "";
+      if (const auto claimed = host[2 * static_cast<size_t>(q)]) {
+        throw TransportError(who + "top-k payload claims " + std::to_string(claimed) +
+                             " entries, more than its slot of " + std::to_string(layout.capacity));
+      }
+      if (const auto bad = host[2 * static_cast<size_t>(q) + 1]) {
+        throw TransportError(who + "top-k payload holds " + std::to_string(bad) + " indices past the tensor's " +
+                             std::to_string(n) + " elements (they were skipped)");
+      }
+    }
+  }
 
   size_t capacity(size_t n) const { return n ? topkCapacity(n, spec_.topkCount(n), spec_.approximate) : 0; }
   size_t valuesOffset(size_t n) const {

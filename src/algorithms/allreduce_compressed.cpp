@@ -109,7 +109,7 @@ class CompressedSchedule final : public Schedule {
     const size_t n = call_.count;
     const int p = ctx_.transport->size();
     auto* out = static_cast<float*>(call_.output);
-    compression::decompressAll(*compressor_, payloads_, slotBytes_, p, out, n);
+    compressor_->decompressAll(payloads_, slotBytes_, p, out, n);
     // Pre-scaled values already summed to the average (a sum is scaled
     // back); otherwise avg divides, exactly like the uncompressed paths.
     const bool avg = call_.op == ReduceOp::kAvg;

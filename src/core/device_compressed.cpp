@@ -112,7 +112,7 @@ Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const 
         compressor->compress(in, residual, n, payloads + mine, args);
       },
       [decompressor, rt, out, n, payloads, slot, prescale, avg, p](device::Stream s) {
-        compression::decompressAll(*decompressor, payloads, slot, p, out, n);
+        decompressor->decompressAll(payloads, slot, p, out, n);
         scaleAfterSum(*rt, out, n, p, prescale, avg, s);
       });
   staged->start(options.stream);

@@ -37,6 +37,10 @@ class CudaDeviceCompressor final : public compression::Compressor {
     DeviceScope scope(device_);
     inner_->decompressAdd(payload, out, n);
   }
+  void decompressAll(const char* payloads, size_t slotBytes, int ranks, float* out, size_t n) override {
+    DeviceScope scope(device_);
+    inner_->decompressAll(payloads, slotBytes, ranks, out, n);
+  }
 
  private:
   compression::CompressorPtr inner_;

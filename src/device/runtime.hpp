@@ -70,8 +70,9 @@ class Runtime {
 
   /// The compressor of `spec` for memory of `device`, ordered on `s` (a
   /// stream of `device`): compress() and decompress() are queued on `s` and
-  /// may return before they ran; decompressAdd() may wait for `s` (it
-  /// validates a payload that came over the wire). Its memory() is kDevice.
+  /// may return before they ran; decompressing a top-k payload waits for
+  /// `s` once a call (it validates payloads that came over the wire). Its
+  /// memory() is kDevice.
   /// Default: UnsupportedError (a runtime that cannot compute on its device).
   virtual compression::CompressorPtr makeCompressor(const compression::Spec& spec, int device, Stream s);
   /// data[i] = data[i] / divisor for n float32 values of device memory, on

@@ -225,7 +225,22 @@ TEST(CudaCompression, ApproximateTopKIsATopSetWithinTenPercentOfK) {
   }
 }
 
-TEST(CudaCompression, ScatterAddMatchesTheCpuAndCountsBadIndices) {
+/// One top-k slot in host memory: the count, `capacity` uint32 indices, as
+/// many floats, each part 8-byte aligned.
+static std::vector<char> hostSlot(const std::vector<uint32_t>& idx, const std::vector<float>& val, size_t capacity,
+                           uint64_t count, cc::cuda::SlotLayout* layout) {
+  layout->capacity = capacity;
+  layout->indicesOffset = 8;
+  layout->valuesOffset = 8 + (capacity * sizeof(uint32_t) + 7) / 8 * 8;
+  layout->wideIndices = false;
+  std::vector<char> slot(layout->valuesOffset + (capacity * sizeof(float) + 7) / 8 * 8);
+  std::memcpy(slot.data(), &count, sizeof count);
+  std::memcpy(slot.data() + layout->indicesOffset, idx.data(), idx.size() * sizeof(uint32_t));
+  std::memcpy(slot.data() + layout->valuesOffset, val.data(), val.size() * sizeof(float));
+  return slot;
+}
+
+TEST(CudaCompression, ScatterAddSlotsMatchesTheCpuAndCountsBadIndicesAndCounts) {
   REQUIRE_GPU();
   const size_t n = 100000;
   std::vector<uint32_t> idx;
@@ -238,13 +253,19 @@ TEST(CudaCompression, ScatterAddMatchesTheCpuAndCountsBadIndices) {
   cc::scatterAdd(want.data(), n, idx.data(), val.data(), idx.size());
   idx.push_back(static_cast<uint32_t>(n));  // out of range: skipped and counted
   val.push_back(1e9f);
+  const size_t capacity = idx.size() + 3;
+  cc::cuda::SlotLayout layout;
+  std::vector<char> slots = hostSlot(idx, val, capacity, idx.size(), &layout);
+  const size_t slotBytes = slots.size();
+  // A second slot that claims more entries than its capacity: it adds nothing.
+  const std::vector<char> liar = hostSlot(idx, val, capacity, capacity + 1, &layout);
+  slots.insert(slots.end(), liar.begin(), liar.end());
   DeviceBuffer<float> dDense(std::vector<float>(n, 1.0f));
-  DeviceBuffer<uint32_t> dIdx(idx);
-  DeviceBuffer<float> dVal(val);
-  DeviceBuffer<unsigned long long> dBad(std::vector<unsigned long long>{0});
-  cc::cuda::scatterAdd(dDense.get(), n, dIdx.get(), false, dVal.get(), idx.size(), dBad.get(), nullptr);
+  DeviceBuffer<char> dSlots(slots);
+  DeviceBuffer<unsigned long long> dStatus(std::vector<unsigned long long>(4, 99));  // cleared by the call
+  cc::cuda::scatterAddSlots(dDense.get(), n, dSlots.get(), slotBytes, 2, layout, dStatus.get(), nullptr);
   EXPECT_EQ(dDense.download(), want);
-  EXPECT_EQ(dBad.download()[0], 1u);
+  EXPECT_EQ(dStatus.download(), (std::vector<unsigned long long>{0, 1, capacity + 1, 0}));
 }
 
 TEST(CudaCompression, RejectsBadArgumentsBeforeLaunching) {
@@ -271,7 +292,9 @@ TEST(CudaCompression, RejectsBadArgumentsBeforeLaunching) {
   EXPECT_THROW(cc::cuda::topk(fakeF, fakeF + 10, n, 10, false, fakeH, false, fakeF, 10, fakeCount, fakeF, work,
                               nullptr),
                InvalidArgument);  // residual overlaps the input
-  EXPECT_THROW(cc::cuda::scatterAdd(nullptr, 10, fakeH, false, fakeF, 5, nullptr, nullptr), InvalidArgument);
+  EXPECT_THROW(cc::cuda::scatterAddSlots(nullptr, 10, reinterpret_cast<const char*>(fakeH), 64, 1,
+                                         cc::cuda::SlotLayout{}, nullptr, nullptr),
+               InvalidArgument);
   EXPECT_EQ(cc::cuda::topkCapacity(1000, 100, true), 110u);
   EXPECT_EQ(cc::cuda::topkCapacity(1000, 100, false), 100u);
   EXPECT_EQ(cc::cuda::topkCapacity(50, 100, true), 50u);

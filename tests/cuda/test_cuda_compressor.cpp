@@ -180,3 +180,58 @@ TEST(CudaCompressor, TopKRejectsAPayloadCountBeyondItsSlotAndPreScaling) {
   cudaOk(cudaMemcpy(dPayload.get(), &lie, sizeof(lie), cudaMemcpyHostToDevice), "upload");
   EXPECT_THROW(gpu->decompressAdd(dPayload.get(), dOut.get<float>(), n), TransportError);
 }
+
+// decompressAll() on the device adds the slots in rank order, as the CPU
+// does (the same float sums, bit for bit), and names the rank of a slot
+// whose count exceeds its capacity or whose index lies past the tensor.
+TEST(CudaCompressor, TopKDecompressAllSumsTheSlotsInRankOrderAndNamesAMalformedOne) {
+  REQUIRE_GPU();
+  const uint64_t seed = gradcomm::testing::compressionSeed("CudaCompressor.TopKAll");
+  const size_t n = 50000;
+  const int ranks = 4;
+  const cc::Spec spec = cc::Spec::parse("topk:0.02:exact");
+  const auto cpu = cc::makeCompressor(spec, cc::MemoryKind::kHost);
+  const auto gpu = cc::makeCompressor(spec, cc::MemoryKind::kDevice);
+  // The two sides lay out their payloads differently; exact top-k selects
+  // the same entries, so the sums agree.
+  const size_t cpuSlot = cpu->payloadBytes(n), slot = gpu->payloadBytes(n);
+  std::vector<char> cpuPayloads(cpuSlot * ranks);
+  DeviceBytes dPayloads(slot * ranks);
+  for (int q = 0; q < ranks; ++q) {
+    const std::vector<float> in = finiteFloats(n, seed + static_cast<uint64_t>(q));
+    cpu->compress(in.data(), nullptr, n, cpuPayloads.data() + cpuSlot * static_cast<size_t>(q), {1.0f, 0});
+    DeviceBytes dIn(in);
+    gpu->compress(dIn.get<float>(), nullptr, n, dPayloads.get<char>() + slot * static_cast<size_t>(q), {1.0f, 0});
+    cudaOk(cudaDeviceSynchronize(), "compress");
+  }
+  std::vector<float> want(n);
+  cpu->decompressAll(cpuPayloads.data(), cpuSlot, ranks, want.data(), n);
+
+  DeviceBytes dOut(finiteFloats(n, seed + 9));  // decompressAll overwrites it
+  gpu->decompressAll(dPayloads.get<char>(), slot, ranks, dOut.get<float>(), n);
+  EXPECT_TRUE(sameBits(dOut.download<float>(n), want));
+
+  const uint64_t lie = uint64_t{1} << 40;
+  cudaOk(cudaMemcpy(dPayloads.get<char>() + 2 * slot, &lie, sizeof(lie), cudaMemcpyHostToDevice), "upload");
+  try {
+    gpu->decompressAll(dPayloads.get<char>(), slot, ranks, dOut.get<float>(), n);
+    ADD_FAILURE() << "a count beyond the slot was accepted";
+  } catch (const TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("payload of rank 2: top-k payload claims 1099511627776 entries"),
+              std::string::npos)
+        << e.what();
+  }
+  // Rank 1's first index (uint32, after the 8-byte count) points past the
+  // tensor; slot 2 is well formed again.
+  const uint64_t count = spec.topkCount(n);
+  cudaOk(cudaMemcpy(dPayloads.get<char>() + 2 * slot, &count, sizeof(count), cudaMemcpyHostToDevice), "upload");
+  const uint32_t past = static_cast<uint32_t>(n) + 7;
+  cudaOk(cudaMemcpy(dPayloads.get<char>() + slot + 8, &past, sizeof(past), cudaMemcpyHostToDevice), "upload");
+  try {
+    gpu->decompressAll(dPayloads.get<char>(), slot, ranks, dOut.get<float>(), n);
+    ADD_FAILURE() << "an index past the tensor was accepted";
+  } catch (const TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("payload of rank 1: top-k payload holds 1 indices past"), std::string::npos)
+        << e.what();
+  }
+}
