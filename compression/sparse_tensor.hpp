@@ -1,5 +1,5 @@
 #pragma once
-// A sparse float tensor (what top-k sends) and adding it into a dense one.
+// A sparse float tensor (what top-k selects).
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -28,14 +28,5 @@ struct SparseTensor {
   /// Index of pair i, whichever the width.
   uint64_t index(size_t i) const { return wideIndices() ? indices64[i] : indices32[i]; }
 };
-
-/// dense[indices[i]] += values[i] for i < nnz. Every index is checked against
-/// denseCount before dense is touched (InvalidArgument otherwise); repeated
-/// indices add up. Instantiated for uint32_t and uint64_t.
-template <typename IndexT>
-void scatterAdd(float* dense, size_t denseCount, const IndexT* indices, const float* values, size_t nnz);
-
-/// Adds `sparse` into dense[denseCount]; denseCount must equal sparse.denseCount.
-void scatterAdd(float* dense, size_t denseCount, const SparseTensor& sparse);
 
 }  // namespace gradcomm::compression

@@ -187,9 +187,7 @@ class CostModel {
   /// Names with a formula for `collective`.
   static std::vector<std::string> modelled(Collective collective);
 
-  const TopologyView& view() const { return view_; }
   const MachineCosts& costs() const { return costs_; }
-  const ModelSettings& settings() const { return settings_; }
 
  private:
   std::optional<double> predictAlgorithm(Collective collective, const std::string& algorithm, size_t bytes) const;

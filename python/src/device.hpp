@@ -40,7 +40,6 @@ class CompletionStream {
  public:
   explicit CompletionStream(c10::Device device) : stream_(sideStream(device)), guard_(stream_) {}
   const c10::Stream& stream() const { return stream_; }
-  void* handle() const { return nativeHandle(stream_); }
 
  private:
   c10::Stream stream_;

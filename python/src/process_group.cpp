@@ -384,10 +384,6 @@ void ProcessGroupGradcomm::checkTensor(const std::string& what, const at::Tensor
                      "; the gradcomm backend takes CPU and CUDA tensors (move it with .cpu() or .cuda())");
   }
   if (t.layout() != at::kStrided) reject(what, "got a sparse tensor; gradcomm takes dense tensors (use .to_dense())");
-  if (t.is_complex() || t.scalar_type() == at::kQInt8 || t.scalar_type() == at::kQUInt8) {
-    // Complex and quantized data move fine but cannot be reduced here; the
-    // data-moving calls pass bytes and never come here for them.
-  }
 }
 
 CollectiveOptions ProcessGroupGradcomm::callOptions(const CallDevice& call) const {
@@ -783,53 +779,59 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather(std::vector<std::
   return enqueue(std::move(p));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                                     const c10d::AllgatherOptions&) {
-  const std::string what = "_allgather_base";
-  std::lock_guard<std::mutex> lock(issueMu_);
-  CallDevice call;
-  checkTensor(what, input, call);
-  checkTensor(what, output, call);
-  checkWorldTimes(what, output, "output", input, "input", -1);
-  at::Tensor in = contiguousBuffer(input);
-  at::Tensor out = contiguousBuffer(output);
-  const Movement m = movementOf(in);
-  Pending p = pending(what, c10d::OpType::_ALLGATHER_BASE, std::vector<at::Tensor>{output}, call);
-  p.bytes = out.nbytes();
-  p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type, callOptions(call)));
-  addCopyBack(p.finish, output, out);
-  p.keep = {input, output, in, out};
-  return enqueue(std::move(p));
-}
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
-  const std::string what = "allgather_into_tensor_coalesced";
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pairwise(const std::string& what, c10d::OpType type,
+                                                             const std::vector<at::Tensor>& outputs,
+                                                             const std::vector<at::Tensor>& inputs, bool coalesced,
+                                                             const c10d::ReduceOp* reduceOp) {
   std::lock_guard<std::mutex> lock(issueMu_);
   CallDevice call;
   if (outputs.size() != inputs.size()) {
     reject(what, "got " + std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
                      " outputs; it needs one output per input");
   }
+  std::vector<DataType> types;
+  ReduceOp op = ReduceOp::kSum;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& input = inputs[i];
     const at::Tensor& output = outputs[i];
     checkTensor(what, input, call);
     checkTensor(what, output, call);
-    checkWorldTimes(what, output, "output", input, "input", static_cast<int64_t>(i));
+    const int64_t index = coalesced ? static_cast<int64_t>(i) : -1;
+    if (!reduceOp) {
+      checkWorldTimes(what, output, "output", input, "input", index);
+    } else {
+      checkWorldTimes(what, input, "input", output, "output", index);
+      types.push_back(reductionType(what, output, *reduceOp, &op));
+    }
   }
   // Checked all first: a rejected call issues nothing.
-  Pending p = pending(what, c10d::OpType::COALESCED, outputs, call);
+  Pending p = pending(what, type, outputs, call);
   for (size_t i = 0; i < inputs.size(); ++i) {
     at::Tensor in = contiguousBuffer(inputs[i]);
     at::Tensor out = contiguousBuffer(outputs[i]);
-    const Movement m = movementOf(in);
-    p.bytes += out.nbytes();
-    p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type, callOptions(call)));
+    if (!reduceOp) {
+      const Movement m = movementOf(in);
+      p.bytes += out.nbytes();
+      p.ops.push_back(comm_.allgather(in.data_ptr(), out.data_ptr(), m.count, m.type, callOptions(call)));
+    } else {
+      p.bytes += in.nbytes();
+      p.ops.push_back(comm_.reduceScatter(in.data_ptr(), out.data_ptr(), outputs[i].numel(), types[i], op,
+                                            callOptions(call)));
+    }
     addCopyBack(p.finish, outputs[i], out);
     p.keep.insert(p.keep.end(), {inputs[i], outputs[i], in, out});
   }
   return enqueue(std::move(p));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                     const c10d::AllgatherOptions&) {
+  return pairwise("_allgather_base", c10d::OpType::_ALLGATHER_BASE, {output}, {input}, false, nullptr);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  return pairwise("allgather_into_tensor_coalesced", c10d::OpType::COALESCED, outputs, inputs, true, nullptr);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::allgather_coalesced(std::vector<std::vector<at::Tensor>>&,
@@ -932,54 +934,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter(std::vector<
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                           const c10d::ReduceScatterOptions& opts) {
-  const std::string what = "_reduce_scatter_base";
-  std::lock_guard<std::mutex> lock(issueMu_);
-  CallDevice call;
-  checkTensor(what, input, call);
-  checkTensor(what, output, call);
-  checkWorldTimes(what, input, "input", output, "output", -1);
-  ReduceOp op;
-  const DataType dt = reductionType(what, output, opts.reduceOp, &op);
-  at::Tensor in = contiguousBuffer(input);
-  at::Tensor dst = contiguousBuffer(output);
-  Pending p = pending(what, c10d::OpType::_REDUCE_SCATTER_BASE, std::vector<at::Tensor>{output}, call);
-  p.bytes = in.nbytes();
-  p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), output.numel(), dt, op, callOptions(call)));
-  addCopyBack(p.finish, output, dst);
-  p.keep = {input, output, in, dst};
-  return enqueue(std::move(p));
+  return pairwise("_reduce_scatter_base", c10d::OpType::_REDUCE_SCATTER_BASE, {output}, {input}, false,
+                  &opts.reduceOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
-  const std::string what = "reduce_scatter_tensor_coalesced";
-  std::lock_guard<std::mutex> lock(issueMu_);
-  CallDevice call;
-  if (outputs.size() != inputs.size()) {
-    reject(what, "got " + std::to_string(inputs.size()) + " inputs and " + std::to_string(outputs.size()) +
-                     " outputs; it needs one output per input");
-  }
-  std::vector<DataType> types;
-  ReduceOp op = ReduceOp::kSum;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const at::Tensor& input = inputs[i];
-    const at::Tensor& output = outputs[i];
-    checkTensor(what, input, call);
-    checkTensor(what, output, call);
-    checkWorldTimes(what, input, "input", output, "output", static_cast<int64_t>(i));
-    types.push_back(reductionType(what, output, opts.reduceOp, &op));
-  }
-  Pending p = pending(what, c10d::OpType::COALESCED, outputs, call);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    at::Tensor in = contiguousBuffer(inputs[i]);
-    at::Tensor dst = contiguousBuffer(outputs[i]);
-    p.bytes += in.nbytes();
-    p.ops.push_back(comm_.reduceScatter(in.data_ptr(), dst.data_ptr(), outputs[i].numel(), types[i], op,
-                                          callOptions(call)));
-    addCopyBack(p.finish, outputs[i], dst);
-    p.keep.insert(p.keep.end(), {inputs[i], outputs[i], in, dst});
-  }
-  return enqueue(std::move(p));
+  return pairwise("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, outputs, inputs, true,
+                  &opts.reduceOp);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::alltoall_base(at::Tensor& output, at::Tensor& input,

@@ -253,6 +253,13 @@ class ProcessGroupGradcomm : public c10d::Backend {
   void checkWorldTimes(const std::string& what, const at::Tensor& big, const std::string& bigRole,
                        const at::Tensor& small, const std::string& smallRole, int64_t index);
   DataType reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op, ReduceOp* gcOp);
+  /// Allgathers (reduceOp null) or reduce-scatters of paired tensors, one
+  /// output per input, all checked before anything is issued; `coalesced`
+  /// names a pair's index in the errors.
+  c10::intrusive_ptr<c10d::Work> pairwise(const std::string& what, c10d::OpType type,
+                                          const std::vector<at::Tensor>& outputs,
+                                          const std::vector<at::Tensor>& inputs, bool coalesced,
+                                          const c10d::ReduceOp* reduceOp);
   /// send (isSend) or recv of one tensor (Communicator::send or recv).
   c10::intrusive_ptr<c10d::Work> pointToPoint(bool isSend, std::vector<at::Tensor>& tensors, int peer, int tag);
   /// Queues a finished issue for the completion thread; returns its Work.

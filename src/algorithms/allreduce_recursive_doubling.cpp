@@ -218,10 +218,8 @@ class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
       // stage posted, a transfer found complete) looks again at once, as
       // the engine's loop does: MPI_Testsome that finds a transfer complete
       // returns without a progress pass, so nothing yielded, and the next
-      // look's pass yields if it finds nothing. Yielding there too handed
-      // the core away once more per call than MPI_Allreduce's own wait
-      // (4x1 at 1 Gbit/s, 256 B: 3.3 involuntary context switches per call
-      // and rank against MPI's 2.4).
+      // look's pass yields if it finds nothing. Yielding there too would
+      // hand the core away once more per call than MPI_Allreduce's own wait.
       const bool yielded = ctx.transport->yieldedWhileIdle();
       if (moved || yielded) continue;
       if (patience.yield) {

@@ -44,7 +44,6 @@ class Selector {
   void useModel(std::shared_ptr<const topology::CostModel> model,
                 std::shared_ptr<const topology::TuningTable> tuning = nullptr);
   const topology::CostModel* model() const { return model_.get(); }
-  const topology::TuningTable* tuning() const { return tuning_.get(); }
 
   /// One algorithm's predicted time for a call.
   struct Prediction {

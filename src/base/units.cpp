@@ -174,6 +174,12 @@ std::string formatBytes(size_t bytes) {
   return std::to_string(bytes) + kUnits[unit];
 }
 
+std::string formatSeconds(std::chrono::nanoseconds d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1fs", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
 std::string formatDuration(std::chrono::nanoseconds d) {
   long long ns = d.count();
   if (ns == 0) return "0s";

@@ -24,6 +24,8 @@ std::string formatBitRate(double bitsPerSecond);
 /// Shortest exact rendering: 26214400 -> "25M", 1000 -> "1000".
 std::string formatBytes(size_t bytes);
 std::string formatDuration(std::chrono::nanoseconds d);
+/// A measured time for messages, one decimal: 1.25 s -> "1.2s".
+std::string formatSeconds(std::chrono::nanoseconds d);
 
 std::string toLower(std::string_view s);
 std::string_view trim(std::string_view s);

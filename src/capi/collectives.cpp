@@ -141,13 +141,11 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
     if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
-      ncclComm_t real = comm->real;
       if (datatype == ncclFloat32 && (op == ncclSum || op == ncclAvg) && !inGroup()) {
         const ncclResult_t r = compressedDeviceAllReduce(sendbuff, recvbuff, count, op, comm, stream);
         if (r != ncclNumResults) return r;  // ncclNumResults: compression is off
       }
-      auto f = GRADCOMM_REAL(ncclAllReduce);
-      return f ? fromReal(fn, f(sendbuff, recvbuff, count, datatype, op, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclAllReduce), sendbuff, recvbuff, count, datatype, op, comm->real, stream);
     }
     return enqueueReduction(fn, sendbuff, recvbuff, count, datatype, op, 0, comm, stream, Collective::kAllreduce);
   });
@@ -159,9 +157,7 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
     if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
-      ncclComm_t real = comm->real;
-      auto f = GRADCOMM_REAL(ncclReduce);
-      return f ? fromReal(fn, f(sendbuff, recvbuff, count, datatype, op, root, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclReduce), sendbuff, recvbuff, count, datatype, op, root, comm->real, stream);
     }
     return enqueueReduction(fn, sendbuff, recvbuff, count, datatype, op, root, comm, stream, Collective::kReduce);
   });
@@ -173,9 +169,8 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
     if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
-      ncclComm_t real = comm->real;
-      auto f = GRADCOMM_REAL(ncclReduceScatter);
-      return f ? fromReal(fn, f(sendbuff, recvbuff, recvcount, datatype, op, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclReduceScatter), sendbuff, recvbuff, recvcount, datatype, op, comm->real,
+                      stream);
     }
     return enqueueReduction(fn, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream,
                             Collective::kReduceScatter);
@@ -188,9 +183,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
     if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
-      ncclComm_t real = comm->real;
-      auto f = GRADCOMM_REAL(ncclBroadcast);
-      return f ? fromReal(fn, f(sendbuff, recvbuff, count, datatype, root, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclBroadcast), sendbuff, recvbuff, count, datatype, root, comm->real, stream);
     }
     HostType t;
     if (auto r = hostType(datatype, fn, &t)) return r;
@@ -228,9 +221,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
     if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
-      ncclComm_t real = comm->real;
-      auto f = GRADCOMM_REAL(ncclAllGather);
-      return f ? fromReal(fn, f(sendbuff, recvbuff, sendcount, datatype, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclAllGather), sendbuff, recvbuff, sendcount, datatype, comm->real, stream);
     }
     HostType t;
     if (auto r = hostType(datatype, fn, &t)) return r;
@@ -285,8 +276,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
     if (onDevice(sendbuff, nullptr)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      auto f = GRADCOMM_REAL(ncclSend);
-      return f ? fromReal(fn, f(sendbuff, count, datatype, peer, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclSend), sendbuff, count, datatype, peer, comm->real, stream);
     }
     size_t bytes;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -304,8 +294,7 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
     if (onDevice(recvbuff, nullptr)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      auto f = GRADCOMM_REAL(ncclRecv);
-      return f ? fromReal(fn, f(recvbuff, count, datatype, peer, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclRecv), recvbuff, count, datatype, peer, comm->real, stream);
     }
     size_t bytes;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -323,8 +312,7 @@ ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, nc
     if (onDevice(sendbuff, recvbuff)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      auto f = GRADCOMM_REAL(ncclAlltoAll);
-      return f ? fromReal(fn, f(sendbuff, recvbuff, count, datatype, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclAlltoAll), sendbuff, recvbuff, count, datatype, comm->real, stream);
     }
     size_t bytes, total;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -348,8 +336,7 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
     if (onDevice(sendbuff, recvbuff)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      auto f = GRADCOMM_REAL(ncclGather);
-      return f ? fromReal(fn, f(sendbuff, recvbuff, count, datatype, root, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclGather), sendbuff, recvbuff, count, datatype, root, comm->real, stream);
     }
     size_t bytes, total;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -376,8 +363,7 @@ ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncc
     if (onDevice(sendbuff, recvbuff)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      auto f = GRADCOMM_REAL(ncclScatter);
-      return f ? fromReal(fn, f(sendbuff, recvbuff, count, datatype, root, real, stream)) : realMissing(fn);
+      return callReal(fn, GRADCOMM_REAL(ncclScatter), sendbuff, recvbuff, count, datatype, root, comm->real, stream);
     }
     size_t bytes, total;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;

@@ -226,13 +226,9 @@ ncclResult_t initRank(const char* fn, ncclComm_t* newcomm, int nranks, const ncc
     formHost(*c, base, "nccl/" + ids.keyHex());
     attachReal(*c, device, configCopy ? &configCopy->config : nullptr);
   };
-  if (inGroup()) {
-    // Forms at ncclGroupEnd, concurrently with the group's other inits.
-    enqueue(PendingInit{c, form});
-    *newcomm = comm.release();
-    return ncclSuccess;
-  }
-  form();
+  // In a group it forms at ncclGroupEnd, concurrently with the other inits.
+  if (inGroup()) enqueue(PendingInit{c, form});
+  else form();
   *newcomm = comm.release();
   return ncclSuccess;
 }
@@ -421,16 +417,11 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   });
 }
 
-ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount, ncclComm_t* newcomm,
-                            ncclConfig_t* config, int shrinkFlags) {
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* /*excludeRanksList*/, int /*excludeRanksCount*/,
+                            ncclComm_t* /*newcomm*/, ncclConfig_t* /*config*/, int /*shrinkFlags*/) {
   static const char* fn = "ncclCommShrink";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkHandle(comm, fn)) return r;
-    (void)excludeRanksList;
-    (void)excludeRanksCount;
-    (void)newcomm;
-    (void)config;
-    (void)shrinkFlags;
     // A gradcomm communicator that lost a rank cannot be repaired in place
     // yet; form a new one with a fresh unique id instead.
     return fail(ncclInvalidUsage, std::string(fn) + ": not supported by gradcomm's NCCL library: create a new "
@@ -452,25 +443,19 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   });
 }
 
-ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  static const char* fn = "ncclCommDestroy";
+namespace {
+ncclResult_t endComm(const char* fn, ncclComm_t comm, bool abort) {
   return guarded(fn, [&]() -> ncclResult_t {
-    if (!comm) return ncclSuccess;  // as NCCL: destroying NULL is a no-op
+    if (!comm) return ncclSuccess;  // as NCCL: ending NULL is a no-op
     if (auto r = checkHandle(comm, fn)) return r;
-    destroyComm(comm, false);
+    destroyComm(comm, abort);
     return ncclSuccess;
   });
 }
+}  // namespace
 
-ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  static const char* fn = "ncclCommAbort";
-  return guarded(fn, [&]() -> ncclResult_t {
-    if (!comm) return ncclSuccess;
-    if (auto r = checkHandle(comm, fn)) return r;
-    destroyComm(comm, true);
-    return ncclSuccess;
-  });
-}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) { return endComm("ncclCommDestroy", comm, false); }
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return endComm("ncclCommAbort", comm, true); }
 
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   static const char* fn = "ncclCommRevoke";

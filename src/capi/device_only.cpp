@@ -25,16 +25,14 @@ ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   static const char* fn = "ncclMemAlloc";
   return guarded(fn, [&]() -> ncclResult_t {
     if (!ptr) return invalidArgument(fn, "ptr", "NULL");
-    auto f = GRADCOMM_REAL(ncclMemAlloc);
-    return f ? fromReal(fn, f(ptr, size)) : realMissing(fn);
+    return callReal(fn, GRADCOMM_REAL(ncclMemAlloc), ptr, size);
   });
 }
 
 ncclResult_t ncclMemFree(void* ptr) {
   static const char* fn = "ncclMemFree";
   return guarded(fn, [&]() -> ncclResult_t {
-    auto f = GRADCOMM_REAL(ncclMemFree);
-    return f ? fromReal(fn, f(ptr)) : realMissing(fn);
+    return callReal(fn, GRADCOMM_REAL(ncclMemFree), ptr);
   });
 }
 
@@ -43,8 +41,7 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, vo
   return guarded(fn, [&]() -> ncclResult_t {
     ncclComm_t real;
     if (auto r = realComm(comm, fn, &real)) return r;
-    auto f = GRADCOMM_REAL(ncclCommRegister);
-    return f ? fromReal(fn, f(real, buff, size, handle)) : realMissing(fn);
+    return callReal(fn, GRADCOMM_REAL(ncclCommRegister), real, buff, size, handle);
   });
 }
 
@@ -53,8 +50,7 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return guarded(fn, [&]() -> ncclResult_t {
     ncclComm_t real;
     if (auto r = realComm(comm, fn, &real)) return r;
-    auto f = GRADCOMM_REAL(ncclCommDeregister);
-    return f ? fromReal(fn, f(real, handle)) : realMissing(fn);
+    return callReal(fn, GRADCOMM_REAL(ncclCommDeregister), real, handle);
   });
 }
 
@@ -63,8 +59,7 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, nc
   return guarded(fn, [&]() -> ncclResult_t {
     ncclComm_t real;
     if (auto r = realComm(comm, fn, &real)) return r;
-    auto f = GRADCOMM_REAL(ncclCommWindowRegister);
-    return f ? fromReal(fn, f(real, buff, size, win, winFlags)) : realMissing(fn);
+    return callReal(fn, GRADCOMM_REAL(ncclCommWindowRegister), real, buff, size, win, winFlags);
   });
 }
 
@@ -73,8 +68,7 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   return guarded(fn, [&]() -> ncclResult_t {
     ncclComm_t real;
     if (auto r = realComm(comm, fn, &real)) return r;
-    auto f = GRADCOMM_REAL(ncclCommWindowDeregister);
-    return f ? fromReal(fn, f(real, win)) : realMissing(fn);
+    return callReal(fn, GRADCOMM_REAL(ncclCommWindowDeregister), real, win);
   });
 }
 
@@ -84,8 +78,7 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
   return guarded(fn, [&]() -> ncclResult_t {
     ncclComm_t real;
     if (auto r = realComm(comm, fn, &real)) return r;
-    auto f = GRADCOMM_REAL(ncclRedOpCreatePreMulSum);
-    return f ? fromReal(fn, f(op, scalar, datatype, residence, real)) : realMissing(fn);
+    return callReal(fn, GRADCOMM_REAL(ncclRedOpCreatePreMulSum), op, scalar, datatype, residence, real);
   });
 }
 
@@ -94,8 +87,7 @@ ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   return guarded(fn, [&]() -> ncclResult_t {
     ncclComm_t real;
     if (auto r = realComm(comm, fn, &real)) return r;
-    auto f = GRADCOMM_REAL(ncclRedOpDestroy);
-    return f ? fromReal(fn, f(op, real)) : realMissing(fn);
+    return callReal(fn, GRADCOMM_REAL(ncclRedOpDestroy), op, real);
   });
 }
 

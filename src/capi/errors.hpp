@@ -2,6 +2,7 @@
 // ncclResult_t codes and the last-error string of the NCCL-ABI library.
 #include <nccl.h>
 
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -34,15 +35,6 @@ class NcclError : public std::runtime_error {
 /// Runs `body` (which returns an ncclResult_t) and turns every exception
 /// into an NCCL result with a last-error string prefixed with `function`:
 /// nothing may escape into C callers.
-template <typename F>
-ncclResult_t guarded(const char* function, F&& body) noexcept;
-
-}  // namespace gradcomm::capi
-
-#include <new>
-
-namespace gradcomm::capi {
-
 template <typename F>
 ncclResult_t guarded(const char* function, F&& body) noexcept {
   try {

@@ -14,6 +14,12 @@ namespace gradcomm::capi {
 ncclResult_t fromReal(const char* function, ncclResult_t result);
 /// ncclInvalidUsage: the real NCCL (or its function `function`) is missing.
 ncclResult_t realMissing(const char* function);
+/// The real NCCL's `f` called with `args` (its result made ours), or
+/// realMissing() where it has no such function.
+template <class F, class... Args>
+ncclResult_t callReal(const char* function, F f, Args... args) {
+  return f ? fromReal(function, f(args...)) : realMissing(function);
+}
 
 }  // namespace gradcomm::capi
 

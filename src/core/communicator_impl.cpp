@@ -112,12 +112,6 @@ std::optional<std::string> readFile(const std::string& path) {
   return text.str();
 }
 
-std::string layoutOf(const topology::TopologyView& v) { return topology::layoutName(v); }
-
-}  // namespace
-
-namespace {
-
 transport::Tag setupTag() {
   transport::Tag tag;
   tag.seq = 0;
@@ -143,12 +137,10 @@ void runSetup(transport::Transport& t, core::AbortChannel& aborts, std::unique_p
       throw;
     }
     // Open MPI may have yielded in that look already (where ranks outnumber
-    // cores): a second yield hands the core to a peer twice per look, as
-    // ProgressEngine::driveOrBackOff avoids for collectives. Read every
+    // cores): a second yield would hand the core to a peer twice per look,
+    // as ProgressEngine::driveOrBackOff avoids for collectives. Read every
     // look, so a mark from a look that moved something does not skip a
-    // later yield. With both yields the calibration's inter-host alpha
-    // came out higher (4 emulated hosts x 1 rank: median 24.2 us against
-    // 18.4 with one).
+    // later yield.
     const bool yielded = t.yieldedWhileIdle();
     if (moved) {
       lastProgress = Clock::now();
@@ -178,7 +170,7 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t, core::AbortChanne
   if (config_.select == "rule") return;  // the size rule needs nothing measured
   using topology::CalibrationMode;
   const CalibrationMode mode = CalibrationMode::parse(config_.calibrate);
-  const std::string layout = layoutOf(view_);
+  const std::string layout = topology::layoutName(view_);
   topology::SetupInput in;
   // The static model: constants from rank 0's host (its ranks, the CPUs
   // they share, its NIC's speed), which the setup exchange hands to every
@@ -276,7 +268,7 @@ void CommunicatorImpl::useModel(const topology::MachineCosts& costs, std::shared
                                 const std::string& tuningName) {
   tuning_ = tuning;
   tuningName_ = tuningName;
-  const std::string layout = layoutOf(view_);
+  const std::string layout = topology::layoutName(view_);
   if (tuning && !tuning->layout.empty() && tuning->layout != layout) {
     if (rank_ == 0) {
       core::log(core::LogLevel::kWarn, rank_,
@@ -495,8 +487,7 @@ void CommunicatorImpl::internalAllgather(const void* mine, void* all, size_t byt
 }
 
 std::shared_ptr<CommunicatorImpl> CommunicatorImpl::subgroup(const std::vector<int>& ranks) {
-  if (destroyed_.load()) throw InvalidUsage("subgroup called on a destroyed communicator; create a new Communicator");
-  engine_->throwIfFailed();
+  checkUsable("subgroup");
   try {
     if (ranks.empty()) throw InvalidArgument("the list of ranks is empty");
     std::vector<uint8_t> seen(static_cast<size_t>(size_), 0);
@@ -680,12 +671,15 @@ compression::Spec CommunicatorImpl::compressionFor(const CollectiveCall& call, c
   return {};
 }
 
-Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOptions& options) {
+void CommunicatorImpl::checkUsable(std::string_view what) const {
   if (destroyed_.load()) {
-    throw InvalidUsage(std::string(toString(call.collective)) +
-                       " called on a destroyed communicator; create a new Communicator");
+    throw InvalidUsage(std::string(what) + " called on a destroyed communicator; create a new Communicator");
   }
   engine_->throwIfFailed();
+}
+
+Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOptions& options) {
+  checkUsable(toString(call.collective));
   if (device::runtime().devicesPresent() && touchesDeviceMemory(call, rank_)) return submitDevice(call, options);
   closePointToPoint();  // transfers issued later run after this call
   // A signature seen before (same collective, type, op, count, root, layout
@@ -850,8 +844,7 @@ std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const Coll
 
 Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
                                           std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make) {
-  if (destroyed_.load()) throw InvalidUsage(what + " called on a destroyed communicator; create a new Communicator");
-  engine_->throwIfFailed();
+  checkUsable(what);
   auto op = OperationState::create();
   op->algorithm = "p2p";
   op->fingerprint = kPointToPointFingerprint;

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "algorithms/algorithm.hpp"
 #include "algorithms/selector.hpp"
@@ -73,7 +74,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const core::Config& config() const { return config_; }
-  kernels::SimdLevel simd() const { return simd_; }
   core::ProgressEngine& engine() { return *engine_; }
   /// Which ranks share a host (identical on every rank).
   const topology::TopologyView& topology() const { return view_; }
@@ -119,6 +119,9 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
 
   void destroy();
   bool destroyed() const { return destroyed_.load(); }
+  /// Throws InvalidUsage naming `what` once destroyed, or the engine's
+  /// earlier failure.
+  void checkUsable(std::string_view what) const;
   /// Aborts the communicator on every rank with `e` (prefixed with this
   /// rank and `what`) and throws it here.
   [[noreturn]] void abortAndThrow(const Error& e, const std::string& what);

@@ -266,8 +266,7 @@ void CommunicatorImpl::closePointToPoint() {
 }
 
 Work CommunicatorImpl::submitTransfers(std::vector<P2pTransfer> transfers, size_t bytes) {
-  if (destroyed_.load()) throw InvalidUsage("send/recv called on a destroyed communicator; create a new Communicator");
-  engine_->throwIfFailed();
+  checkUsable("send/recv");
   auto completion = std::make_shared<P2pCompletion>();
   auto op = OperationState::create();
   op->algorithm = "p2p";

@@ -31,20 +31,15 @@ constexpr int64_t kCallerGraceNs = 50'000;
 // The same when ranks outnumber cores (yield mode). A caller that drove may
 // lose its core for a while before it waits; a thread that takes the drive
 // lock meanwhile can be descheduled holding it (the transport yields inside
-// its progress calls), and the caller cannot drive until it runs again. 4
-// emulated hosts on 2 cores, 1 MiB hd: 15.9-16.1 ms with 50 us (the thread
-// drove about every other call), 13.2-13.3 with 2 ms (it hardly ever did).
+// its progress calls), and the caller cannot drive until it runs again:
+// the longer grace keeps the thread from taking over mid-call.
 constexpr int64_t kYieldCallerGraceNs = 1'000'000;
-
-std::string secondsText(Clock::duration d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1fs", std::chrono::duration<double>(d).count());
-  return buf;
-}
 
 // Abort notices start with the kind of failure in brackets ("[timeout]
 // rank 2: ..."): the peers' users see what happened, and the peers learn
 // whether a rank may be gone.
+constexpr const char* kUnusable = "communicator is unusable after an earlier failure: ";
+
 std::string notice(ErrorCode code, const std::string& reason) {
   return "[" + std::string(toString(code)) + "] " + reason;
 }
@@ -127,7 +122,7 @@ void ProgressEngine::submit(const std::shared_ptr<OperationState>& op, bool eage
   {
     std::lock_guard<std::mutex> lock(queueMu_);
     if (failed_) {
-      op->finish(makeErrorPtr(failCode_, "communicator is unusable after an earlier failure: " + failReason_));
+      op->finish(makeErrorPtr(failCode_, kUnusable + failReason_));
       return;
     }
     if (stop_.load()) {
@@ -167,7 +162,7 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
   if (!drive.owns_lock() || !idleForCaller()) return out;
   // The call starts when it is submitted: one clock read serves both.
   const auto now = Clock::now();
-  if (!inlineAllowed()) return out;
+  if (host_.failedPeer() >= 0) return out;  // a host-local peer failed
   // The look for a failed peer's notice that operations make at their
   // start (see drive()), when due: after the call's first messages left,
   // and before it can be reported complete.
@@ -237,10 +232,6 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
   return out;
 }
 
-bool ProgressEngine::inlineAllowed() {
-  return host_.failedPeer() < 0;
-}
-
 void ProgressEngine::wakeThread() {
   // Under queueMu_: a thread between its predicate check and its sleep
   // cannot miss the wake-up.
@@ -251,20 +242,30 @@ void ProgressEngine::wakeThread() {
   queueCv_.notify_one();
 }
 
+void ProgressEngine::recordFailureLocked(ErrorCode code, const std::string& reason) {
+  failed_ = true;
+  failedFlag_.store(true);
+  failCode_ = code;
+  failReason_ = reason;
+}
+
+std::shared_ptr<detail::OperationState> ProgressEngine::takeActive() {
+  std::shared_ptr<detail::OperationState> op = std::move(active_);
+  if (op) op->schedule.reset();  // cancels its outstanding transfers
+  return op;
+}
+
 void ProgressEngine::throwIfFailed() const {
   if (!failedFlag_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(queueMu_);
-  if (failed_) rethrowAs(failCode_, "communicator is unusable after an earlier failure: " + failReason_);
+  if (failed_) rethrowAs(failCode_, kUnusable + failReason_);
 }
 
 void ProgressEngine::abort(ErrorCode code, const std::string& reason, bool tellPeers) {
   {
     std::lock_guard<std::mutex> lock(queueMu_);
     if (failed_) return;
-    failed_ = true;
-    failedFlag_.store(true);
-    failCode_ = code;
-    failReason_ = reason;
+    recordFailureLocked(code, reason);
   }
   if (tellPeers) {
     std::lock_guard<std::mutex> drive(driveMu_);
@@ -285,7 +286,7 @@ void ProgressEngine::failQueued() {
     code = failCode_;
   }
   for (auto& op : pending) {
-    op->finish(makeErrorPtr(code, "communicator is unusable after an earlier failure: " + reason));
+    op->finish(makeErrorPtr(code, kUnusable + reason));
   }
 }
 
@@ -316,17 +317,10 @@ void ProgressEngine::failActive(std::exception_ptr e) {
     }
   }
   check_.reset();
-  auto op = std::move(active_);
-  active_.reset();
-  if (op) op->schedule.reset();  // cancels outstanding transfers
+  auto op = takeActive();
   {
     std::lock_guard<std::mutex> lock(queueMu_);
-    if (!failed_) {
-      failed_ = true;
-      failedFlag_.store(true);
-      failCode_ = code;
-      failReason_ = reason;
-    }
+    if (!failed_) recordFailureLocked(code, reason);
   }
   if (meansPeerFailure(code) || (remote && noticeMeansPeerFailure(reason))) {
     if (settings_.onPeerFailure) settings_.onPeerFailure(reason);
@@ -409,9 +403,8 @@ bool ProgressEngine::drive() {
       // below, after the first step posted this rank's sends and before
       // the operation can complete (at most every 50 us: back-to-back small
       // calls need not pay for it). Not before the first step: with Open
-      // MPI yielding when idle, that look gave the core away before this
-      // rank had sent anything (2 ranks on one core, 8-byte rd: 84 us a
-      // call with the look before the first step, 63 us after it).
+      // MPI yielding when idle, that look would give the core away before
+      // this rank had sent anything.
       pollAbortNow = now - lastAbortPoll_ >= std::chrono::microseconds(50);
       if (const int peer = host_.failedPeer(); peer >= 0) throwPeerFailed(peer);
       if (!active_->pointToPoint) {
@@ -454,9 +447,7 @@ bool ProgressEngine::drive() {
       throw;
     }
     if (active_->schedule->done() && check_.done()) {
-      auto op = std::move(active_);
-      active_.reset();
-      op->schedule.reset();
+      auto op = takeActive();
       {
         // Nothing left: the next submission may start itself (eager).
         std::lock_guard<std::mutex> lock(queueMu_);
@@ -567,7 +558,7 @@ void ProgressEngine::checkHealth(Clock::time_point now) {
   // A timeout of 0 means none: wait as long as it takes.
   if (settings_.timeout.count() > 0 && stalled >= settings_.timeout) {
     throw TimeoutError("rank " + std::to_string(active_->ctx.transport->rank()) + ": " + active_->describe() +
- " made no progress for " + secondsText(stalled) + " (GRADCOMM_TIMEOUT=" +
+ " made no progress for " + formatSeconds(stalled) + " (GRADCOMM_TIMEOUT=" +
                        formatDuration(settings_.timeout) + "); waiting for " + waitingFor() +
                        ". A peer may have died or stopped calling collectives, or the ranks issued different "
                        "collectives: check that every rank makes the same calls in the same order");
@@ -610,10 +601,8 @@ void ProgressEngine::driveOrBackOff(Backoff& backoff) {
   bool moved = false, yielded = false;
   if (lock.owns_lock()) {
     moved = drive();
-    // Open MPI may have yielded in that look already: a second yield hands
-    // the core to a peer twice per look. 2 ranks on one core, 8-byte rd
-    // over TCP: 144 us with both yields, 84 us with the transport's alone
-    // (MPI_Allreduce 63 us).
+    // Open MPI may have yielded in that look already: a second yield would
+    // hand the core to a peer twice per look.
     yielded = transport_->yieldedWhileIdle();
     lock.unlock();
   }
@@ -681,11 +670,8 @@ void ProgressEngine::threadMainYielding() {
   // condition variable, napping (at most kNap) while the communicator is in
   // use and blocking once it has been idle for `linger`. It drives only
   // calls that nobody waits for (or background transfers), and a caller
-  // that starts to wait takes over at the thread's next look. 4 emulated
-  // hosts on 2 cores, default (rd) at 64..4096 B against MPI, 3 interleaved
-  // rounds: 0.90-1.17x with this loop, 1.26-1.74x with the polling and
-  // standing aside it replaces (a wake-up per call); a thread-less build
-  // gave 0.9-1.1x.
+  // that starts to wait takes over at the thread's next look (no wake-up
+  // per call).
   Backoff backoff(0, 16, settings_.pollMaxSleep);
   auto activeAt = Clock::now();
   while (!stop_.load()) {
@@ -747,22 +733,14 @@ void ProgressEngine::shutdown(const std::string& reason) {
     {
       std::lock_guard<std::mutex> lock(queueMu_);
       pending = active_ != nullptr || !queue_.empty();
-      if (!failed_) {
-        failed_ = true;
-        failedFlag_.store(true);
-        failCode_ = ErrorCode::kInvalidUsage;
-        failReason_ = reason;
-      }
+      if (!failed_) recordFailureLocked(ErrorCode::kInvalidUsage, reason);
     }
     if (pending) {
       aborts_->broadcast(notice(ErrorCode::kInvalidUsage, reason + " with operations pending"));
       host_.markFailed();
     }
     check_.reset();
-    if (active_) {
-      auto op = std::move(active_);
-      active_.reset();
-      op->schedule.reset();
+    if (auto op = takeActive()) {
       op->finish(std::make_exception_ptr(InvalidUsage(reason + " before the operation completed")));
     }
     failQueued();

@@ -131,7 +131,6 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void throwIfPeerAborted(std::chrono::milliseconds wait, const std::string& what);
 
   transport::Transport& transport() { return *transport_; }
-  algorithms::Workspace& workspace() { return workspace_; }
   const transport::Transport& transport() const { return *transport_; }
   /// The host's control plane over the transport's shared memory, or null
   /// (no host-local peers).
@@ -174,8 +173,6 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   /// Requires driveMu_: nothing is active or queued and the engine has not
   /// failed or stopped, so a submitting caller may take the first step.
   bool idleForCaller() const { return !failedFlag_.load() && !stop_.load() && !busy_.load() && !active_; }
-  /// Requires driveMu_: no host-local peer has failed.
-  bool inlineAllowed();
   /// After a submitting caller stepped and let go of driveMu_: the thread
   /// leaves the rest to the caller for a grace period from `droveAt`, and
   /// is woken if `unfinished` (the call, if it goes on) needs it.
@@ -202,6 +199,10 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   MismatchError signedMismatch(const detail::OperationState& op, const algorithms::SignedCallMismatch& m) const;
   std::string waitingFor() const;
   void failActive(std::exception_ptr e);
+  /// Marks the engine failed (queueMu_ held, not failed yet).
+  void recordFailureLocked(ErrorCode code, const std::string& reason);
+  /// The active operation, its schedule released (driving thread).
+  std::shared_ptr<detail::OperationState> takeActive();
   void failQueued();
 
   std::unique_ptr<transport::Transport> transport_;

@@ -61,8 +61,8 @@ std::string awaitKey(transport::StoreBootstrap& boot, const std::string& key, co
     return boot.store().getString(key, boot.timeout());
   } catch (const TimeoutError&) {
     throw TimeoutError("rank " + std::to_string(boot.rank()) + ": " + whose + " did not arrive at the rendezvous " +
-                       boot.describe() + " within " + std::to_string(boot.timeout().count() / 1000) +
-                       " s (GRADCOMM_TIMEOUT): check that it was started and uses the same rendezvous address");
+                       boot.describe() + " within " + core::formatSeconds(boot.timeout()) +
+                       " (GRADCOMM_TIMEOUT): check that it was started and uses the same rendezvous address");
   }
 }
 

@@ -57,6 +57,7 @@
 #include <utility>
 
 #include "base/log.hpp"
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm {
@@ -170,12 +171,6 @@ std::string errnoText(int err) {
   return strerrorResult(strerror_r(err, buf, sizeof buf), buf);
 }
 
-std::string secondsText(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1fs", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
-
 std::string endpointText(const std::string& host, uint16_t port) {
   std::string h = host.empty() ? "*" : host;
   if (h.find(':') != std::string::npos) h = "[" + h + "]";
@@ -230,16 +225,16 @@ uint32_t loadU32(const uint8_t* p) {
 uint16_t loadU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 uint64_t loadU64(const uint8_t* p) { return uint64_t{loadU32(p)} | uint64_t{loadU32(p + 4)} << 32; }
 
-// Starts a frame (request or reply) whose length endFrame() fills in.
+// Starts a request whose length endFrame() fills in.
 Bytes startFrame(uint8_t kind, size_t payloadHint = 0) {
   Bytes b(kHeaderBytes, 0);
   b[0] = kind;
   b.reserve(kHeaderBytes + payloadHint);
   return b;
 }
-void endFrame(Bytes& b, size_t start = 0) {
-  uint32_t n = static_cast<uint32_t>(b.size() - start - kHeaderBytes);
-  for (int i = 0; i < 4; ++i) b[start + 1 + i] = static_cast<uint8_t>(n >> (8 * i));
+void endFrame(Bytes& b) {
+  const auto n = static_cast<uint32_t>(b.size() - kHeaderBytes);
+  for (int i = 0; i < 4; ++i) b[1 + i] = static_cast<uint8_t>(n >> (8 * i));
 }
 
 /// Reads a payload that must parse to exactly its length.
@@ -867,20 +862,6 @@ class Server {
         wakeWaiters(key);
         return;
       }
-      case Op::kGet: {
-        uint64_t timeoutMs = r.u64();
-        std::string key = r.string(kMaxKeyBytes, "key");
-        r.finish();
-        auto it = values_.find(key);
-        if (it != values_.end()) {
-          replyValue(c, it->second);
-          return;
-        }
-        c.getKeys.assign(1, key);
-        c.missing.insert(std::move(key));
-        startWaiting(c, Op::kGet, timeoutMs);
-        return;
-      }
       case Op::kAdd: {
         std::string key = r.string(kMaxKeyBytes, "key");
         int64_t delta = r.i64();
@@ -896,37 +877,37 @@ class Server {
         reply(c, Bytes{static_cast<uint8_t>(all ? 1 : 0)});
         return;
       }
-      case Op::kWait: {
-        uint64_t timeoutMs = r.u64();
-        std::vector<std::string> keys = r.keys();
-        r.finish();
-        for (std::string& k : keys) {
-          if (values_.count(k) == 0) c.missing.insert(std::move(k));
-        }
-        if (c.missing.empty()) {
-          reply(c, {});
-          return;
-        }
-        startWaiting(c, Op::kWait, timeoutMs);
-        return;
-      }
+      case Op::kGet:
+      case Op::kWait:
       case Op::kMultiGet: {
+        // Answered at once when every key is there, else when the last
+        // missing one is set (wakeWaiters) or the timeout passes.
         uint64_t timeoutMs = r.u64();
-        std::vector<std::string> keys = r.keys();
+        std::vector<std::string> keys;
+        if (op == Op::kGet) keys.push_back(r.string(kMaxKeyBytes, "key"));
+        else keys = r.keys();
         r.finish();
         for (const std::string& k : keys) {
           if (values_.count(k) == 0) c.missing.insert(k);
         }
-        c.getKeys = std::move(keys);
-        if (c.missing.empty()) {
-          replyValues(c);
-          c.getKeys.clear();
-          return;
-        }
-        startWaiting(c, Op::kMultiGet, timeoutMs);
+        if (op != Op::kWait) c.getKeys = std::move(keys);
+        if (c.missing.empty()) answer(c, op);
+        else startWaiting(c, op, timeoutMs);
         return;
       }
     }
+  }
+
+  /// The reply to a GET, WAIT or MGET whose keys are all set.
+  void answer(Connection& c, Op op) {
+    if (op == Op::kGet) {
+      replyValue(c, values_.at(c.getKeys.front()));
+    } else if (op == Op::kMultiGet) {
+      replyValues(c);
+    } else {
+      reply(c, {});
+    }
+    c.getKeys.clear();
   }
 
   void add(Connection& c, const std::string& key, int64_t delta, uint64_t sequence) {
@@ -974,14 +955,7 @@ class Server {
       c.missing.erase(key);
       if (!c.missing.empty()) continue;
       c.waiting = false;
-      if (c.waitingOp == Op::kGet) {
-        replyValue(c, values_.at(c.getKeys.front()));
-      } else if (c.waitingOp == Op::kMultiGet) {
-        replyValues(c);
-      } else {
-        reply(c, {});
-      }
-      c.getKeys.clear();
+      answer(c, c.waitingOp);
       // Sent (and any next request handled) outside this loop, which must
       // not drop connections under its feet.
       ready_.push_back(id);
@@ -1221,7 +1195,7 @@ struct TcpStore::Impl {
                                ": " + a.error);
         }
         throw TransportError("could not reach the rendezvous store at " + endpoint + " within " +
-                             secondsText(options.connectTimeout) + ": " + a.error);
+                             core::formatSeconds(options.connectTimeout) + ": " + a.error);
       }
       // Jitter keeps a job's clients from retrying in lockstep.
       auto sleep = pause / 2 + std::chrono::milliseconds(jitter() % static_cast<unsigned>(pause.count() / 2 + 1));
@@ -1297,7 +1271,7 @@ struct TcpStore::Impl {
         // another.
         channel.fd.reset();
         throw TimeoutError(c.what + ": no reply from the rendezvous store " + description + " within " +
-                           secondsText(c.replyWindow));
+                           core::formatSeconds(c.replyWindow));
       }
     }
   }

@@ -245,7 +245,7 @@ void GossipAveragerImpl::gather() {
   // applied to the push-sum numerator x = w z, as SGP does: z += (p - z) / w.
   // A plain copy would apply it to z, i.e. scale every update by w, and
   // while pushes are in flight the ranks hold less than all the weight
-  // (measured: the average model then learned about a third slower). A rank
+  // (the average model then learns more slowly). A rank
   // whose pushes keep leaving while none arrive has a small w: its update is
   // taken at most kMaxUpdateScale times, so its own model cannot run away.
   constexpr double kMaxUpdateScale = 4;

@@ -24,8 +24,6 @@ class ExponentialGraph {
   std::vector<int> inPeers(int rank, uint64_t step) const;
   /// Steps after which the distances repeat (at least 1).
   size_t period() const;
-  /// Out-peers per step (the same for every member).
-  size_t peersPerStep() const { return peersPerStep_; }
   const std::vector<int>& members() const { return members_; }
 
  private:

@@ -86,8 +86,6 @@ inline void divideConvertedTail(uint16_t* d, size_t i, size_t n, float div) {
 // ---- vector code -------------------------------------------------------------
 
 #if defined(__AVX512F__)
-constexpr SimdLevel kLevel = SimdLevel::kAvx512;
-
 struct VecF32 {
   using T = float;
   using V = __m512;
@@ -144,8 +142,6 @@ struct ConvBf16 : Bf16Scalar {
   }
 };
 #elif defined(__AVX2__)
-constexpr SimdLevel kLevel = SimdLevel::kAvx2;
-
 struct VecF32 {
   using T = float;
   using V = __m256;
@@ -203,7 +199,6 @@ struct ConvBf16 : Bf16Scalar {
   }
 };
 #else
-constexpr SimdLevel kLevel = SimdLevel::kScalar;
 #endif
 
 #if defined(__AVX2__) || defined(__AVX512F__)

@@ -14,8 +14,6 @@ namespace gradcomm::kernels {
 /// (only the compression casts have code for it; the reduction kernels run
 /// their kAvx512 table there).
 enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
-/// Number of SimdLevel values.
-inline constexpr int kNumSimdLevels = 4;
 
 /// Lower-case name ("scalar", "avx2", "avx512", "avx512bf16").
 const char* toString(SimdLevel level);

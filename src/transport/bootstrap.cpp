@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm::transport {
@@ -19,10 +20,6 @@ constexpr char kReady = 'R';
 // Other ranks wait this much longer than rank 0, so that when some rank
 // never arrives they hear rank 0's account of it instead of timing out blind.
 constexpr std::chrono::milliseconds kMaxFollowerGrace{5000};
-
-std::string secondsText(std::chrono::milliseconds d) {
-  return std::to_string(d.count() / 1000) + "." + std::to_string(d.count() % 1000 / 100) + " s";
-}
 
 void putU32(std::string& s, uint32_t v) {
   for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
@@ -170,7 +167,7 @@ std::string StoreBootstrap::awaitCombined(const std::string& prefix) {
     throw TimeoutError(
         "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": " +
         (rootArrived ? "rank 0 did not publish the rendezvous values" : "rank 0 did not arrive at the rendezvous") +
-        " " + store_->describe() + " within " + secondsText(wait) +
+        " " + store_->describe() + " within " + core::formatSeconds(wait) +
         " (GRADCOMM_TIMEOUT): check that every process was started, that they agree on the world size (" +
         std::to_string(size_) + " here) and use the same rendezvous address");
   }
@@ -185,7 +182,7 @@ std::string StoreBootstrap::missingRanks(const std::string& prefix) {
     if (++count <= 16) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
   }
   if (count > 16) missing += ", ... (" + std::to_string(count) + " in all)";
-  const std::string tail = " at the rendezvous " + store_->describe() + " within " + secondsText(timeout_) +
+  const std::string tail = " at the rendezvous " + store_->describe() + " within " + core::formatSeconds(timeout_) +
                            " (GRADCOMM_TIMEOUT): check that every process was started, that they agree on the "
                            "world size (" + std::to_string(size_) + " here) and use the same rendezvous address";
   const std::string head = "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ": ";

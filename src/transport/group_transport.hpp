@@ -46,7 +46,6 @@ class GroupTransport : public Transport {
   ShmGroup* sharedMemory() override { return shm_.get(); }
   size_t sharedMemoryChunkBytes() const override { return chunkBytes_; }
 
-  uint32_t comm() const { return comm_; }
   /// The base transport's rank of group rank `r`.
   int baseRank(int r) const { return members_[static_cast<size_t>(r)]; }
   const std::vector<int>& members() const { return members_; }

@@ -23,7 +23,6 @@ class MpiEnvironment {
   /// aborted (MPI_Abort: the job fails, mpirun exits non-zero) instead.
   /// Never ends anything by itself.
   void markBroken(const std::string& reason);
-  bool broken() const { return broken_.load(); }
 
  private:
   MpiEnvironment();

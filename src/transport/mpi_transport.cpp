@@ -367,14 +367,11 @@ void MpiProgress::run() {
     // Open MPI yields after a pass in which no fragment moved. With small
     // transfers only (a fragment each), a pass that completed nothing moved
     // nothing; a large transfer moves fragments without completing, and
-    // then Open MPI did not yield (1x4, ring 256 KiB out of place: 11.9 ms
-    // when the waiting loop skipped its yield there too, 1.1..2.4 ms with it).
+    // then Open MPI did not yield (the waiting loop must yield itself).
     // Judged by the bytes expected, not the buffer: a signed or call-check
-    // receive has room for 16 KiB, and judging by that made every waiting
-    // loop of a small signed call yield twice per look, handing the core to
-    // a peer twice (4 ranks on 2 cores, 8-byte rd: 7.7..10 context switches
-    // per call and rank when judged by the buffer, 2.3..2.8 when judged by
-    // the bytes expected). The abort-notice receive, always open, expects 0.
+    // receive has room for 16 KiB, and judging by that would make every
+    // waiting loop of a small signed call yield twice per look, handing the
+    // core to a peer twice. The abort-notice receive, always open, expects 0.
     idleYield_ = yieldsWhenIdle_ &&
                  std::all_of(owners_.begin(), owners_.end(), [](const Part* p) { return p->pace <= kOneFragmentBytes; });
     return;
@@ -418,9 +415,9 @@ bool readMpiYieldsWhenIdle() {
 }
 
 /// readMpiYieldsWhenIdle(), once per process: MPI_T_init_thread registers
-/// every framework of Open MPI and opens its component libraries, about
-/// 210 ms each time here (of a communicator's 220 ms creation with
-/// calibration off), and the parameter cannot change once MPI is up.
+/// every framework of Open MPI and opens its component libraries (most of
+/// a communicator's creation time), and the parameter cannot change once
+/// MPI is up.
 bool mpiYieldsWhenIdle() {
   static const bool yields = readMpiYieldsWhenIdle();
   return yields;
@@ -616,42 +613,25 @@ void MpiTransport::setUpSharedMemory(MPI_Comm local, size_t chunkBytes) {
 }
 
 RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
-  checkGroup(tag);
-  auto req = std::make_unique<MpiRequest>(false, peer, rank_, *graveyard_, progress_);
-  const bool check = onControl(tag);
-  const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
-  MPI_Comm comm = check ? control_ : data_;
-  size_t offset = 0;
-  do {
-    size_t part = std::min(kMaxPartBytes, bytes - offset);
-    MPI_Request r;
-    int rc = MPI_Isend(static_cast<const char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, comm,
-                       &r);
-    if (rc != MPI_SUCCESS) {
-      throw TransportError("MPI_Isend to rank " + std::to_string(peer) + " failed: " + mpiErrorText(rc));
-    }
-    req->add(r, part, part);
-    offset += part;
-  } while (offset < bytes);
-  return req;
+  return post(false, peer, const_cast<void*>(data), bytes, bytes, tag);
 }
 
 RequestPtr MpiTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
-  return postRecv(peer, data, bytes, bytes, tag);
+  return post(true, peer, data, bytes, bytes, tag);
 }
 
 RequestPtr MpiTransport::irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) {
-  return postRecv(peer, data, capacity, std::min(expected, capacity), tag);
+  return post(true, peer, data, capacity, std::min(expected, capacity), tag);
 }
 
 RequestPtr MpiTransport::irecvAny(void* data, size_t capacity, const Tag& tag) {
-  return postRecv(MPI_ANY_SOURCE, data, capacity, 0, tag);
+  return post(true, MPI_ANY_SOURCE, data, capacity, 0, tag);
 }
 
-RequestPtr MpiTransport::postRecv(int peer, void* data, size_t bytes, size_t pace, const Tag& tag) {
+RequestPtr MpiTransport::post(bool recv, int peer, void* data, size_t bytes, size_t pace, const Tag& tag) {
   checkGroup(tag);
-  const bool upTo = tag.message == Tag::kCallCheck || peer == MPI_ANY_SOURCE;
-  auto req = std::make_unique<MpiRequest>(true, peer, rank_, *graveyard_, progress_, upTo);
+  const bool upTo = recv && (tag.message == Tag::kCallCheck || peer == MPI_ANY_SOURCE);
+  auto req = std::make_unique<MpiRequest>(recv, peer, rank_, *graveyard_, progress_, upTo);
   const bool check = onControl(tag);
   const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
   MPI_Comm comm = check ? control_ : data_;
@@ -659,9 +639,13 @@ RequestPtr MpiTransport::postRecv(int peer, void* data, size_t bytes, size_t pac
   do {
     size_t part = std::min(kMaxPartBytes, bytes - offset);
     MPI_Request r;
-    int rc = MPI_Irecv(static_cast<char*>(data) + offset, static_cast<int>(part), MPI_BYTE, peer, mpiTag, comm, &r);
+    char* at = static_cast<char*>(data) + offset;
+    const int n = static_cast<int>(part);
+    const int rc = recv ? MPI_Irecv(at, n, MPI_BYTE, peer, mpiTag, comm, &r)
+                        : MPI_Isend(at, n, MPI_BYTE, peer, mpiTag, comm, &r);
     if (rc != MPI_SUCCESS) {
-      throw TransportError("MPI_Irecv from rank " + std::to_string(peer) + " failed: " + mpiErrorText(rc));
+      throw TransportError(std::string(recv ? "MPI_Irecv from" : "MPI_Isend to") + " rank " + std::to_string(peer) +
+                           " failed: " + mpiErrorText(rc));
     }
     // Parts before the last are full; the pace goes to the part it falls in.
     req->add(r, part, std::min(part, pace > offset ? pace - offset : 0));

@@ -63,17 +63,16 @@ class MpiTransport : public Transport {
   /// The hosts as the shared-memory split and an allgather found them.
   HostLayout hostLayout() const { return {size(), hosts_, hostName_}; }
 
-  MPI_Comm dataComm() const { return data_; }
-  const MpiTagLayout& tagLayout() const { return layout_; }
 
  private:
   /// The group of `members` of `parent` over `data` (owned).
   MpiTransport(MpiTransport& parent, MPI_Comm data, const std::vector<int>& members);
   /// The group constructor's work; it frees the communicators if this throws.
   void setUpGroup(MpiTransport& parent, const std::vector<int>& members);
-  /// `pace`: the bytes expected to arrive, which decide whether an idle
+  /// Posts a receive (or a send) in parts of at most kMaxPartBytes.
+  /// `pace`: the bytes expected to move, which decide whether an idle
   /// progress pass yielded (MpiProgress::run).
-  RequestPtr postRecv(int peer, void* data, size_t bytes, size_t pace, const Tag& tag);
+  RequestPtr post(bool recv, int peer, void* data, size_t bytes, size_t pace, const Tag& tag);
   void checkGroup(const Tag& tag) const;
   void setUpSharedMemory(MPI_Comm local, size_t chunkBytes);
 

@@ -13,7 +13,20 @@
 #include <string>
 #include <vector>
 
+#include "compression/sparse_tensor.hpp"
+
 namespace gradcomm::testing {
+
+/// dense[indices[i]] += values[i] for i < nnz (the indices in range).
+template <typename IndexT>
+void scatterAddReference(float* dense, const IndexT* indices, const float* values, size_t nnz) {
+  for (size_t i = 0; i < nnz; ++i) dense[indices[i]] += values[i];
+}
+
+/// Adds a top-k selection into dense[s.denseCount].
+inline void scatterAddReference(float* dense, const compression::SparseTensor& s) {
+  for (size_t i = 0; i < s.nnz(); ++i) dense[s.index(i)] += s.values[i];
+}
 
 inline uint32_t bitsOf(float f) {
   uint32_t u;
