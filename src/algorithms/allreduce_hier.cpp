@@ -186,11 +186,7 @@ class HierAllreduceSchedule final : public Schedule {
     if (!t.reduceScatter) return what + wave + "allgather, " + v.gather.waitingFor();
     std::string s = what + wave + "reduce-scatter, round " + std::to_string(reduceNext_ + 1) + " of " +
                     std::to_string(v.rounds) + " in this host: ";
-    if (stalledOn_ >= 0 && g_) {
-      return s + "waiting for rank " + std::to_string(g_->ranks()[static_cast<size_t>(stalledOn_)]) + " to " +
-             stalledFor_;
-    }
-    return s + "running";
+    return s + stall_.describe(g_);
   }
 
   std::vector<int> awaitedPeers() const override {
@@ -285,11 +281,7 @@ class HierAllreduceSchedule final : public Schedule {
     const size_t k = stageNext_;
     if (k >= v.rounds || k > reduceNext_ + 1) return false;
     const uint64_t rid = v.firstRound + k;
-    if (int q = g_->peerStillReading(rid); q >= 0) {
-      stalledOn_ = q;
-      stalledFor_ = "finish reading an earlier round";
-      return false;
-    }
+    if (int q = g_->peerStillReading(rid); q >= 0) return stall_.set(q, "finish reading an earlier round");
     const int b = static_cast<int>(rid & 1);
     for (size_t j = 0; j < layout_.slices; ++j) {
       if (owns(me_, j)) continue;
@@ -311,9 +303,7 @@ class HierAllreduceSchedule final : public Schedule {
       if (q == me_) continue;
       const ShmRankBlock::Mailbox& box = g_->block(q).mailbox[b];
       if (box.ready.load(std::memory_order_acquire) < rid) {
-        stalledOn_ = q;
-        stalledFor_ = "stage its data";
-        return false;
+        return stall_.set(q, "stage its data");
       }
       if (box.fingerprint != ctx_.tag.fingerprint) hier::throwShmMismatch(ctx_, *g_, q, "hierarchical allreduce");
     }
@@ -329,7 +319,7 @@ class HierAllreduceSchedule final : public Schedule {
     }
     g_->block(me_).consumed.store(rid, std::memory_order_release);
     ++reduceNext_;
-    stalledOn_ = -1;
+    stall_.rank = -1;
     return true;
   }
 
@@ -349,8 +339,7 @@ class HierAllreduceSchedule final : public Schedule {
   size_t stageNext_ = 0, reduceNext_ = 0;  // rounds of the current reduce-scatter task
   size_t netFirst_ = 0, netStarted_ = 0;   // waves whose transfers may be in flight
   size_t scratchElems_ = 0;
-  int stalledOn_ = -1;
-  const char* stalledFor_ = "";
+  hier::ShmStall stall_;
 };
 
 class HierAllreduce final : public Algorithm {

@@ -68,10 +68,7 @@ class ShmAllreduceSchedule final : public Schedule {
 
   std::string waitingFor() const override {
     std::string what = "shared-memory round " + std::to_string(gatherNext_ + 1) + " of " + std::to_string(rounds_) + ": ";
-    if (stalledOn_ >= 0) {
-      return what + "waiting for rank " + std::to_string(g_.ranks()[static_cast<size_t>(stalledOn_)]) + " to " + stalledFor_;
-    }
-    return what + "running";
+    return what + stall_.describe(&g_);
   }
 
   void healthCheck() override { hier::checkPeersAlive(g_, kWhat); }
@@ -93,11 +90,6 @@ class ShmAllreduceSchedule final : public Schedule {
   }
   uint64_t id(size_t k) const { return firstRound_ + k; }
   int buf(size_t k) const { return static_cast<int>(id(k) & 1); }
-  bool stall(int q, const char* why) {
-    stalledOn_ = q;
-    stalledFor_ = why;
-    return false;
-  }
 
   // 1. Stage round stageNext_ (at most one round ahead of the gather).
   bool tryStage() {
@@ -105,7 +97,7 @@ class ShmAllreduceSchedule final : public Schedule {
     if (k >= rounds_ || k > gatherNext_ + 1) return false;
     // Buffer b last held round id-2: every peer must be done reading it.
     const uint64_t rid = id(k);
-    if (int q = g_.peerStillReading(rid); q >= 0) return stall(q, "finish reading an earlier round");
+    if (int q = g_.peerStillReading(rid); q >= 0) return stall_.set(q, "finish reading an earlier round");
     const int b = buf(k);
     char* mine = g_.buffer(me_, b);
     const size_t begin = roundBegin(k), n = roundCount(k);
@@ -128,7 +120,7 @@ class ShmAllreduceSchedule final : public Schedule {
     for (int q = 0; q < p_; ++q) {
       if (q == me_) continue;
       const ShmRankBlock::Mailbox& box = g_.block(q).mailbox[b];
-      if (box.ready.load(std::memory_order_acquire) < rid) return stall(q, "stage its data");
+      if (box.ready.load(std::memory_order_acquire) < rid) return stall_.set(q, "stage its data");
       if (box.fingerprint != ctx_.tag.fingerprint) throwMismatch(q);
     }
     const size_t begin = roundBegin(k);
@@ -160,7 +152,7 @@ class ShmAllreduceSchedule final : public Schedule {
       const uint64_t bit = uint64_t{1} << (q % 64);
       if (q == me_ || (gathered_ & bit)) continue;
       if (g_.block(q).reduced[b].load(std::memory_order_acquire) < rid) {
-        stall(q, "reduce its slice");
+        stall_.set(q, "reduce its slice");
         continue;
       }
       const Slice s = slice(k, q);
@@ -174,7 +166,7 @@ class ShmAllreduceSchedule final : public Schedule {
       ++gatherNext_;
       gathered_ = 0;
       gatheredCount_ = 0;
-      stalledOn_ = -1;
+      stall_.rank = -1;
       return true;
     }
     return moved;
@@ -189,7 +181,7 @@ class ShmAllreduceSchedule final : public Schedule {
     const size_t bytes = call_.count * elem_;
     const bool inlined = bytes <= ShmRankBlock::Mailbox::kInlineBytes;
     if (stageNext_ == 0) {
-      if (int q = g_.peerStillReading(rid); q >= 0) return stall(q, "finish reading an earlier round");
+      if (int q = g_.peerStillReading(rid); q >= 0) return stall_.set(q, "finish reading an earlier round");
       if (bytes) std::memcpy(inlined ? g_.block(me_).mailbox[b].data : g_.buffer(me_, b), in_, bytes);
       g_.publish(b, rid, ctx_.tag.fingerprint);
       stageNext_ = 1;
@@ -206,7 +198,7 @@ class ShmAllreduceSchedule final : public Schedule {
       }
       if (box.fingerprint != ctx_.tag.fingerprint) throwMismatch(q);
     }
-    if (late >= 0) return stall(late, "stage its data") || moved;
+    if (late >= 0) return stall_.set(late, "stage its data") || moved;
     if (call_.count) {
       // Our own operand comes from our staged copy: in place, `out` is `in`.
       auto staged = [&](int q) -> const char* {
@@ -255,8 +247,7 @@ class ShmAllreduceSchedule final : public Schedule {
   uint64_t gathered_ = 0;  // peers gathered in the current round (bit q % 64)
   int gatheredCount_ = 0;
   bool direct_ = false;
-  int stalledOn_ = -1;
-  const char* stalledFor_ = "";
+  hier::ShmStall stall_;
 };
 
 class ShmAllreduce final : public Algorithm {

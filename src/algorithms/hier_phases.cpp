@@ -121,6 +121,11 @@ void throwShmMismatch(const RunContext& ctx, const ShmGroup& g, int q, const cha
                                                  knownTheirs ? &theirs : nullptr));
 }
 
+std::string ShmStall::describe(const ShmGroup* g) const {
+  if (rank < 0 || !g) return "running";
+  return "waiting for rank " + std::to_string(g->ranks()[static_cast<size_t>(rank)]) + " to " + why;
+}
+
 void checkPeersAlive(const ShmGroup& g, const char* what) {
   for (int q = 0; q < g.localSize(); ++q) {
     if (q != g.localRank() && !g.alive(q)) {
@@ -173,11 +178,7 @@ bool ShmFanOut::tryPublish() {
   const size_t k = publishNext_;
   if (k >= rounds_ || k > gatherNext_ + 1) return false;
   const uint64_t rid = firstRound_ + k;
-  if (int q = g_->peerStillReading(rid); q >= 0) {
-    stalledOn_ = q;
-    stalledFor_ = "finish reading an earlier round";
-    return false;
-  }
+  if (int q = g_->peerStillReading(rid); q >= 0) return stall_.set(q, "finish reading an earlier round");
   const int b = static_cast<int>(rid & 1);
   for (size_t i = 0; i < items_.size(); ++i) {
     const FanOutItem& it = items_[i];
@@ -205,8 +206,7 @@ bool ShmFanOut::tryGather() {
     const uint64_t bit = uint64_t{1} << q;
     if (q == me_ || (gathered_ & bit)) continue;
     if (g_->block(q).reduced[b].load(std::memory_order_acquire) < rid) {
-      stalledOn_ = q;
-      stalledFor_ = "publish its data";
+      stall_.set(q, "publish its data");
       continue;
     }
     if (g_->block(q).mailbox[b].fingerprint != ctx_->tag.fingerprint) throwShmMismatch(*ctx_, *g_, q, what_);
@@ -225,7 +225,7 @@ bool ShmFanOut::tryGather() {
     ++gatherNext_;
     gathered_ = 0;
     gatheredCount_ = 0;
-    stalledOn_ = -1;
+    stall_.rank = -1;
     return true;
   }
   return moved;
@@ -233,10 +233,7 @@ bool ShmFanOut::tryGather() {
 
 std::string ShmFanOut::waitingFor() const {
   std::string s = "round " + std::to_string(gatherNext_ + 1) + " of " + std::to_string(rounds_) + " in this host: ";
-  if (stalledOn_ >= 0 && g_) {
-    return s + "waiting for rank " + std::to_string(g_->ranks()[static_cast<size_t>(stalledOn_)]) + " to " + stalledFor_;
-  }
-  return s + "running";
+  return s + stall_.describe(g_);
 }
 
 PhasedSchedule::PhasedSchedule(const RunContext& ctx, ShmGroup* g, size_t elem, PhasedParts parts)

@@ -18,6 +18,20 @@
 
 namespace gradcomm::algorithms::hier {
 
+/// The host-local peer a shared-memory step waits for, and for what.
+struct ShmStall {
+  int rank = -1;  ///< local rank; -1 while nothing is awaited
+  const char* why = "";
+  /// Records the wait; returns false (the step did not move).
+  bool set(int q, const char* reason) {
+    rank = q;
+    why = reason;
+    return false;
+  }
+  /// "waiting for rank R to WHY" (R: the rank of the whole group), or "running".
+  std::string describe(const transport::ShmGroup* g) const;
+};
+
 /// Where this rank sits among the hosts.
 struct Layout {
   std::vector<std::vector<int>> hosts;  ///< every host's ranks, ascending
@@ -109,8 +123,7 @@ class ShmFanOut {
   size_t publishNext_ = 0, gatherNext_ = 0;
   uint64_t gathered_ = 0;
   int gatheredCount_ = 0;
-  int stalledOn_ = -1;
-  const char* stalledFor_ = "";
+  ShmStall stall_;
 };
 
 /// The shape broadcast and allgather share: a fan-out in the host, a plan

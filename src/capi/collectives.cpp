@@ -57,27 +57,29 @@ void flipTopBits(void* p, size_t count, size_t bytes) {
   }
 }
 
-/// A host reduction (allreduce, reduce, reduce-scatter). `inCount` is the
-/// input's element count, `outCount` the output's.
-HostCall reduction(ncclComm_t comm, cudaStream_t stream, Collective coll, const void* in, void* out, size_t count,
-                   size_t inCount, size_t outCount, const HostType& t, ReduceOp op, int root) {
+/// Starts a host reduction (allreduce, reduce or reduce-scatter).
+Work submitReduction(ncclComm_t comm, Collective coll, const void* in, void* out, size_t count, DataType type,
+                     ReduceOp op, int root) {
+  switch (coll) {
+    case Collective::kAllreduce: return comm->host.allreduce(in, out, count, type, op);
+    case Collective::kReduce: return comm->host.reduce(in, out, count, type, op, root);
+    default: return comm->host.reduceScatter(in, out, count, type, op);
+  }
+}
+
+/// A host min or max of unsigned integers, as the signed reduction of
+/// values with their top bits flipped. `inCount` is the input's element
+/// count, `outCount` the output's.
+HostCall flippedReduction(ncclComm_t comm, cudaStream_t stream, Collective coll, const void* in, void* out,
+                          size_t count, size_t inCount, size_t outCount, const HostType& t, ReduceOp op, int root) {
   HostCall c;
   c.comm = comm;
   c.stream = stream;
   c.bytes = inCount * t.bytes;
-  const bool flip = t.isUnsigned && (op == ReduceOp::kMin || op == ReduceOp::kMax);
   const bool writesOut = coll != Collective::kReduce || comm->rank == root;
-  auto submit = [comm, coll, out, count, type = t.type, op, root](const void* input) -> Work {
-    switch (coll) {
-      case Collective::kAllreduce: return comm->host.allreduce(input, out, count, type, op);
-      case Collective::kReduce: return comm->host.reduce(input, out, count, type, op, root);
-      default: return comm->host.reduceScatter(input, out, count, type, op);
-    }
+  auto submit = [comm, coll, out, count, type = t.type, op, root](const void* input) {
+    return submitReduction(comm, coll, input, out, count, type, op, root);
   };
-  if (!flip) {
-    c.start = [submit, in] { return submit(in); };
-    return c;
-  }
   auto scratch = std::make_shared<std::vector<unsigned char>>();
   const size_t bytes = t.bytes;
   c.start = [submit, in, scratch, inCount, bytes] {
@@ -90,6 +92,19 @@ HostCall reduction(ncclComm_t comm, cudaStream_t stream, Collective coll, const 
     if (writesOut && outCount) flipTopBits(out, outCount, bytes);
   };
   return c;
+}
+
+/// Runs `start` (returns the call's Work) now, or, inside a group, at
+/// ncclGroupEnd.
+template <typename Start>
+ncclResult_t hostCollective(ncclComm_t comm, cudaStream_t stream, const char* fn, size_t bytes, Start start) {
+  if (!inGroup()) return runNow(comm, stream, fn, start);
+  HostCall c;
+  c.comm = comm;
+  c.stream = stream;
+  c.bytes = bytes;
+  c.start = std::move(start);
+  return enqueue(std::move(c), fn);
 }
 
 ncclResult_t enqueueReduction(const char* fn, const void* sendbuff, void* recvbuff, size_t count,
@@ -119,16 +134,12 @@ ncclResult_t enqueueReduction(const char* fn, const void* sendbuff, void* recvbu
                            "min and max of unsigned integers on device buffers need the real NCCL, and this "
                            "communicator has none: " + comm->realWhy);
   }
-  if (!flip && !inGroup()) {
-    return runNow(comm, stream, fn, [&]() -> Work {
-      switch (coll) {
-        case Collective::kAllreduce: return comm->host.allreduce(sendbuff, recvbuff, count, t.type, rop);
-        case Collective::kReduce: return comm->host.reduce(sendbuff, recvbuff, count, t.type, rop, root);
-        default: return comm->host.reduceScatter(sendbuff, recvbuff, count, t.type, rop);
-      }
+  if (!flip) {
+    return hostCollective(comm, stream, fn, total, [comm, coll, sendbuff, recvbuff, count, type = t.type, rop, root] {
+      return submitReduction(comm, coll, sendbuff, recvbuff, count, type, rop, root);
     });
   }
-  return enqueue(reduction(comm, stream, coll, sendbuff, recvbuff, count, inCount, count, t, rop, root), fn);
+  return enqueue(flippedReduction(comm, stream, coll, sendbuff, recvbuff, count, inCount, count, t, rop, root), fn);
 }
 
 }  // namespace
@@ -194,19 +205,9 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
       if (auto r = checkPointer(fn, "sendbuff", sendbuff, count)) return r;
     }
     if (auto r = checkPointer(fn, "recvbuff", recvbuff, count)) return r;
-    if (!inGroup()) {
-      return runNow(comm, stream, fn, [&] {
-        return comm->host.broadcast(comm->rank == root ? sendbuff : recvbuff, recvbuff, count, t.type, root);
-      });
-    }
-    HostCall c;
-    c.comm = comm;
-    c.stream = stream;
-    c.bytes = total;
-    c.start = [comm, sendbuff, recvbuff, count, type = t.type, root] {
+    return hostCollective(comm, stream, fn, total, [comm, sendbuff, recvbuff, count, type = t.type, root] {
       return comm->host.broadcast(comm->rank == root ? sendbuff : recvbuff, recvbuff, count, type, root);
-    };
-    return enqueue(std::move(c), fn);
+    });
   });
 }
 
@@ -232,17 +233,9 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
     if (auto r = checkSize(fn, sendcount * comm->nranks, t.bytes, &total)) return r;
     if (auto r = checkPointer(fn, "sendbuff", sendbuff, sendcount)) return r;
     if (auto r = checkPointer(fn, "recvbuff", recvbuff, sendcount)) return r;
-    if (!inGroup()) {
-      return runNow(comm, stream, fn, [&] { return comm->host.allgather(sendbuff, recvbuff, sendcount, t.type); });
-    }
-    HostCall c;
-    c.comm = comm;
-    c.stream = stream;
-    c.bytes = total;
-    c.start = [comm, sendbuff, recvbuff, sendcount, type = t.type] {
+    return hostCollective(comm, stream, fn, total, [comm, sendbuff, recvbuff, sendcount, type = t.type] {
       return comm->host.allgather(sendbuff, recvbuff, sendcount, type);
-    };
-    return enqueue(std::move(c), fn);
+    });
   });
 }
 
