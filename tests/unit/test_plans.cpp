@@ -587,3 +587,20 @@ TEST(Selector, NativeIsNoGradcommAlgoChoiceInABuildWithoutMpi) {
     }
   }
 }
+
+// What a stalled shared-memory step reports in a timeout: the awaited peer
+// by its rank in the whole group, and the step it has not done.
+TEST(ShmStall, NamesTheAwaitedPeerByItsGroupRankOrSaysRunning) {
+  const std::vector<int> ranks{4, 9};
+  const size_t stride = transport::ShmGroup::strideFor(4096);
+  std::vector<char> memory(2 * stride + 4096);
+  char* base = memory.data() + (4096 - reinterpret_cast<uintptr_t>(memory.data()) % 4096) % 4096;
+  transport::ShmGroup g(ranks, 0, 4096, base, nullptr);
+  hier::ShmStall stall;
+  EXPECT_EQ(stall.describe(&g), "running");
+  EXPECT_FALSE(stall.set(1, "stage its data"));  // the step did not move
+  EXPECT_EQ(stall.describe(&g), "waiting for rank 9 to stage its data");
+  EXPECT_EQ(stall.describe(nullptr), "running");
+  stall.rank = -1;
+  EXPECT_EQ(stall.describe(&g), "running");
+}
