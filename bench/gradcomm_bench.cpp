@@ -58,6 +58,7 @@ struct Args {
   std::string json;
   std::string csv;
   std::string tune;  // --tune FILE: write the fastest algorithm per size as a tuning file
+  std::string calibrate;  // --calibrate FILE: measure the links at creation, write the costs
   std::vector<std::string> compressions;  // empty: GRADCOMM_COMPRESSION's value (allreduce), else none
   std::vector<std::string> transports;  // empty: the default of the launch
   bool noMpi = false;
@@ -212,6 +213,10 @@ void usage() {
       "                          fastest (out-of-place time) as a GRADCOMM_TUNING_FILE for this layout;\n"
       "                          under Open MPI prefer gradcomm-tune [options] FILE (mpirun takes\n"
       "                          --tune FILE for its own parameter file)\n"
+      "  --calibrate FILE        create the communicators with GRADCOMM_CALIBRATE=1 (latency and\n"
+      "                          bandwidth of each link class measured at creation) and write the\n"
+      "                          first one's costs to FILE, which GRADCOMM_CALIBRATE=FILE loads in\n"
+      "                          later jobs of this layout (the sizes asked for are measured too)\n"
       "  -q, --quiet             no progress on stderr\n"
       "  --median                time each call and report the median (the slowest rank's), not the\n"
       "                          mean of the whole run: robust to a rare long stall on a busy host\n"
@@ -309,6 +314,8 @@ Args parseArgs(int argc, char** argv) {
       a.csv = next();
     } else if (k == "--tune") {
       a.tune = next();
+    } else if (k == "--calibrate") {
+      a.calibrate = next();
     } else if (k == "-q" || k == "--quiet") {
       a.quiet = true;
     } else if (k == "--median") {
@@ -360,7 +367,8 @@ Args parseArgs(int argc, char** argv) {
   std::string why;
   if (gRank == 0) {
     for (const auto& [option, path] :
-         {std::pair<std::string, std::string>{"--json", a.json}, {"--csv", a.csv}, {"--tune", a.tune}}) {
+         {std::pair<std::string, std::string>{"--json", a.json}, {"--csv", a.csv}, {"--tune", a.tune},
+          {"--calibrate", a.calibrate}}) {
       if (!path.empty() && why.empty() && !bench::unwritable(path).empty()) why = option + ": " + bench::unwritable(path);
     }
   }
@@ -917,6 +925,10 @@ int main(int argc, char** argv) {
   // MPI-free: one communicator formed from the environment measures and
   // also carries the bench's own bookkeeping.
   std::unique_ptr<Communicator> envComm;
+  // Before the arguments are parsed: the environment's communicator
+  // measures at its creation.
+  bool calibrate = false;
+  for (int i = 1; i < argc; ++i) calibrate = calibrate || std::strcmp(argv[i], "--calibrate") == 0;
 #if GRADCOMM_HAVE_MPI
   if (gUseMpi) {
     mpi = MPI_COMM_NULL;
@@ -925,7 +937,7 @@ int main(int argc, char** argv) {
 #endif
   {
     try {
-      envComm = std::make_unique<Communicator>(bench::makeCommunicator(false, ""));
+      envComm = std::make_unique<Communicator>(bench::makeCommunicator(false, "", calibrate));
     } catch (const Error& e) {
       std::fprintf(stderr, "gradcomm-bench: %s\n", e.what());
       return 2;
@@ -1030,18 +1042,22 @@ int main(int argc, char** argv) {
     }
   }
   std::string layout;  // of the first transport's communicator, for --tune
+  std::string calibration;  // its costs, for --calibrate
   for (const auto& transport : args.transports) {
   std::unique_ptr<Communicator> owned;
   Communicator* comm = envComm.get();
   if (gUseMpi) {
     try {
-      owned = std::make_unique<Communicator>(bench::makeCommunicator(true, transport));
+      owned = std::make_unique<Communicator>(bench::makeCommunicator(true, transport, calibrate));
     } catch (const Error& e) {
       die(e.what());
     }
     comm = owned.get();
   }
-  if (layout.empty()) layout = comm->layout();
+  if (layout.empty()) {
+    layout = comm->layout();
+    if (!args.calibrate.empty()) calibration = comm->calibration();
+  }
   Context ctx{args, comm, mpi, hosts, control, transport};
   // Baselines do not depend on gradcomm's transport: once.
   auto baselineAgain = [&](const Config& run) {
@@ -1243,6 +1259,15 @@ int main(int argc, char** argv) {
     const std::string why = writeTuningFile(args.tune, all, args.collective, args.transports.front(), layout);
     if (!why.empty()) {
       std::fprintf(stderr, "gradcomm-bench: %s\n", why.c_str());
+      written = false;
+    }
+  }
+  if (gRank == 0 && !args.calibrate.empty()) {
+    std::ofstream f(args.calibrate, std::ios::trunc);
+    f << calibration;
+    f.close();
+    if (!f) {
+      std::fprintf(stderr, "gradcomm-bench: could not write the calibration to '%s'\n", args.calibrate.c_str());
       written = false;
     }
   }

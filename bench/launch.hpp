@@ -111,9 +111,10 @@ inline int ranksOnThisHost(Communicator& comm) {
 
 /// The communicator a tool measures with: over MPI_COMM_WORLD with
 /// GRADCOMM_TRANSPORT=`transport` when MPI is up, else from the environment.
-inline Communicator makeCommunicator(bool useMpi, const std::string& transport) {
+inline Communicator makeCommunicator(bool useMpi, const std::string& transport, bool calibrate = false) {
   Options o;
   if (!transport.empty()) o.set("TRANSPORT", transport);
+  if (calibrate) o.set("CALIBRATE", "1");
 #if GRADCOMM_HAVE_MPI
   if (useMpi) return communicatorFromMpi(MPI_COMM_WORLD, o);
 #else

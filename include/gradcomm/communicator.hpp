@@ -271,6 +271,11 @@ class GRADCOMM_API Communicator {
   std::string layout() const;
   /// The topology and the cost model's inputs, one line each.
   std::string describeTopology() const;
+  /// The cost model's inputs as a calibration file for this layout, which
+  /// GRADCOMM_CALIBRATE=PATH loads (`gradcomm-bench --calibrate FILE`
+  /// writes one measured with GRADCOMM_CALIBRATE=1). InvalidUsage with
+  /// GRADCOMM_SELECT=rule (no cost model).
+  std::string calibration() const;
 
   /// Ends the communicator for every handle: later calls throw
   /// InvalidUsage. The last communicator of a context (this one and those

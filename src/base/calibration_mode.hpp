@@ -6,8 +6,8 @@
 namespace gradcomm::topology {
 
 /// GRADCOMM_CALIBRATE: 0 (the default: MachineCosts::forHardware()), 1 (measure at
-/// communicator creation), or a path (load it if it exists and was written
-/// for this layout, else measure and write it).
+/// communicator creation), or a path (load it where it was written for this
+/// layout; gradcomm-bench --calibrate FILE writes one).
 struct CalibrationMode {
   enum class Kind { kOff, kRun, kFile };
   Kind kind = Kind::kOff;

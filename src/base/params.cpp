@@ -168,7 +168,8 @@ const std::vector<ParamDef>& registry() {
         "GRADCOMM_CALIBRATE", "0", "0 | 1 | path",
         "Cost model inputs: 0 uses static constants from rank 0's hardware (ranks per host against CPUs, NIC "
         "speed), the same on every run; 1 measures latency and bandwidth per link class with a few ping-pongs "
-        "at communicator creation; a path loads that file (or measures and writes it)",
+        "at communicator creation; a path loads that file (rank 0 reads it; one written by gradcomm-bench "
+        "--calibrate FILE), and an unreadable file is an error",
         [](Config& c, const std::string& v, const std::string&) {
           topology::CalibrationMode::parse(v);  // validates
           c.calibrate = std::string(trim(v));

@@ -5,6 +5,7 @@
 #include "core/communicator_impl.hpp"
 #include "core/device_staging.hpp"
 #include "base/units.hpp"
+#include "topology/calibration.hpp"
 #include "topology/tuning_file.hpp"
 
 namespace gradcomm {
@@ -236,6 +237,13 @@ Communicator::Selection Communicator::explainSelection(Collective collective, si
 
 std::string Communicator::layout() const {
   return topology::layoutName(checked().topology());
+}
+
+std::string Communicator::calibration() const {
+  const auto& impl = checked();
+  const auto* model = impl.selector().model();
+  if (!model) throw InvalidUsage("calibration(): GRADCOMM_SELECT=rule uses no cost model");
+  return topology::formatCalibration(model->costs(), topology::layoutName(impl.topology()));
 }
 
 std::string Communicator::describeTopology() const {

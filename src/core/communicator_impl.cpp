@@ -180,11 +180,11 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t, core::AbortChanne
       static_cast<int>(view_.hostLocalRanks(0).size()), topology::hostCpus(view_.hardware()),
       config_.netBitsPerSecond > 0 ? config_.netBitsPerSecond : view_.hardware().nicBitsPerSecond);
   in.budget = config_.calibrateBudget;
-  bool measure = false;
   if (rank_ == 0) {
     // Only rank 0 reads files: other hosts may not see them, and every rank
-    // must use the same numbers.
-    measure = mode.kind == CalibrationMode::Kind::kRun;
+    // must use the same numbers. A file is only read: a job never measures
+    // unless asked (GRADCOMM_CALIBRATE=1), so a missing file is an error and
+    // one of another layout leaves the static model in place.
     if (mode.kind == CalibrationMode::Kind::kFile) {
       if (auto text = readFile(mode.path)) {
         try {
@@ -196,17 +196,18 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t, core::AbortChanne
           } else {
             core::log(core::LogLevel::kWarn, rank_,
                       "GRADCOMM_CALIBRATE file " + mode.path + " was measured on layout " + fileLayout +
-                          ", this job is " + layout + ": measuring again and rewriting it");
-            measure = true;
+                          ", this job is " + layout + ": using the static model (write a file for this layout " +
+                          "with gradcomm-bench --calibrate FILE)");
           }
         } catch (const ConfigError& e) {
           in.tuning.error = e.what();
         }
       } else {
-        measure = true;  // first run: measure, then write the file
+        in.tuning.error = "GRADCOMM_CALIBRATE: cannot read '" + mode.path + "' on rank 0: " + std::strerror(errno) +
+                          " (write it with gradcomm-bench --calibrate FILE, or set GRADCOMM_CALIBRATE=0)";
       }
     }
-    if (measure) {
+    if (mode.kind == CalibrationMode::Kind::kRun) {
       in.costs = topology::measureLocalCosts();
       in.runPingPong = size_ > 1;
       // Alone, there are no links to probe: the local costs are all there is.
@@ -248,14 +249,6 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t, core::AbortChanne
   }
   if (!result->error.empty()) throw ConfigError(result->error);
   if (result->costs.source == "file") result->costs.source = "file " + mode.path;
-  if (rank_ == 0 && mode.kind == CalibrationMode::Kind::kFile && measure) {
-    std::ofstream out(mode.path, std::ios::trunc);
-    out << topology::formatCalibration(result->costs, layout);
-    if (!out) {
-      core::log(core::LogLevel::kWarn, rank_,
-                "GRADCOMM_CALIBRATE: could not write " + mode.path + " (the next job measures again)");
-    }
-  }
   std::shared_ptr<topology::TuningTable> tuning;
   if (result->tuningPresent) {
     tuning = std::make_shared<topology::TuningTable>(

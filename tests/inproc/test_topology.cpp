@@ -520,30 +520,41 @@ TEST(StaticModel, RepeatedRunsOfAFixedAlgorithmGiveBitwiseIdenticalResults) {
   }
 }
 
-TEST(Calibration, FileIsWrittenByTheFirstJobAndLoadedByTheNext) {
+// A calibration (GRADCOMM_CALIBRATE=1) saved with Communicator::calibration()
+// is what a later job of that layout loads; a job of another layout keeps
+// the static model, and a job never measures because of a file.
+TEST(Calibration, ASavedCalibrationIsLoadedByTheNextJobOfItsLayoutOnly) {
   const std::string path = tempPath("calibration");
-  std::remove(path.c_str());
-  Options o;
-  o.set("CALIBRATE", path);
+  Options measured;
+  measured.set("CALIBRATE", "1");
   Seen first;
-  runRanks(4, [&](RankContext& c) { record(c, first); }, o, hostsOf(2));
+  std::string text;
+  runRanks(4, [&](RankContext& c) {
+    record(c, first);
+    if (c.rank == 0) text = c.comm.calibration();
+  }, measured, hostsOf(2));
   EXPECT_EQ(first.costs[0].source, "calibrated");
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << "no calibration file at " << path;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  {
+    std::ofstream out(path);
+    out << text;
+  }
   std::string layout;
   const auto saved = topology::parseCalibration(text, path, &layout);
   EXPECT_EQ(layout, "2x2");
   EXPECT_DOUBLE_EQ(saved.interHost.alphaSeconds, first.costs[0].interHost.alphaSeconds);
+  Options o;
+  o.set("CALIBRATE", path);
   Seen second;
   runRanks(4, [&](RankContext& c) { record(c, second); }, o, hostsOf(2));
   expectAllAlike(second);
   EXPECT_EQ(second.costs[0].source, "file " + path);
   EXPECT_DOUBLE_EQ(second.costs[0].interHost.betaSecondsPerByte, first.costs[0].interHost.betaSecondsPerByte);
-  // Another layout does not take the 2x2 numbers: it measures again.
+  EXPECT_EQ(second.choices[0], first.choices[0]);
+  // Another layout does not take the 2x2 numbers, and measures nothing.
   Seen other;
   runRanks(4, [&](RankContext& c) { record(c, other); }, o, hostsOf(1));
-  EXPECT_EQ(other.costs[0].source, "calibrated");
+  expectAllAlike(other);
+  EXPECT_EQ(other.costs[0].source, "static");
   std::remove(path.c_str());
 }
 
@@ -671,33 +682,39 @@ std::pair<std::string, std::string> createAll(const NamedLayout& l, const Option
 
 }  // namespace
 
-// A calibration file written on any layout, uneven ones included, is read
-// back by the next job of that layout (it used to be written with the
-// layout's description, "4 rank(s) on 2 host(s) (1+3)", which the reader
-// took for a malformed line: every later creation failed).
-TEST(Calibration, AFileWrittenOnAnyLayoutIsLoadedByTheNextJobOfThatLayout) {
+/// Rank 0's Communicator::calibration() of a job of layout `l` made with `o`.
+std::string calibrationOf(const NamedLayout& l, const Options& o) {
+  std::string text;
+  runRanks(l.size, [&](RankContext& c) {
+    if (c.rank == 0) text = c.comm.calibration();
+  }, o, l.settings);
+  return text;
+}
+
+// A calibration saved on any layout, uneven ones included, is read back by
+// the next job of that layout (a layout described in words, "4 rank(s) on 2
+// host(s) (1+3)", would be taken for a malformed line).
+TEST(Calibration, ACalibrationSavedOnAnyLayoutIsLoadedByTheNextJobOfThatLayout) {
   for (const auto& l : layoutsUnderTest()) {
     SCOPED_TRACE(l.name);
     const std::string path = tempPath("calibration_layout");
-    std::remove(path.c_str());
+    Options measured;
+    measured.set("CALIBRATE", "1");
+    const std::string text = calibrationOf(l, measured);
+    {
+      std::ofstream out(path);
+      out << text;
+    }
     Options o;
     o.set("CALIBRATE", path);
-    const auto first = createAll(l, o);
-    EXPECT_EQ(first.second, "calibrated");
-    const auto second = createAll(l, o);
-    EXPECT_EQ(second.second, "file " + path) << "the file held:\n"
-                                             << [&] {
-                                                  std::ifstream in(path);
-                                                  return std::string((std::istreambuf_iterator<char>(in)),
-                                                                     std::istreambuf_iterator<char>());
-                                                }();
+    EXPECT_EQ(createAll(l, o).second, "file " + path) << "the file held:\n" << text;
     std::remove(path.c_str());
   }
 }
 
 // A file that an earlier version wrote on an uneven layout names it in
-// words: the next job measures again and rewrites it in the one-word form.
-TEST(Calibration, AFileNamingItsLayoutInWordsIsMeasuredAgainAndRewritten) {
+// words: it does not apply, and the job keeps the static model.
+TEST(Calibration, AFileNamingItsLayoutInWordsLeavesTheStaticModel) {
   const auto l = layoutsUnderTest()[2];  // 1+3
   const std::string path = tempPath("calibration_old_layout");
   {
@@ -706,12 +723,31 @@ TEST(Calibration, AFileNamingItsLayoutInWordsIsMeasuredAgainAndRewritten) {
   }
   Options o;
   o.set("CALIBRATE", path);
-  EXPECT_EQ(createAll(l, o).second, "calibrated");
-  std::ifstream in(path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("\nlayout 1+3\n"), std::string::npos) << text;
-  EXPECT_EQ(createAll(l, o).second, "file " + path);
+  EXPECT_EQ(createAll(l, o).second, "static");
   std::remove(path.c_str());
+}
+
+// A calibration file that cannot be read is an error on every rank, naming
+// the file and the tool that writes one (a job never measures in its stead).
+TEST(Calibration, AMissingFileIsAConfigErrorOnEveryRank) {
+  const std::string path = tempPath("calibration_missing");
+  std::remove(path.c_str());
+  Options o;
+  o.set("CALIBRATE", path);
+  const auto outcome = createThree(o);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(outcome[static_cast<size_t>(r)].find("GRADCOMM_CALIBRATE: cannot read '" + path + "' on rank 0"),
+              std::string::npos)
+        << "rank " << r << ": " << outcome[static_cast<size_t>(r)];
+    EXPECT_NE(outcome[static_cast<size_t>(r)].find("gradcomm-bench --calibrate"), std::string::npos);
+  }
+}
+
+// With GRADCOMM_SELECT=rule there is no cost model to save.
+TEST(Calibration, ThereIsNoneToSaveWithoutACostModel) {
+  Options o;
+  o.set("SELECT", "rule");
+  runRanks(2, [&](RankContext& c) { EXPECT_THROW(c.comm.calibration(), InvalidUsage); }, o);
 }
 
 // A tuning file names the layout as Communicator::layout() does, for any
