@@ -129,7 +129,8 @@ const std::vector<ParamDef>& registry() {
                             "Device buffers: 'nccl' runs a communicator's device calls on NCCL (opened at run "
                             "time; every rank on a device of its own), 'staged' moves them through pinned host "
                             "memory into gradcomm's host algorithms, 'auto' takes NCCL where it can serve every "
-                            "rank (compressed calls are always staged; equal on every rank)"));
+                            "rank (fp16/bf16-compressed allreduce sums its payloads on NCCL, top-k-compressed calls are "
+                            "always staged; equal on every rank)"));
     d.push_back(bytesParam("GRADCOMM_NET_SEGMENT_SIZE", "4M", &Config::netSegmentBytes, 64,
                            "Pipeline segment of ring and halving-doubling (allreduce, reduce-scatter, "
                            "allgather) when the communicator spans hosts: fewer, larger messages between "
@@ -286,7 +287,8 @@ size_t editDistance(const std::string& a, const std::string& b) {
 
 /// GRADCOMM_* variables that are not parameters but are read elsewhere.
 bool readElsewhere(const std::string& name) {
-  static const char* const kExact[] = {"GRADCOMM_RANK", "GRADCOMM_WORLD_SIZE", "GRADCOMM_RENDEZVOUS"};
+  static const char* const kExact[] = {"GRADCOMM_RANK", "GRADCOMM_WORLD_SIZE", "GRADCOMM_RENDEZVOUS",
+                                      "GRADCOMM_LOCAL_RANK"};
   static const char* const kPrefixes[] = {"GRADCOMM_NCCL_", "GRADCOMM_TEST_", "GRADCOMM_NETNS_"};
   for (const char* e : kExact) {
     if (name == e) return true;

@@ -8,12 +8,12 @@
 //                     residual -> payload, device) -> copy payload to pinned
 //   progress engine:  the host algorithm moves the payloads (an allreduce of
 //                     summable payloads, an allgather of top-k slots)
-//   to-device stream: copy payload(s) back -> decompress / decompressAdd
-//                     into the output -> avg or pre-scale correction -> the
-//                     event Work::wait / synchronize wait for
+//   to-device stream: copy payload(s) back -> decompressAll into the output
+//                     -> avg or pre-scale correction -> the event
+//                     Work::wait / synchronize wait for
 //
 // Every step mirrors algorithms/allreduce_compressed.cpp (same payload
-// shape, seed, scale, inner algorithm and rank order of decompressAdd), so
+// shape, seed, scale, inner algorithm and rank order of decompression), so
 // with deterministic compressors the result equals the host path's bit for
 // bit. The residual lives in device memory of the call's device.
 #include <algorithm>
@@ -60,8 +60,8 @@ void scaleAfterSum(device::Runtime& rt, float* out, size_t n, int ranks, bool pr
 
 Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const compression::Spec& spec,
                                               const CollectiveOptions& options, int device) {
-  // Top-k's decompression reads each payload's count on the host (a wait
-  // for the stream): on the caller's stream that would block the caller,
+  // Top-k's decompression waits for its stream to read back the check of
+  // the slots: on the caller's stream that would block the caller,
   // so top-k payloads take the staged path whatever the engine.
   if (spec.kind == compression::Kind::kFp16 || spec.kind == compression::Kind::kBf16) {
     if (auto comm = directEngine(call, device)) return submitDirectCompressed(comm, call, spec, options, device);

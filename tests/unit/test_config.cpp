@@ -245,8 +245,9 @@ TEST(Parameters, UnknownEnvironmentWarningSuggestsOnlyPlausibleNames) {
 }
 
 TEST(Parameters, VariablesReadElsewhereNeverWarn) {
-  for (const char* name : {"GRADCOMM_RANK", "GRADCOMM_WORLD_SIZE", "GRADCOMM_RENDEZVOUS", "GRADCOMM_NCCL_LIB",
-                           "GRADCOMM_NCCL_ID_ADDR", "GRADCOMM_TEST_SEED", "GRADCOMM_NETNS_PPN", "GRADCOMM_TIMEOUT",
+  for (const char* name : {"GRADCOMM_RANK", "GRADCOMM_WORLD_SIZE", "GRADCOMM_RENDEZVOUS", "GRADCOMM_LOCAL_RANK",
+                           "GRADCOMM_NCCL_LIB", "GRADCOMM_NCCL_ID_ADDR", "GRADCOMM_TEST_SEED", "GRADCOMM_NETNS_PPN",
+                           "GRADCOMM_TIMEOUT",
                            "GRADCOMM_STATS_ALL_RANKS", "OMPI_COMM_WORLD_RANK"}) {
     EXPECT_EQ(unknownEnvironmentWarning(name), "") << name;
   }
