@@ -57,7 +57,7 @@ struct SlotLayout {
 /// here waits. statusDevice holds 2 per slot and is cleared first; then
 /// status[2q] is the count of slot q when it exceeds the capacity (nothing
 /// of that slot is added) and status[2q + 1] how many of its indices were
-/// >= denseCount (skipped).
+/// >= denseCount (skipped). `dense` may be null when denseCount is 0.
 void scatterAddSlots(float* dense, size_t denseCount, const char* payloads, size_t slotBytes, int slots,
                      const SlotLayout& layout, unsigned long long* statusDevice, void* stream);
 

@@ -35,7 +35,7 @@ __global__ void scatterAddSlotKernel(float* __restrict__ dense, size_t denseCoun
 void scatterAddSlots(float* dense, size_t denseCount, const char* payloads, size_t slotBytes, int slots,
                      const SlotLayout& layout, unsigned long long* statusDevice, void* stream) {
   if (slots <= 0) return;
-  if (!dense || !payloads || !statusDevice) {
+  if ((!dense && denseCount) || !payloads || !statusDevice) {
     throw InvalidArgument("cuda::scatterAddSlots: null buffer for " + std::to_string(slots) + " payloads");
   }
   auto s = static_cast<cudaStream_t>(stream);

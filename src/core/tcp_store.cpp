@@ -205,15 +205,14 @@ std::string quoteKeys(const std::vector<std::string>& keys) {
 
 // ---- encoding ---------------------------------------------------------------------
 
-void putU16(Bytes& b, uint16_t v) {
-  for (int i = 0; i < 2; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
+/// Appends v, least significant byte first (every integer on the wire).
+template <typename T>
+void putLe(Bytes& b, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
 }
-void putU32(Bytes& b, uint32_t v) {
-  for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void putU64(Bytes& b, uint64_t v) {
-  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
+void putU16(Bytes& b, uint16_t v) { putLe(b, v); }
+void putU32(Bytes& b, uint32_t v) { putLe(b, v); }
+void putU64(Bytes& b, uint64_t v) { putLe(b, v); }
 void putString(Bytes& b, const void* data, size_t n) {
   putU32(b, static_cast<uint32_t>(n));
   const uint8_t* p = static_cast<const uint8_t*>(data);
@@ -244,16 +243,8 @@ class Reader {
   uint32_t u32() { return loadU32(take(4)); }
   uint64_t u64() { return loadU64(take(8)); }
   int64_t i64() { return static_cast<int64_t>(u64()); }
-  std::string string(size_t maxBytes, const char* what) {
-    size_t n = checkedLength(maxBytes, what);
-    const uint8_t* p = take(n);
-    return std::string(reinterpret_cast<const char*>(p), n);
-  }
-  Bytes bytes(size_t maxBytes, const char* what) {
-    size_t n = checkedLength(maxBytes, what);
-    const uint8_t* p = take(n);
-    return Bytes(p, p + n);
-  }
+  std::string string(size_t maxBytes, const char* what) { return blob<std::string>(maxBytes, what); }
+  Bytes bytes(size_t maxBytes, const char* what) { return blob<Bytes>(maxBytes, what); }
   std::vector<std::string> keys() {
     uint32_t count = u32();
     if (count > kMaxKeysPerRequest) throw ProtocolError(std::to_string(count) + " keys in one request");
@@ -267,6 +258,13 @@ class Reader {
   }
 
  private:
+  /// A length-prefixed run of bytes as a T (std::string or Bytes).
+  template <typename T>
+  T blob(size_t maxBytes, const char* what) {
+    const size_t n = checkedLength(maxBytes, what);
+    const uint8_t* p = take(n);
+    return T(p, p + n);
+  }
   size_t checkedLength(size_t maxBytes, const char* what) {
     uint32_t n = u32();
     if (n > maxBytes) throw ProtocolError(std::string(what) + " of " + std::to_string(n) + " bytes");
@@ -1000,39 +998,30 @@ bool waitReady(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-void sendAll(int fd, const uint8_t* data, size_t size, Clock::time_point deadline) {
+/// Sends (or receives) exactly `size` bytes by `deadline`.
+void transferAll(int fd, uint8_t* data, size_t size, Clock::time_point deadline, bool send) {
   size_t done = 0;
   while (done < size) {
-    ssize_t n = ::send(fd, data + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = send ? ::send(fd, data + done, size - done, MSG_NOSIGNAL | MSG_DONTWAIT)
+                           : ::recv(fd, data + done, size - done, MSG_DONTWAIT);
     if (n > 0) {
       done += static_cast<size_t>(n);
       continue;
     }
+    if (n == 0 && !send) throw ConnectionLost{"the store closed the connection"};
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!waitReady(fd, POLLOUT, deadline)) throw DeadlineReached{};
+      if (!waitReady(fd, send ? POLLOUT : POLLIN, deadline)) throw DeadlineReached{};
       continue;
     }
     throw ConnectionLost{errnoText(errno)};
   }
 }
-
+void sendAll(int fd, const uint8_t* data, size_t size, Clock::time_point deadline) {
+  transferAll(fd, const_cast<uint8_t*>(data), size, deadline, true);
+}
 void recvAll(int fd, uint8_t* data, size_t size, Clock::time_point deadline) {
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::recv(fd, data + done, size - done, MSG_DONTWAIT);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0) throw ConnectionLost{"the store closed the connection"};
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!waitReady(fd, POLLIN, deadline)) throw DeadlineReached{};
-      continue;
-    }
-    throw ConnectionLost{errnoText(errno)};
-  }
+  transferAll(fd, data, size, deadline, false);
 }
 
 uint64_t newChannelId() {
@@ -1278,12 +1267,12 @@ struct TcpStore::Impl {
 
   [[noreturn]] void throwReplyError(const Call& c, const Bytes& payload) const {
     uint32_t code = payload.size() >= 4 ? loadU32(payload.data()) : 0;
+    const std::string message(payload.begin() + static_cast<ptrdiff_t>(std::min<size_t>(4, payload.size())),
+                              payload.end());
     if (code == static_cast<uint32_t>(ErrorCode::kTimeout)) {
       // The server names the keys it still missed (version 2).
-      std::string missing(payload.begin() + static_cast<ptrdiff_t>(std::min<size_t>(4, payload.size())),
-                          payload.end());
-      if (c.nameMissing && missing.rfind("still missing ", 0) == 0) {
-        throw TimeoutError(c.timeoutText + " (" + missing + ")");
+      if (c.nameMissing && message.rfind("still missing ", 0) == 0) {
+        throw TimeoutError(c.timeoutText + " (" + message + ")");
       }
       throw TimeoutError(c.timeoutText);
     }
@@ -1291,8 +1280,6 @@ struct TcpStore::Impl {
         code > static_cast<uint32_t>(ErrorCode::kDevice)) {
       code = static_cast<uint32_t>(ErrorCode::kInternal);
     }
-    std::string message(payload.begin() + static_cast<ptrdiff_t>(std::min<size_t>(4, payload.size())),
-                        payload.end());
     rethrowAs(static_cast<ErrorCode>(code), c.what + ": " + message + " (store " + description + ")");
   }
 
