@@ -1056,7 +1056,13 @@ int main(int argc, char** argv) {
   }
   if (layout.empty()) {
     layout = comm->layout();
-    if (!args.calibrate.empty()) calibration = comm->calibration();
+    if (!args.calibrate.empty()) {
+      try {
+        calibration = comm->calibration();
+      } catch (const Error& e) {
+        die(std::string("--calibrate: ") + e.what());
+      }
+    }
   }
   Context ctx{args, comm, mpi, hosts, control, transport};
   // Baselines do not depend on gradcomm's transport: once.

@@ -768,7 +768,8 @@ MachineCosts measureLocalCosts() {
 std::string formatCalibration(const MachineCosts& c, const std::string& layout) {
   std::ostringstream out;
   out.precision(17);
-  out << "# gradcomm calibration (GRADCOMM_CALIBRATE=path): seconds and seconds per byte\n";
+  out << "# gradcomm calibration (GRADCOMM_CALIBRATE=path): seconds and seconds per byte; from the "
+      << (c.source.empty() ? "defaults" : c.source) << " costs\n";
   out << "layout " << layout << "\n";
   out << "same_host " << c.sameHost.alphaSeconds << " " << c.sameHost.betaSecondsPerByte << " "
       << c.sameHost.roundFloorSeconds << "\n";

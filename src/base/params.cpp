@@ -169,8 +169,8 @@ const std::vector<ParamDef>& registry() {
         "GRADCOMM_CALIBRATE", "0", "0 | 1 | path",
         "Cost model inputs: 0 uses static constants from rank 0's hardware (ranks per host against CPUs, NIC "
         "speed), the same on every run; 1 measures latency and bandwidth per link class with a few ping-pongs "
-        "at communicator creation; a path loads that file (rank 0 reads it; one written by gradcomm-bench "
-        "--calibrate FILE), and an unreadable file is an error",
+        "at communicator creation; a path loads that file (rank 0 reads it; gradcomm-bench --calibrate FILE "
+        "writes one): an unreadable file is an error, one of another layout leaves the static model",
         [](Config& c, const std::string& v, const std::string&) {
           topology::CalibrationMode::parse(v);  // validates
           c.calibrate = std::string(trim(v));

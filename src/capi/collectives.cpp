@@ -269,7 +269,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
     if (onDevice(sendbuff, nullptr)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclSend), sendbuff, count, datatype, peer, comm->real, stream);
+      return callReal(fn, GRADCOMM_REAL(ncclSend), sendbuff, count, datatype, peer, real, stream);
     }
     size_t bytes;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -287,7 +287,7 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
     if (onDevice(recvbuff, nullptr)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclRecv), recvbuff, count, datatype, peer, comm->real, stream);
+      return callReal(fn, GRADCOMM_REAL(ncclRecv), recvbuff, count, datatype, peer, real, stream);
     }
     size_t bytes;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -305,7 +305,7 @@ ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, nc
     if (onDevice(sendbuff, recvbuff)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclAlltoAll), sendbuff, recvbuff, count, datatype, comm->real, stream);
+      return callReal(fn, GRADCOMM_REAL(ncclAlltoAll), sendbuff, recvbuff, count, datatype, real, stream);
     }
     size_t bytes, total;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -329,7 +329,7 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
     if (onDevice(sendbuff, recvbuff)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclGather), sendbuff, recvbuff, count, datatype, root, comm->real, stream);
+      return callReal(fn, GRADCOMM_REAL(ncclGather), sendbuff, recvbuff, count, datatype, root, real, stream);
     }
     size_t bytes, total;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -356,7 +356,7 @@ ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncc
     if (onDevice(sendbuff, recvbuff)) {
       ncclComm_t real;
       if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclScatter), sendbuff, recvbuff, count, datatype, root, comm->real, stream);
+      return callReal(fn, GRADCOMM_REAL(ncclScatter), sendbuff, recvbuff, count, datatype, root, real, stream);
     }
     size_t bytes, total;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;

@@ -263,6 +263,16 @@ ncclResult_t checkHandle(ncclComm_t comm, const char* fn) {
   return ncclSuccess;
 }
 
+/// ncclCommDestroy (abort false) and ncclCommAbort (true).
+ncclResult_t endComm(const char* fn, ncclComm_t comm, bool abort) {
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (!comm) return ncclSuccess;  // as NCCL: ending NULL is a no-op
+    if (auto r = checkHandle(comm, fn)) return r;
+    destroyComm(comm, abort);
+    return ncclSuccess;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -442,17 +452,6 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
     return ncclSuccess;
   });
 }
-
-namespace {
-ncclResult_t endComm(const char* fn, ncclComm_t comm, bool abort) {
-  return guarded(fn, [&]() -> ncclResult_t {
-    if (!comm) return ncclSuccess;  // as NCCL: ending NULL is a no-op
-    if (auto r = checkHandle(comm, fn)) return r;
-    destroyComm(comm, abort);
-    return ncclSuccess;
-  });
-}
-}  // namespace
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { return endComm("ncclCommDestroy", comm, false); }
 ncclResult_t ncclCommAbort(ncclComm_t comm) { return endComm("ncclCommAbort", comm, true); }

@@ -193,12 +193,18 @@ TEST(CudaCompressor, TopKDecompressAllSumsTheSlotsInRankOrderAndNamesAMalformedO
   const auto cpu = cc::makeCompressor(spec, cc::MemoryKind::kHost);
   const auto gpu = cc::makeCompressor(spec, cc::MemoryKind::kDevice);
   // The two sides lay out their payloads differently; exact top-k selects
-  // the same entries, so the sums agree.
+  // the same entries, so the sums agree. Every rank selects the same 1,000
+  // positions (every 50th, far above the noise), scaled 1e8, 1, -1e8, 3:
+  // their float sum depends on the order of the ranks (in rank order
+  // 1e8 b + b loses b), so any other order of the slots differs.
+  const float scales[ranks] = {1e8f, 1.0f, -1e8f, 3.0f};
   const size_t cpuSlot = cpu->payloadBytes(n), slot = gpu->payloadBytes(n);
   std::vector<char> cpuPayloads(cpuSlot * ranks);
   DeviceBytes dPayloads(slot * ranks);
   for (int q = 0; q < ranks; ++q) {
-    const std::vector<float> in = finiteFloats(n, seed + static_cast<uint64_t>(q));
+    std::vector<float> in = finiteFloats(n, seed + static_cast<uint64_t>(q));
+    for (float& x : in) x *= 0.01f;
+    for (size_t i = 0; i < n; i += 50) in[i] = scales[q] * (100.0f + static_cast<float>(i % 7));
     cpu->compress(in.data(), nullptr, n, cpuPayloads.data() + cpuSlot * static_cast<size_t>(q), {1.0f, 0});
     DeviceBytes dIn(in);
     gpu->compress(dIn.get<float>(), nullptr, n, dPayloads.get<char>() + slot * static_cast<size_t>(q), {1.0f, 0});
@@ -210,6 +216,10 @@ TEST(CudaCompressor, TopKDecompressAllSumsTheSlotsInRankOrderAndNamesAMalformedO
   DeviceBytes dOut(finiteFloats(n, seed + 9));  // decompressAll overwrites it
   gpu->decompressAll(dPayloads.get<char>(), slot, ranks, dOut.get<float>(), n);
   EXPECT_TRUE(sameBits(dOut.download<float>(n), want));
+  // The check above can tell the orders apart: rank order leaves 3 b (or
+  // 3 b plus a rounding step of 1e10) where summing the big pair first
+  // would leave 4 b.
+  EXPECT_NE(want[0], 400.0f);
 
   const uint64_t lie = uint64_t{1} << 40;
   cudaOk(cudaMemcpy(dPayloads.get<char>() + 2 * slot, &lie, sizeof(lie), cudaMemcpyHostToDevice), "upload");
