@@ -38,6 +38,14 @@ void Compressor::decompressAll(const char* payloads, size_t slotBytes, int ranks
   }
 }
 
+size_t Compressor::queuedCheckBytes(int) const { return 0; }
+
+std::function<void()> Compressor::decompressAllQueued(const char* payloads, size_t slotBytes, int ranks, float* out,
+                                                      size_t n, void*) {
+  decompressAll(payloads, slotBytes, ranks, out, n);
+  return [] {};
+}
+
 CompressorPtr makeCompressor(const Spec& spec, MemoryKind memory, Isa isa, void* stream) {
   if (spec.kind == Kind::kNone) {
     throw InvalidArgument("compression '" + spec.toString() + "' has no compressor: ask for fp16, bf16 or topk");

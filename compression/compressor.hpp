@@ -7,6 +7,7 @@
 // compress(): what the payload does not carry stays in it.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "compression/compression.hpp"
@@ -79,6 +80,16 @@ class Compressor {
   /// TransportError naming its rank. The default calls decompress() and
   /// decompressAdd(); a device compressor may validate all slots at once.
   virtual void decompressAll(const char* payloads, size_t slotBytes, int ranks, float* out, size_t n);
+  /// Host bytes decompressAllQueued() needs for `ranks` payloads (0: none).
+  virtual size_t queuedCheckBytes(int ranks) const;
+  /// decompressAll() without waiting for a device compressor's stream: the
+  /// check of the payloads lands in `hostCheck` (queuedCheckBytes(ranks)
+  /// bytes of pinned host memory that outlive the queued work), and the
+  /// returned function, run once the stream has passed this point, throws
+  /// what decompressAll() would. The default runs decompressAll() now and
+  /// returns a function that does nothing.
+  virtual std::function<void()> decompressAllQueued(const char* payloads, size_t slotBytes, int ranks, float* out,
+                                                    size_t n, void* hostCheck);
 };
 
 /// Owning pointer to a Compressor.

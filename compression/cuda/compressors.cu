@@ -3,6 +3,8 @@
 // Host code only; it lives here so that it is compiled only with CUDA.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -96,6 +98,16 @@ class CudaTopKCompressor final : public Compressor {
     clear(out, n);
     scatterChecked(payloads, slotBytes, ranks, out, n, true);
   }
+  size_t queuedCheckBytes(int ranks) const override { return statusBytes(ranks); }
+  std::function<void()> decompressAllQueued(const char* payloads, size_t slotBytes, int ranks, float* out, size_t n,
+                                            void* hostCheck) override {
+    if (ranks <= 0) return [] {};
+    if (!hostCheck) throw InvalidArgument("cuda top-k decompress: no host memory for the check of the payloads");
+    clear(out, n);
+    auto* host = static_cast<unsigned long long*>(hostCheck);
+    const size_t cap = queueScatter(payloads, slotBytes, ranks, out, n, host);
+    return [host, ranks, cap, n] { throwIfMalformed(host, ranks, cap, n, true); };
+  }
 
  private:
   static constexpr size_t kHeader = 8;
@@ -107,15 +119,19 @@ class CudaTopKCompressor final : public Compressor {
     }
   }
 
-  /// Adds the slots in rank order, then waits for the stream once and
-  /// throws TransportError for the first malformed slot (naming its rank
-  /// where `nameRanks`). The counts live on the device, so they are checked
-  /// there; a slot whose count exceeds its capacity adds nothing.
-  void scatterChecked(const char* payloads, size_t slotBytes, int slots, float* out, size_t n, bool nameRanks) {
-    if (slots <= 0) return;
+  static size_t statusBytes(int slots) {
+    return 2 * static_cast<size_t>(std::max(slots, 0)) * sizeof(unsigned long long);
+  }
+
+  /// Queues the scatter-add of the slots in rank order and the copy of
+  /// their check (2 per slot: an excess count, indices past the tensor)
+  /// into `host`; returns the slots' capacity. The counts live on the
+  /// device, so they are checked there; a slot whose count exceeds its
+  /// capacity adds nothing.
+  size_t queueScatter(const char* payloads, size_t slotBytes, int slots, float* out, size_t n,
+                      unsigned long long* host) {
     const auto s = static_cast<cudaStream_t>(stream_);
-    const size_t statusBytes = 2 * static_cast<size_t>(slots) * sizeof(unsigned long long);
-    StreamScratch status(statusBytes, s, "cuda top-k decompress: status");
+    StreamScratch status(statusBytes(slots), s, "cuda top-k decompress: status");
     SlotLayout layout;
     layout.capacity = capacity(n);
     layout.indicesOffset = kHeader;
@@ -123,21 +139,35 @@ class CudaTopKCompressor final : public Compressor {
     layout.wideIndices = needsWideIndices(n);
     auto* statusDevice = static_cast<unsigned long long*>(status.get());
     scatterAddSlots(out, n, payloads, slotBytes, slots, layout, statusDevice, stream_);
-    std::vector<unsigned long long> host(2 * static_cast<size_t>(slots));
-    detail::check(cudaMemcpyAsync(host.data(), statusDevice, statusBytes, cudaMemcpyDeviceToHost, s),
+    detail::check(cudaMemcpyAsync(host, statusDevice, statusBytes(slots), cudaMemcpyDeviceToHost, s),
                   "cuda top-k decompress: reading the status");
-    detail::check(cudaStreamSynchronize(s), "cuda top-k decompress: waiting for the scatter");
+    return layout.capacity;
+  }
+
+  /// TransportError for the first malformed slot of a check (naming its
+  /// rank where `nameRanks`).
+  static void throwIfMalformed(const unsigned long long* host, int slots, size_t capacity, size_t n, bool nameRanks) {
     for (int q = 0; q < slots; ++q) {
       const std::string who = nameRanks ? "payload of rank " + std::to_string(q) + ": " : "";
       if (const auto claimed = host[2 * static_cast<size_t>(q)]) {
         throw TransportError(who + "top-k payload claims " + std::to_string(claimed) +
-                             " entries, more than its slot of " + std::to_string(layout.capacity));
+                             " entries, more than its slot of " + std::to_string(capacity));
       }
       if (const auto bad = host[2 * static_cast<size_t>(q) + 1]) {
         throw TransportError(who + "top-k payload holds " + std::to_string(bad) + " indices past the tensor's " +
                              std::to_string(n) + " elements (they were skipped)");
       }
     }
+  }
+
+  /// The slots added and checked, waiting for the stream once.
+  void scatterChecked(const char* payloads, size_t slotBytes, int slots, float* out, size_t n, bool nameRanks) {
+    if (slots <= 0) return;
+    std::vector<unsigned long long> host(2 * static_cast<size_t>(slots));
+    const size_t cap = queueScatter(payloads, slotBytes, slots, out, n, host.data());
+    detail::check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)),
+                  "cuda top-k decompress: waiting for the scatter");
+    throwIfMalformed(host.data(), slots, cap, n, nameRanks);
   }
 
   size_t capacity(size_t n) const { return n ? topkCapacity(n, spec_.topkCount(n), spec_.approximate) : 0; }

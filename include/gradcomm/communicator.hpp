@@ -264,8 +264,7 @@ class GRADCOMM_API Communicator {
   /// Collective: decides the engine as the communicator's first device
   /// call would (once per communicator; later calls keep it), for buffers
   /// on CUDA device `device` (-1: the calling thread's current device),
-  /// and says which it is and why. Top-k compressed calls are staged
-  /// whatever the engine.
+  /// and says which it is and why (compressed calls take it too).
   DeviceEngine deviceEngine(int device = -1) const;
   /// The ranks' layout, "HxL" (hosts x ranks per host), or "P+Q+..." when hosts differ.
   std::string layout() const;

@@ -129,8 +129,8 @@ const std::vector<ParamDef>& registry() {
                             "Device buffers: 'nccl' runs a communicator's device calls on NCCL (opened at run "
                             "time; every rank on a device of its own), 'staged' moves them through pinned host "
                             "memory into gradcomm's host algorithms, 'auto' takes NCCL where it can serve every "
-                            "rank (fp16/bf16-compressed allreduce sums its payloads on NCCL, top-k-compressed calls are "
-                            "always staged; equal on every rank)"));
+                            "rank (compressed allreduce too: fp16/bf16 payloads summed, top-k slots gathered on NCCL; "
+                            "equal on every rank)"));
     d.push_back(bytesParam("GRADCOMM_NET_SEGMENT_SIZE", "4M", &Config::netSegmentBytes, 64,
                            "Pipeline segment of ring and halving-doubling (allreduce, reduce-scatter, "
                            "allgather) when the communicator spans hosts: fewer, larger messages between "

@@ -27,6 +27,14 @@ struct P2pTransfer;
 class P2pChannel;
 class DeviceStaging;
 
+/// What an NCCL engine call's kernels use, given back to the staging once
+/// its event completed: device blocks, and a pinned block (or null).
+struct DirectBlocks {
+  std::vector<std::pair<void*, size_t>> device;
+  void* pinned = nullptr;
+  size_t pinnedCapacity = 0;
+};
+
 /// Fingerprint of point-to-point messages (no collective hashes to it in practice).
 inline constexpr uint32_t kPointToPointFingerprint = 0x7e2d5a91u;
 /// Fingerprint of the creation-time calibration exchange (see setUpSelection).
@@ -227,15 +235,18 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// The NCCL engine's operation for `call` (its host part: the call
   /// check; its device part: an event recorded after what `queue` queues
   /// on the caller's stream, given the operation's sequence number).
-  /// `label` names the compression ("" for none); device blocks taken
-  /// from the staging for the kernels go back once they finished.
+  /// `queue` returns a check to run once the event completed (empty: none;
+  /// it throws what makes the call fail). `label` names the compression
+  /// ("" for none); blocks taken from the staging for the kernels go back
+  /// once they finished.
   Work submitDirectOperation(const std::shared_ptr<device::DeviceComm>& comm, const algorithms::CollectiveCall& call,
                              const std::string& label, const CollectiveOptions& options, int device,
-                             const std::function<void(uint64_t seq)>& queue,
-                             std::vector<std::pair<void*, size_t>> blocks = {});
-  /// A compressed allreduce of summable payloads on the NCCL engine:
-  /// compress, ncclAllReduce of the payloads, decompress, all on the
-  /// caller's stream.
+                             const std::function<std::function<void()>(uint64_t seq)>& queue,
+                             DirectBlocks blocks = {});
+  /// A compressed allreduce on the NCCL engine, all on the caller's stream:
+  /// compress, ncclAllReduce of summable payloads (fp16, bf16) or
+  /// ncclAllGather of top-k slots, decompress; a top-k call's payloads are
+  /// checked once its event completed.
   Work submitDirectCompressed(const std::shared_ptr<device::DeviceComm>& comm, const algorithms::CollectiveCall& call,
                               const compression::Spec& spec, const CollectiveOptions& options, int device);
   /// An allgather of `bytes` per rank among this communicator's ranks, run

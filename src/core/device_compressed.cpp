@@ -1,8 +1,10 @@
 // Compressed allreduce of device buffers: the device runtime's compressors
 // run on the device. With the NCCL engine (a device per rank), summable
-// payloads (fp16, bf16) are summed by ncclAllReduce, everything on the
-// caller's stream (submitDirectCompressed below). Otherwise only payloads
-// pass through pinned host memory:
+// payloads (fp16, bf16) are summed by ncclAllReduce and top-k slots
+// gathered by ncclAllGather, everything on the caller's stream
+// (submitDirectCompressed below; a top-k call's payloads are checked when
+// its event has completed). Otherwise only payloads pass through pinned
+// host memory:
 //
 //   to-host stream:   [wait caller, earlier copies back] compress (input +
 //                     residual -> payload, device) -> copy payload to pinned
@@ -60,12 +62,7 @@ void scaleAfterSum(device::Runtime& rt, float* out, size_t n, int ranks, bool pr
 
 Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const compression::Spec& spec,
                                               const CollectiveOptions& options, int device) {
-  // Top-k's decompression waits for its stream to read back the check of
-  // the slots: on the caller's stream that would block the caller,
-  // so top-k payloads take the staged path whatever the engine.
-  if (spec.kind == compression::Kind::kFp16 || spec.kind == compression::Kind::kBf16) {
-    if (auto comm = directEngine(call, device)) return submitDirectCompressed(comm, call, spec, options, device);
-  }
+  if (auto comm = directEngine(call, device)) return submitDirectCompressed(comm, call, spec, options, device);
   auto staging = deviceStaging(device);
   device::Runtime* rt = &staging->runtime();
   // One compressor per stream: compress runs on the to-host stream (after
@@ -157,25 +154,43 @@ Work CommunicatorImpl::submitDirectCompressed(const std::shared_ptr<device::Devi
   // decompress follow each other there.
   std::shared_ptr<compression::Compressor> compressor = rt->makeCompressor(spec, device, stream);
   const size_t n = call.count;
-  const int p = size_;
+  const int p = size_, r = rank_;
+  const bool summable = compressor->summable();
   const DataType type = compressor->payloadType();
   const size_t slot = compressor->payloadBytes(n);
   float* residual = deviceResidual(residualFor(spec, options, true), n, device, *rt, stream);
-  // Taken last: a throw above leaves nothing behind.
+  // Taken last: a throw above leaves nothing behind. Summed payloads are
+  // one slot (at least an element); top-k slots one per rank, gathered in
+  // place, and the check of the gathered slots lands in pinned memory.
+  DirectBlocks blocks;
   size_t capacity = 0;
-  void* payload = staging->acquireDevice(std::max(slot, dataTypeSize(type)), &capacity);
-  std::vector<std::pair<void*, size_t>> blocks{{payload, capacity}};
-  const bool prescale = spec.prescale;
+  const size_t bytes = summable ? std::max(slot, dataTypeSize(type)) : slot * static_cast<size_t>(p);
+  char* payloads = static_cast<char*>(staging->acquireDevice(bytes, &capacity));
+  blocks.device.emplace_back(payloads, capacity);
+  if (const size_t checkBytes = summable ? 0 : compressor->queuedCheckBytes(p)) {
+    blocks.pinned = staging->acquire(checkBytes, &blocks.pinnedCapacity);
+  }
+  void* hostCheck = blocks.pinned;
+  char* mine = payloads + (summable ? 0 : static_cast<size_t>(r) * slot);
+  const bool prescale = spec.prescale && summable;
   const bool avg = call.op == ReduceOp::kAvg;
   const auto* in = static_cast<const float*>(call.input);
   auto* out = static_cast<float*>(call.output);
   return submitDirectOperation(comm, call, spec.toString(), options, device, [&](uint64_t seq) {
     // As the staged and host paths: the same scale and seed, the payloads
-    // summed, then the avg division or the pre-scale correction in float32.
-    compressor->compress(in, residual, n, payload, compression::CompressArgs::forCall(prescale, p, seq, rank_));
-    comm->allreduce(payload, payload, slot / dataTypeSize(type), type, ReduceOp::kSum, stream);
-    compressor->decompress(payload, out, n);
+    // summed (or gathered and added in rank order), then the avg division
+    // or the pre-scale correction in float32.
+    compressor->compress(in, residual, n, mine, compression::CompressArgs::forCall(prescale, p, seq, r));
+    std::function<void()> check;
+    if (summable) {
+      comm->allreduce(payloads, payloads, slot / dataTypeSize(type), type, ReduceOp::kSum, stream);
+      compressor->decompress(payloads, out, n);
+    } else {
+      comm->allgather(mine, payloads, slot, DataType::kUInt8, stream);
+      check = compressor->decompressAllQueued(payloads, slot, p, out, n, hostCheck);
+    }
     scaleAfterSum(*rt, out, n, p, prescale, avg, stream);
+    return check;
   }, std::move(blocks));
 }
 

@@ -5,6 +5,9 @@
 // checks the ranks' calls.
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -49,9 +52,9 @@ class CheckOnly final : public algorithms::Schedule {
 /// and the device blocks its kernels use.
 class DirectCall final : public DeviceCompletion {
  public:
-  DirectCall(std::shared_ptr<DeviceStaging> staging, device::Event event, std::vector<std::pair<void*, size_t>> blocks,
+  DirectCall(std::shared_ptr<DeviceStaging> staging, device::Event event, DirectBlocks blocks,
              std::shared_ptr<device::DeviceComm> comm, std::weak_ptr<core::ProgressEngine> engine,
-             std::chrono::nanoseconds timeout, std::string what)
+             std::chrono::nanoseconds timeout, std::string what, std::function<void()> check)
       : staging_(std::move(staging)),
         rt_(&staging_->runtime()),
         event_(event),
@@ -59,15 +62,20 @@ class DirectCall final : public DeviceCompletion {
         comm_(std::move(comm)),
         engine_(std::move(engine)),
         timeout_(timeout),
-        what_(std::move(what)) {}
+        what_(std::move(what)),
+        check_(std::move(check)) {}
   // The kernels may still run (a Work dropped before they finished): the
   // blocks go back once the event says they did.
-  ~DirectCall() override { staging_->retire(event_, std::move(blocks_)); }
+  ~DirectCall() override {
+    staging_->retire(event_, std::move(blocks_.device), blocks_.pinned, blocks_.pinnedCapacity);
+  }
   // The event first: kernels that end because a peer aborted the group
-  // complete it too, and the failure, known by then, must win.
+  // complete it too, and the failure, known by then, must win. Then the
+  // check of what the kernels read (top-k payloads), once, its verdict kept.
   bool done() override {
     const bool finished = rt_->done(event_);
     throwIfFailed();
+    if (finished) runCheck();
     return finished;
   }
   void wait() override {
@@ -85,12 +93,32 @@ class DirectCall final : public DeviceCompletion {
       }
     }
   }
+  // A call whose kernels' result is checked on the host (top-k payloads)
+  // waits for its event first, so no stream goes on with unchecked data.
   void streamWait(device::Stream stream) override {
     throwIfFailed();
+    if (checkPending()) wait();
     rt_->streamWait(stream, event_);
   }
 
  private:
+  bool checkPending() {
+    std::lock_guard<std::mutex> lock(checkMu_);
+    return check_ || checkError_;
+  }
+  void runCheck() {
+    std::lock_guard<std::mutex> lock(checkMu_);
+    if (check_) {
+      auto check = std::move(check_);
+      check_ = nullptr;
+      try {
+        check();
+      } catch (const Error& e) {
+        checkError_ = std::make_exception_ptr(TransportError(what_ + ": " + e.what()));
+      }
+    }
+    if (checkError_) std::rethrow_exception(checkError_);
+  }
   /// Throws when the communicator failed (another rank's error, or a
   /// mismatch: its kernels will not end by themselves, so the group is
   /// aborted) or the library reports an error.
@@ -119,11 +147,14 @@ class DirectCall final : public DeviceCompletion {
   std::shared_ptr<DeviceStaging> staging_;
   device::Runtime* rt_;
   device::Event event_;
-  std::vector<std::pair<void*, size_t>> blocks_;
+  DirectBlocks blocks_;
   std::shared_ptr<device::DeviceComm> comm_;
   std::weak_ptr<core::ProgressEngine> engine_;
   std::chrono::nanoseconds timeout_;
   std::string what_;
+  std::mutex checkMu_;
+  std::function<void()> check_;
+  std::exception_ptr checkError_;
 };
 
 }  // namespace
@@ -249,7 +280,7 @@ Communicator::DeviceEngine CommunicatorImpl::deviceEngine(int device) {
 Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& comm, const CollectiveCall& call,
                                     const CollectiveOptions& options, int device) {
   const device::Stream stream = options.stream;
-  return submitDirectOperation(comm, call, "", options, device, [&](uint64_t) {
+  return submitDirectOperation(comm, call, "", options, device, [&](uint64_t) -> std::function<void()> {
     switch (call.collective) {
       case Collective::kAllreduce:
         comm->allreduce(call.input, call.output, call.count, call.type, call.op, stream);
@@ -269,13 +300,14 @@ Work CommunicatorImpl::submitDirect(const std::shared_ptr<device::DeviceComm>& c
       default:
         throw InternalError(std::string("NCCL engine: ") + toString(call.collective) + " has no device form");
     }
+    return {};
   });
 }
 
 Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::DeviceComm>& comm, const CollectiveCall& call,
                                              const std::string& label, const CollectiveOptions& options, int device,
-                                             const std::function<void(uint64_t seq)>& queue,
-                                             std::vector<std::pair<void*, size_t>> blocks) {
+                                             const std::function<std::function<void()>(uint64_t seq)>& queue,
+                                             DirectBlocks blocks) {
   const device::Stream stream = options.stream;
   auto staging = deviceStaging(device);
   const std::string algorithm = label.empty() ? "nccl" : label + "+nccl";
@@ -292,8 +324,9 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
   op->signature.seq = op->seq;
   const std::string what = std::string(toString(call.collective)) + (label.empty() ? "" : "[" + label + "]") + " on NCCL";
   device::Event event = nullptr;
+  std::function<void()> check;
   try {
-    queue(op->seq);
+    check = queue(op->seq);
     event = staging->takeEvent();
     staging->runtime().record(event, stream);
   } catch (const Error&) {
@@ -319,7 +352,8 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
   };
   op->customWhat = what;
   op->deviceDone =
-      std::make_shared<DirectCall>(staging, event, std::move(blocks), comm, engine_, config_.timeout, what);
+      std::make_shared<DirectCall>(staging, event, std::move(blocks), comm, engine_, config_.timeout, what,
+                                   std::move(check));
   // Ranks whose calls differ have queued kernels that will never match:
   // the failed check ends them.
   std::weak_ptr<device::DeviceComm> weak = comm;

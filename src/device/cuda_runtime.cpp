@@ -41,6 +41,12 @@ class CudaDeviceCompressor final : public compression::Compressor {
     DeviceScope scope(device_);
     inner_->decompressAll(payloads, slotBytes, ranks, out, n);
   }
+  size_t queuedCheckBytes(int ranks) const override { return inner_->queuedCheckBytes(ranks); }
+  std::function<void()> decompressAllQueued(const char* payloads, size_t slotBytes, int ranks, float* out, size_t n,
+                                            void* hostCheck) override {
+    DeviceScope scope(device_);
+    return inner_->decompressAllQueued(payloads, slotBytes, ranks, out, n, hostCheck);
+  }
 
  private:
   compression::CompressorPtr inner_;

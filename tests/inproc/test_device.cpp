@@ -625,7 +625,7 @@ TEST(DeviceEngine, CallsThatDifferBetweenRanksFailNamedOnEveryRankAndTheirKernel
   EXPECT_TRUE(named) << out.what[0] << "\n" << out.what[2];
 }
 
-TEST(DeviceEngine, TopKCallsAndForcedStagingTakeTheStagedPath) {
+TEST(DeviceEngine, CompressedCallsRunOnNcclAndForcedStagingTakesTheStagedPath) {
   FakeDevice::Installed fake;
   FakeNccl::Installed nccl(fake.fake);
   runRanks(2, [&](RankContext& ctx) {
@@ -637,7 +637,7 @@ TEST(DeviceEngine, TopKCallsAndForcedStagingTakeTheStagedPath) {
     topk.stream = stream.get();
     Work t = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, topk);
     t.wait();
-    EXPECT_EQ(t.algorithm().find("nccl"), std::string::npos) << t.algorithm();
+    EXPECT_EQ(t.algorithm(), "topk:64:ef=0:exact+nccl");
     EXPECT_EQ(d[0], 1.0f);
     CollectiveOptions fp16;
     fp16.compression = "fp16";
@@ -884,7 +884,8 @@ TEST(DeviceCompression, DeviceCompressedAllreduceEqualsTheHostOneBitForBit) {
 // With the NCCL engine (a device per rank) fp16/bf16 payloads are summed by
 // ncclAllReduce on the caller's stream; the test NCCL sums them as the host
 // algorithms do (float32 accumulation, rank order), so two ranks give the
-// host path's result bit for bit, residuals included. Top-k stays staged.
+// host path's result bit for bit, residuals included. Top-k slots are
+// gathered by ncclAllGather and added in rank order, as on the host.
 TEST(DeviceCompression, CastPayloadsAreSummedByTheNcclEngineAsOnTheHost) {
   FakeDevice::Installed fake;
   FakeNccl::Installed nccl(fake.fake);
@@ -896,8 +897,13 @@ TEST(DeviceCompression, CastPayloadsAreSummedByTheNcclEngineAsOnTheHost) {
         }
       }
     }
-    ASSERT_EQ(compareHostAndDevice(ctx.comm, *fake.fake, ctx.rank, "topk:50:exact", ReduceOp::kSum, 1000, 2, ctx.rank),
-              "");
+    for (const char* topk : {"topk:50:exact", "topk:0.1:exact:ef=0"}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        for (size_t n : {size_t{0}, size_t{1000}}) {
+          ASSERT_EQ(compareHostAndDevice(ctx.comm, *fake.fake, ctx.rank, topk, op, n, 2, ctx.rank, "+nccl"), "");
+        }
+      }
+    }
   }, engine("auto"));
   EXPECT_EQ(nccl->joined(), 2);
   EXPECT_GT(fake->compressions(), 0);
@@ -915,6 +921,43 @@ TEST(DeviceCompression, CastPayloadsAreSummedByTheNcclEngineAsOnTheHost) {
     for (size_t i = 0; i < 300; ++i) ASSERT_EQ(d[i], 1.0f + static_cast<float>(i % 7)) << i;
   }, engine("auto"));
   EXPECT_EQ(nccl->joined(), 5);
+}
+
+// A malformed top-k slot that came through NCCL: the check queued behind the
+// decompression fails the call on every rank, naming the slot's rank (the
+// gathered payloads are the same everywhere; a rank may hear it from the
+// other first), even where the caller only orders a stream after the call
+// (synchronize, as the PyTorch backend does: it waits for the check before
+// the stream goes on); test() keeps saying so, and, as for any failed
+// device call, the communicator is failed: a later call is an error.
+TEST(DeviceCompression, AMalformedTopKSlotOnTheNcclEngineFailsTheCallOnEveryRankNamingItsRank) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  nccl->onAllgatherResult([](char* result, size_t bytes, int) {
+    std::memset(result + bytes / 2, 0xff, 8);  // the header of rank 1's slot (of 2)
+  });
+  std::vector<std::string> errors(2);
+  runRanks(2, [&](RankContext& ctx) {
+    auto stream = fake->ownedStream(ctx.rank);
+    float* d = fake->allocate<float>(ctx.rank, 100);
+    std::fill(d, d + 100, 1.0f);
+    CollectiveOptions o;
+    o.stream = stream.get();
+    o.compression = "topk:10:exact:ef=0";
+    Work w = ctx.comm.allreduce(d, d, 100, DataType::kFloat32, ReduceOp::kSum, o);
+    EXPECT_EQ(w.algorithm(), "topk:10:ef=0:exact+nccl");
+    try {
+      w.synchronize(stream.get());
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(ctx.rank)] = e.what();
+    }
+    EXPECT_ANY_THROW(w.test());
+    EXPECT_ANY_THROW(ctx.comm.allreduce(d, d, 100, DataType::kFloat32, ReduceOp::kSum, o).wait());
+  }, engine("auto"));
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_NE(errors[r].find("on NCCL: payload of rank 1: top-k payload claims"), std::string::npos)
+        << r << ": " << errors[r];
+  }
 }
 
 // A Work dropped while its kernels still run on the device: its payload

@@ -258,6 +258,25 @@ class FakeDevice final : public device::Runtime {
       dev_.drain(stream_);
       if (*error) std::rethrow_exception(*error);
     }
+    /// As the CUDA top-k: the slots added on the stream, the check run once
+    /// the stream passed them (it throws what the CPU compressor threw).
+    std::function<void()> decompressAllQueued(const char* payloads, size_t slotBytes, int ranks, float* out,
+                                              size_t n, void*) override {
+      dev_.requireDevice(payloads, "decompressAllQueued (payloads)");
+      if (n) dev_.requireDevice(out, "decompressAllQueued (output)");
+      auto cpu = cpu_;
+      auto error = std::make_shared<std::exception_ptr>();
+      dev_.launch(stream_, [=] {
+        try {
+          cpu->decompressAll(payloads, slotBytes, ranks, out, n);
+        } catch (...) {
+          *error = std::current_exception();
+        }
+      });
+      return [error] {
+        if (*error) std::rethrow_exception(*error);
+      };
+    }
 
    private:
     FakeDevice& dev_;

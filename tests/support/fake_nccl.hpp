@@ -8,6 +8,7 @@
 // aborted. Install it with FakeNccl::Installed.
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,6 +44,13 @@ class FakeNccl final : public device::CollectiveLibrary {
     } else {
       unavailable_[std::this_thread::get_id()] = std::move(why);
     }
+  }
+  /// Applied to each rank's allgather result before it is written (tests
+  /// that corrupt what a peer sent); null: none.
+  using ResultHook = std::function<void(char* result, size_t bytes, int rank)>;
+  void onAllgatherResult(ResultHook hook) {
+    std::lock_guard<std::mutex> lock(mu_);
+    allgatherHook_ = std::make_shared<ResultHook>(std::move(hook));
   }
   int joined() const { return joined_.load(); }
   int calls() const { return calls_.load(); }
@@ -148,9 +156,14 @@ class FakeNccl final : public device::CollectiveLibrary {
       if (lib_.dev_->streamDevice(s) != device_) throw DeviceError("fake NCCL: a stream of another device");
       ++lib_.calls_;
       const uint64_t n = next_++;
-      lib_.dev_->launch(s, [g = g_, a, n, rank = rank_] { run(*g, a, n, rank); });
+      std::shared_ptr<ResultHook> hook;
+      {
+        std::lock_guard<std::mutex> lock(lib_.mu_);
+        hook = lib_.allgatherHook_;
+      }
+      lib_.dev_->launch(s, [g = g_, a, n, rank = rank_, hook] { run(*g, a, n, rank, hook.get()); });
     }
-    static void run(Group& g, const Args& a, uint64_t n, int rank) {
+    static void run(Group& g, const Args& a, uint64_t n, int rank, const ResultHook* hook) {
       const size_t elem = dataTypeSize(a.type);
       std::unique_lock<std::mutex> lock(g.mu);
       Round& r = g.rounds[n];
@@ -181,6 +194,7 @@ class FakeNccl final : public device::CollectiveLibrary {
         std::memcpy(result.data(), r.args[a.root].in, a.count * elem);
       } else if (a.kind == 3) {
         for (int i = 0; i < g.size; ++i) std::memcpy(result.data() + i * a.count * elem, r.args[i].in, a.count * elem);
+        if (hook && *hook) (*hook)(result.data(), result.size(), rank);
       } else {
         const size_t offset = a.kind == 4 ? rank * a.count * elem : 0;
         const ReduceOp op = a.op == ReduceOp::kAvg ? ReduceOp::kSum : a.op;
@@ -208,6 +222,7 @@ class FakeNccl final : public device::CollectiveLibrary {
   std::shared_ptr<FakeDevice> dev_;
   std::mutex mu_;
   std::map<std::thread::id, std::string> unavailable_;      // guarded by mu_
+  std::shared_ptr<ResultHook> allgatherHook_;              // guarded by mu_
   std::map<std::string, std::shared_ptr<Group>> groups_;    // guarded by mu_
   std::atomic<uint64_t> nextId_{0};
   std::atomic<int> joined_{0}, calls_{0};
