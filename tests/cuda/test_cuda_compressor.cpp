@@ -245,3 +245,40 @@ TEST(CudaCompressor, TopKDecompressAllSumsTheSlotsInRankOrderAndNamesAMalformedO
         << e.what();
   }
 }
+
+// decompressAllQueued() queues what decompressAll() does without waiting:
+// the same sums, and a check, run after the stream, that names a
+// malformed slot's rank; the caller's pinned memory holds the check.
+TEST(CudaCompressor, TopKDecompressAllQueuedLeavesTheCheckForAfterTheStream) {
+  REQUIRE_GPU();
+  const size_t n = 20000;
+  const int ranks = 3;
+  const auto gpu = cc::makeCompressor(cc::Spec::parse("topk:100:exact"), cc::MemoryKind::kDevice);
+  const size_t slot = gpu->payloadBytes(n);
+  DeviceBytes dPayloads(slot * ranks);
+  for (int q = 0; q < ranks; ++q) {
+    DeviceBytes dIn(finiteFloats(n, 40 + static_cast<uint64_t>(q)));
+    gpu->compress(dIn.get<float>(), nullptr, n, dPayloads.get<char>() + slot * static_cast<size_t>(q), {1.0f, 0});
+  }
+  cudaOk(cudaDeviceSynchronize(), "compress");
+  DeviceBytes want(n * sizeof(float)), got(n * sizeof(float));
+  gpu->decompressAll(dPayloads.get<char>(), slot, ranks, want.get<float>(), n);
+  void* pinned = nullptr;
+  cudaOk(cudaMallocHost(&pinned, gpu->queuedCheckBytes(ranks)), "cudaMallocHost");
+  auto check = gpu->decompressAllQueued(dPayloads.get<char>(), slot, ranks, got.get<float>(), n, pinned);
+  cudaOk(cudaDeviceSynchronize(), "decompress");
+  EXPECT_NO_THROW(check());
+  EXPECT_TRUE(sameBits(got.download<float>(n), want.download<float>(n)));
+  const uint64_t lie = 101;  // the slot holds exactly 100 entries
+  cudaOk(cudaMemcpy(dPayloads.get<char>() + 2 * slot, &lie, sizeof(lie), cudaMemcpyHostToDevice), "upload");
+  check = gpu->decompressAllQueued(dPayloads.get<char>(), slot, ranks, got.get<float>(), n, pinned);
+  cudaOk(cudaDeviceSynchronize(), "decompress");
+  try {
+    check();
+    ADD_FAILURE() << "the queued check accepted a count beyond the slot";
+  } catch (const TransportError& e) {
+    EXPECT_NE(std::string(e.what()).find("payload of rank 2: top-k payload claims 101 entries"), std::string::npos)
+        << e.what();
+  }
+  cudaFreeHost(pinned);
+}
