@@ -247,16 +247,9 @@ class FakeDevice final : public device::Runtime {
       dev_.requireDevice(payload, "decompressAdd (payload)");
       if (n) dev_.requireDevice(out, "decompressAdd (output)");
       auto cpu = cpu_;
-      auto error = std::make_shared<std::exception_ptr>();
-      dev_.launch(stream_, [=] {
-        try {
-          cpu->decompressAdd(payload, out, n);
-        } catch (...) {
-          *error = std::current_exception();
-        }
-      });
+      auto check = launchChecked([=] { cpu->decompressAdd(payload, out, n); });
       dev_.drain(stream_);
-      if (*error) std::rethrow_exception(*error);
+      check();
     }
     /// As the CUDA top-k: the slots added on the stream, the check run once
     /// the stream passed them (it throws what the CPU compressor threw).
@@ -265,10 +258,17 @@ class FakeDevice final : public device::Runtime {
       dev_.requireDevice(payloads, "decompressAllQueued (payloads)");
       if (n) dev_.requireDevice(out, "decompressAllQueued (output)");
       auto cpu = cpu_;
+      return launchChecked([=] { cpu->decompressAll(payloads, slotBytes, ranks, out, n); });
+    }
+
+   private:
+    /// Launches `kernel` on the stream; the returned function, run once the
+    /// stream passed it, rethrows what the kernel threw.
+    std::function<void()> launchChecked(std::function<void()> kernel) {
       auto error = std::make_shared<std::exception_ptr>();
-      dev_.launch(stream_, [=] {
+      dev_.launch(stream_, [error, kernel = std::move(kernel)] {
         try {
-          cpu->decompressAll(payloads, slotBytes, ranks, out, n);
+          kernel();
         } catch (...) {
           *error = std::current_exception();
         }
@@ -277,8 +277,6 @@ class FakeDevice final : public device::Runtime {
         if (*error) std::rethrow_exception(*error);
       };
     }
-
-   private:
     FakeDevice& dev_;
     std::shared_ptr<compression::Compressor> cpu_;
     device::Stream stream_;
