@@ -43,7 +43,7 @@ size_t Compressor::queuedCheckBytes(int) const { return 0; }
 std::function<void()> Compressor::decompressAllQueued(const char* payloads, size_t slotBytes, int ranks, float* out,
                                                       size_t n, void*) {
   decompressAll(payloads, slotBytes, ranks, out, n);
-  return [] {};
+  return {};
 }
 
 CompressorPtr makeCompressor(const Spec& spec, MemoryKind memory, Isa isa, void* stream) {

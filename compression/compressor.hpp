@@ -87,7 +87,7 @@ class Compressor {
   /// bytes of pinned host memory that outlive the queued work), and the
   /// returned function, run once the stream has passed this point, throws
   /// what decompressAll() would. The default runs decompressAll() now and
-  /// returns a function that does nothing.
+  /// returns an empty function (nothing left to check).
   virtual std::function<void()> decompressAllQueued(const char* payloads, size_t slotBytes, int ranks, float* out,
                                                     size_t n, void* hostCheck);
 };

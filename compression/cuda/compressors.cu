@@ -101,7 +101,7 @@ class CudaTopKCompressor final : public Compressor {
   size_t queuedCheckBytes(int ranks) const override { return statusBytes(ranks); }
   std::function<void()> decompressAllQueued(const char* payloads, size_t slotBytes, int ranks, float* out, size_t n,
                                             void* hostCheck) override {
-    if (ranks <= 0) return [] {};
+    if (ranks <= 0) return {};
     if (!hostCheck) throw InvalidArgument("cuda top-k decompress: no host memory for the check of the payloads");
     clear(out, n);
     auto* host = static_cast<unsigned long long*>(hostCheck);
