@@ -206,6 +206,25 @@ const Algorithm* findAlgorithm(Collective collective, const std::string& name);
 /// "ring, rd, hd, tree, native" for one collective.
 std::string algorithmNames(Collective collective);
 
+/// The workspace cache's key of `algorithm`'s plan for this call: the
+/// call, the rank, the size and the tuning. A planner must depend on
+/// nothing else (the hierarchy's layout is fixed per communicator).
+PlanKey planKey(const Algorithm* algorithm, const CollectiveCall& call, const RunContext& ctx);
+
+/// The compiled plan for this call from the workspace cache, made by
+/// `make()` (a Plan) on a miss.
+template <typename Make>
+std::shared_ptr<const CompiledPlan> cachedPlan(const Algorithm* algorithm, const CollectiveCall& call,
+                                               const RunContext& ctx, Make&& make) {
+  const PlanKey key = planKey(algorithm, call, ctx);
+  auto compiled = ctx.workspace->findPlan(key);
+  if (!compiled) {
+    compiled = CompiledPlan::compile(make());
+    ctx.workspace->storePlan(key, compiled);
+  }
+  return compiled;
+}
+
 /// The plan used when count is 0: one empty message to the next rank, so
 /// that even empty calls are matched (and mismatches detected) across ranks.
 Plan emptyPlan(int rank, int size);

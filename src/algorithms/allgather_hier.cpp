@@ -50,7 +50,7 @@ class HierAllgather final : public Algorithm {
     hier::PhasedParts parts;
     parts.what = "hierarchical allgather";
     parts.planCall = call;
-    parts.plan = hier::cachedPlan(this, call, ctx, [&] { return hier::allgatherInterHostPlan(call, l); });
+    parts.plan = cachedPlan(this, call, ctx, [&] { return hier::allgatherInterHostPlan(call, l); });
     const size_t mine = static_cast<size_t>(me) * n;
     if (g) {
       // The same items in the same order on every local rank: each rank's own

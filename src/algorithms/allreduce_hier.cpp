@@ -137,7 +137,7 @@ class HierAllreduceSchedule final : public Schedule {
     CollectiveCall full = call;
     full.count = std::min(waveElems, call.count);
     full.root = 0;
-    const auto lane0 = hier::cachedPlan(algorithm, full, ctx,
+    const auto lane0 = cachedPlan(algorithm, full, ctx,
                                         [&] { return hier::allreduceInterHostPlan(full, layout_, ctx.tuning); });
     const size_t laneScratch = lane0->plan.scratchCount;
     for (size_t w = 0; w < waves; ++w) {
@@ -146,7 +146,7 @@ class HierAllreduceSchedule final : public Schedule {
       c.count = v.count;
       c.root = static_cast<int>(w % hier::kLanes);  // the cache key's lane
       const uint32_t lane = static_cast<uint32_t>(w % hier::kLanes);
-      v.plan = hier::cachedPlan(algorithm, c, ctx, [&] {
+      v.plan = cachedPlan(algorithm, c, ctx, [&] {
         return hier::allreduceInterHostPlan(c, layout_, ctx.tuning, lane, laneScratch);
       });
       scratchElems_ = std::max(scratchElems_, v.plan->plan.scratchCount);

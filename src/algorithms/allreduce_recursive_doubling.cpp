@@ -134,8 +134,7 @@ class SignedRdSchedule final : public Schedule {
       ++next_;
       return;
     }
-    recv_ = ctx_.transport->irecvExpecting(st.peer, recvSlot(k), kSig + std::max(bytes_, transport::kSignedPayloadLimit),
-                                           kSig + bytes_, tag);
+    recv_ = ctx_.transport->irecv(st.peer, recvSlot(k), kSig + std::max(bytes_, transport::kSignedPayloadLimit), tag);
   }
 
   void finish(const Stage& st) {
@@ -213,15 +212,9 @@ class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
     for (int i = 0; i < patience.polls; ++i) {
       const bool moved = s.advance();
       if (s.done()) return true;
-      // Open MPI may have yielded in that look already (see
-      // ProgressEngine::driveOrBackOff). A look that moved something (a
-      // stage posted, a transfer found complete) looks again at once, as
-      // the engine's loop does: MPI_Testsome that finds a transfer complete
-      // returns without a progress pass, so nothing yielded, and the next
-      // look's pass yields if it finds nothing. Yielding there too would
-      // hand the core away once more per call than MPI_Allreduce's own wait.
-      const bool yielded = ctx.transport->yieldedWhileIdle();
-      if (moved || yielded) continue;
+      // A look that moved something (a stage posted, a transfer found
+      // complete) looks again at once, as the engine's loop does.
+      if (moved) continue;
       if (patience.yield) {
         sched_yield();
       } else {

@@ -56,7 +56,7 @@ class HierBroadcast final : public Algorithm {
     parts.planCall = call;
     parts.planCall.input = out;  // every slice's tree root holds it in its output
     parts.planCall.inPlace = true;
-    parts.plan = hier::cachedPlan(this, call, ctx, [&] { return hier::broadcastInterHostPlan(call, l, ctx.tuning); });
+    parts.plan = cachedPlan(this, call, ctx, [&] { return hier::broadcastInterHostPlan(call, l, ctx.tuning); });
     const patterns::Partition slices{call.count, l.slices};
     if (l.host == rootHost) {
       if (g) {

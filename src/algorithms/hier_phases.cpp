@@ -88,29 +88,6 @@ uint32_t appendSlicePlan(Plan& all, const Plan& p, const Layout& l, size_t j, si
   return stepBase;
 }
 
-std::shared_ptr<const CompiledPlan> cachedPlan(const Algorithm* algorithm, const CollectiveCall& call,
-                                               const RunContext& ctx, const std::function<Plan()>& make) {
-  PlanKey key;
-  key.algorithm = algorithm;
-  key.collective = static_cast<uint8_t>(call.collective);
-  key.type = static_cast<uint8_t>(call.type);
-  key.op = static_cast<uint8_t>(call.op);
-  key.inPlace = call.inPlace ? 1 : 0;
-  key.root = call.root;
-  key.rank = ctx.transport->rank();
-  key.size = ctx.transport->size();
-  key.depth = ctx.tuning.pipelineDepth;
-  key.count = call.count;
-  key.segmentBytes = ctx.tuning.segmentBytes;
-  key.exchangeSegmentBytes = ctx.tuning.exchangeSegmentBytes;
-  auto compiled = ctx.workspace->findPlan(key);
-  if (!compiled) {
-    compiled = CompiledPlan::compile(make());
-    ctx.workspace->storePlan(key, compiled);
-  }
-  return compiled;
-}
-
 void throwShmMismatch(const RunContext& ctx, const ShmGroup& g, int q, const char* what) {
   transport::CallSignature mine, theirs;
   const bool known = ctx.announcements && ctx.announcements->announced(g.localRank(), ctx.tag.seq, &mine);

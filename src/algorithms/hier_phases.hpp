@@ -75,11 +75,6 @@ Plan allreduceInterHostPlan(const CollectiveCall& call, const Layout& l, const T
 Plan broadcastInterHostPlan(const CollectiveCall& call, const Layout& l, const Tuning& tuning);
 Plan allgatherInterHostPlan(const CollectiveCall& call, const Layout& l);
 
-/// The compiled plan for this call from the workspace cache, made by `make`
-/// on a miss. The layout is fixed per communicator, so the usual key fits.
-std::shared_ptr<const CompiledPlan> cachedPlan(const Algorithm* algorithm, const CollectiveCall& call,
-                                               const RunContext& ctx, const std::function<Plan()>& make);
-
 /// One contiguous range that a local rank publishes to the others.
 struct FanOutItem {
   int owner = 0;             ///< local rank that has the data

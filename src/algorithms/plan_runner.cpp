@@ -95,8 +95,7 @@ void PlanRunner::startSigned(uint32_t id) {
     }
     buf_->active.push_back({id, ctx_.transport->isend(s.peer, slot, writeSigned(slot, mine, address(s.a), bytes), tag)});
   } else {
-    buf_->active.push_back({id, ctx_.transport->irecvExpecting(s.peer, slot, kSig + transport::kSignedPayloadLimit,
-                                                               kSig + s.dst.count * elemSize_, tag)});
+    buf_->active.push_back({id, ctx_.transport->irecv(s.peer, slot, kSig + transport::kSignedPayloadLimit, tag)});
   }
 }
 
@@ -226,28 +225,30 @@ std::vector<int> PlanRunner::awaitedPeers() const {
   return peers;
 }
 
-SchedulePtr PlannedAlgorithm::schedule(const CollectiveCall& call, RunContext ctx) const {
-  const int rank = ctx.transport->rank();
-  const int size = ctx.transport->size();
+PlanKey planKey(const Algorithm* algorithm, const CollectiveCall& call, const RunContext& ctx) {
   PlanKey key;
-  key.algorithm = this;
+  key.algorithm = algorithm;
   key.collective = static_cast<uint8_t>(call.collective);
   key.type = static_cast<uint8_t>(call.type);
   key.op = static_cast<uint8_t>(call.op);
   key.inPlace = call.inPlace ? 1 : 0;
   key.root = call.root;
-  key.rank = rank;
-  key.size = size;
+  key.rank = ctx.transport->rank();
+  key.size = ctx.transport->size();
   key.depth = ctx.tuning.pipelineDepth;
   key.count = call.count;
   key.segmentBytes = ctx.tuning.segmentBytes;
   key.exchangeSegmentBytes = ctx.tuning.exchangeSegmentBytes;
-  auto compiled = ctx.workspace->findPlan(key);
-  if (!compiled) {
+  return key;
+}
+
+SchedulePtr PlannedAlgorithm::schedule(const CollectiveCall& call, RunContext ctx) const {
+  const int rank = ctx.transport->rank();
+  const int size = ctx.transport->size();
+  auto compiled = cachedPlan(this, call, ctx, [&] {
     const bool empty = call.count == 0 && call.collective != Collective::kBarrier;
-    compiled = CompiledPlan::compile(empty ? emptyPlan(rank, size) : plan(call, rank, size, ctx.tuning));
-    ctx.workspace->storePlan(key, compiled);
-  }
+    return empty ? emptyPlan(rank, size) : plan(call, rank, size, ctx.tuning);
+  });
   return makeSchedule<PlanRunner>(ctx.workspace, std::move(compiled), call, ctx);
 }
 

@@ -27,7 +27,7 @@ void CallCheck::start(transport::Transport& t, const transport::CallSignature& m
     // Room for a signed message: a previous rank whose call differs may
     // have sent one (its signature first).
     inbox_.resize(sizeof theirs_ + transport::kSignedPayloadLimit);
-    recv_ = t.irecvExpecting(previous_, inbox_.data(), inbox_.size(), sizeof theirs_, tag);
+    recv_ = t.irecv(previous_, inbox_.data(), inbox_.size(), tag);
   }
   if (nextLocal_ < 0) send_ = t.isend(next_, mine_, sizeof *mine_, tag);
 }

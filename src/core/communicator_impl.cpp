@@ -124,7 +124,7 @@ transport::Tag setupTag() {
 /// notice is about a later operation, and this rank's last message may
 /// already have arrived) unless nothing moved for a second: then a peer
 /// may have failed during creation, and its reason is the error here.
-void runSetup(transport::Transport& t, core::AbortChannel& aborts, std::unique_ptr<topology::SetupExchange> schedule,
+void runSetup(core::AbortChannel& aborts, std::unique_ptr<topology::SetupExchange> schedule,
               std::chrono::nanoseconds timeout) {
   using Clock = std::chrono::steady_clock;
   auto lastProgress = Clock::now();
@@ -136,12 +136,6 @@ void runSetup(transport::Transport& t, core::AbortChannel& aborts, std::unique_p
       aborts.broadcast("communicator creation failed: " + std::string(e.what()));
       throw;
     }
-    // Open MPI may have yielded in that look already (where ranks outnumber
-    // cores): a second yield would hand the core to a peer twice per look,
-    // as ProgressEngine::driveOrBackOff avoids for collectives. Read every
-    // look, so a mark from a look that moved something does not skip a
-    // later yield.
-    const bool yielded = t.yieldedWhileIdle();
     if (moved) {
       lastProgress = Clock::now();
       continue;
@@ -160,7 +154,7 @@ void runSetup(transport::Transport& t, core::AbortChannel& aborts, std::unique_p
       aborts.broadcast("[timeout] " + why);
       throw TimeoutError(why);
     }
-    if (!yielded) std::this_thread::yield();
+    std::this_thread::yield();
   }
 }
 
@@ -232,7 +226,7 @@ void CommunicatorImpl::setUpSelection(transport::Transport& t, core::AbortChanne
     result->tuningText = in.tuning.tuningText;
     result->error = in.tuning.error;
   } else {
-    runSetup(t, aborts, topology::setupExchange(t, setupTag(), view_, in, result), config_.timeout);
+    runSetup(aborts, topology::setupExchange(t, setupTag(), view_, in, result), config_.timeout);
     // Every rank takes rank 0's host layout, so the ranks cannot choose
     // differently even if a transport answered differently on some rank.
     if (!result->hostLeaders.empty()) {

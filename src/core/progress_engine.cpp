@@ -55,14 +55,14 @@ bool noticeMeansPeerFailure(const std::string& text) {
 }
 }  // namespace
 
-void Backoff::idle(bool yielded) {
+void Backoff::idle() {
   ++idle_;
   if (idle_ <= spins_) {
     _mm_pause();
     return;
   }
   if (idle_ <= spins_ + yields_) {
-    if (!yielded) std::this_thread::yield();
+    std::this_thread::yield();
     return;
   }
   // 1us, 2us, 4us, ... up to the cap.
@@ -598,18 +598,15 @@ bool ProgressEngine::waitFor(OperationState& op, Clock::time_point deadline) {
 void ProgressEngine::driveOrBackOff(Backoff& backoff) {
   // When another thread is in the middle of a step, it lets go shortly.
   std::unique_lock<std::mutex> lock(driveMu_, std::try_to_lock);
-  bool moved = false, yielded = false;
+  bool moved = false;
   if (lock.owns_lock()) {
     moved = drive();
-    // Open MPI may have yielded in that look already: a second yield would
-    // hand the core to a peer twice per look.
-    yielded = transport_->yieldedWhileIdle();
     lock.unlock();
   }
   if (moved) {
     backoff.reset();
   } else {
-    backoff.idle(yielded);
+    backoff.idle();
   }
 }
 

@@ -53,9 +53,8 @@ class Backoff {
   Backoff(int spins, int yields, std::chrono::nanoseconds maxSleep)
       : spins_(spins), yields_(yields), maxSleep_(maxSleep) {}
   void reset() { idle_ = 0; }
-  /// One idle look. `yielded`: the look already gave up the core (the
-  /// transport yields when idle), so this one does not yield again.
-  void idle(bool yielded = false);
+  /// One idle look.
+  void idle();
 
  private:
   int spins_;

@@ -35,10 +35,6 @@ RequestPtr GroupTransport::irecv(int peer, void* data, size_t bytes, const Tag& 
   return base_.irecv(checkedPeer(peer), data, bytes, mapped(tag));
 }
 
-RequestPtr GroupTransport::irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) {
-  return base_.irecvExpecting(checkedPeer(peer), data, capacity, expected, mapped(tag));
-}
-
 bool GroupTransport::probeMismatch(int peer, const Tag& expected) {
   return base_.probeMismatch(checkedPeer(peer), mapped(expected));
 }

@@ -24,11 +24,9 @@ class GroupTransport : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(members_.size()); }
   std::string name() const override { return base_.name(); }
-  bool yieldedWhileIdle() override { return base_.yieldedWhileIdle(); }
 
   RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) override;
   RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
-  RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) override;
   bool probeMismatch(int peer, const Tag& expected) override;
   /// The sender comes back as a group rank.
   RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) override;

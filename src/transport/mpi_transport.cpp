@@ -12,17 +12,6 @@
 
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define GRADCOMM_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define GRADCOMM_ASAN 1
-#endif
-#endif
-#ifdef GRADCOMM_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
-
 #include "gradcomm/error.hpp"
 #include "kernels/reduce.hpp"
 
@@ -101,10 +90,6 @@ void abandon(std::vector<MPI_Request>& requests, bool isRecv, Graveyard& graveya
 
 class MpiRequest;
 
-/// Transfers up to this size move as one fragment in Open MPI's transports
-/// (the shared-memory BTL's eager limit, the smallest of them).
-constexpr size_t kOneFragmentBytes = 4096;
-
 /// One progress pass for all of a transport's transfers. Every MPI_Test of
 /// an incomplete request runs the library's progress engine once (with the
 /// TCP transport, a poll() system call), so testing each of an operation's
@@ -119,9 +104,6 @@ class MpiProgress {
   struct Part {
     MPI_Request request = MPI_REQUEST_NULL;
     size_t expected = 0;  ///< bytes
-    /// The bytes that should move: `expected`, or less for a receive on
-    /// the call-check channel, whose buffer has room for any peer's message.
-    size_t pace = 0;
     bool done = false;
     /// A receive: only receives ask MPI how many bytes arrived (a send's
     /// count is never read, and MPI_Get_count cost about 45 instructions
@@ -142,11 +124,6 @@ class MpiProgress {
   }
   uint64_t pass() const { return pass_; }
   void run();
-  /// Whether Open MPI ends an idle progress pass with sched_yield().
-  void setYieldsWhenIdle(bool yields) { yieldsWhenIdle_ = yields; }
-  /// A pass found nothing since the last call (and so, with
-  /// yieldsWhenIdle, gave up the core); clears the mark.
-  bool takeIdleYield() { return std::exchange(idleYield_, false); }
 
  private:
   std::shared_ptr<Graveyard> graveyard_;
@@ -156,77 +133,11 @@ class MpiProgress {
   std::vector<int> indices_;
   std::vector<MPI_Status> statuses_;
   uint64_t pass_ = 0;
-  bool yieldsWhenIdle_ = false;
-  bool idleYield_ = false;
 };
-
-namespace {
-
-// Under AddressSanitizer a pooled block is poisoned while it waits in the
-// pool: a request used after it was freed is still reported (as a use
-// after poison), and the sanitizer stage checks the pool itself.
-#ifdef GRADCOMM_ASAN
-void poisonBlock(void* block, size_t bytes) { ASAN_POISON_MEMORY_REGION(block, bytes); }
-void unpoisonBlock(void* block, size_t bytes) { ASAN_UNPOISON_MEMORY_REGION(block, bytes); }
-#else
-void poisonBlock(void*, size_t) {}
-void unpoisonBlock(void*, size_t) {}
-#endif
-
-/// Freed MpiRequest blocks kept for the thread's next requests. A small
-/// call opens four transfers, and each was a heap allocation and a free:
-/// about 120 instructions a pair with glibc, 500 of a 4-rank 256-byte
-/// call's 13,800 (callgrind). A block freed
-/// on another thread than the one that took it joins that thread's pool.
-/// Trivially destructible, so it can still be asked after the thread's
-/// destructors ran (then it hands blocks straight to the heap); the
-/// blocks it holds go back to the heap when its thread ends.
-struct RequestPool {
-  static constexpr int kBlocks = 16;
-  void* blocks[kBlocks];  // each sizeof(MpiRequest)
-  int held;
-  bool registered;  // the thread's cleanup is registered
-  bool closed;      // the thread is ending: no more pooling
-};
-thread_local RequestPool tRequestPool;
-
-struct RequestPoolCleanup {
-  ~RequestPoolCleanup();  // after MpiRequest, whose size it needs
-};
-
-void registerRequestPoolCleanup() {
-  static thread_local RequestPoolCleanup cleanup;
-  (void)cleanup;
-}
-
-}  // namespace
 
 /// One logical transfer, split into parts of at most kMaxPartBytes.
 class MpiRequest : public Request {
  public:
-  static void* operator new(size_t bytes) {
-    RequestPool& p = tRequestPool;
-    if (bytes == sizeof(MpiRequest) && p.held > 0) {
-      void* block = p.blocks[--p.held];
-      unpoisonBlock(block, bytes);
-      return block;
-    }
-    return ::operator new(bytes);
-  }
-  static void operator delete(void* block, size_t bytes) {
-    RequestPool& p = tRequestPool;
-    if (bytes == sizeof(MpiRequest) && !p.closed && p.held < RequestPool::kBlocks) {
-      if (!p.registered) {
-        p.registered = true;
-        registerRequestPoolCleanup();
-      }
-      poisonBlock(block, bytes);
-      p.blocks[p.held++] = block;
-      return;
-    }
-    ::operator delete(block);
-  }
-
   MpiRequest(bool isRecv, int peer, int myRank, Graveyard& graveyard, std::shared_ptr<MpiProgress> progress,
              bool upTo = false)
       : isRecv_(isRecv),
@@ -245,11 +156,10 @@ class MpiRequest : public Request {
     for (size_t i = 0; i < parts_; ++i) open.push_back(part(i).request);
     abandon(open, isRecv_, graveyard_);
   }
-  void add(MPI_Request r, size_t bytes, size_t pace) {
+  void add(MPI_Request r, size_t bytes) {
     MpiProgress::Part p;
     p.request = r;
     p.expected = bytes;
-    p.pace = pace;
     p.recv = isRecv_;
     if (parts_ == 0) {
       first_ = p;
@@ -327,16 +237,6 @@ class MpiRequest : public Request {
   std::vector<MpiProgress::Part> more_;
 };
 
-RequestPoolCleanup::~RequestPoolCleanup() {
-  RequestPool& p = tRequestPool;
-  p.closed = true;
-  while (p.held > 0) {
-    void* block = p.blocks[--p.held];
-    unpoisonBlock(block, sizeof(MpiRequest));
-    ::operator delete(block);
-  }
-}
-
 void MpiProgress::run() {
   ++pass_;
   graveyard_->sweep();
@@ -363,19 +263,7 @@ void MpiProgress::run() {
     }
     return;
   }
-  if (completed == MPI_UNDEFINED || completed == 0) {
-    // Open MPI yields after a pass in which no fragment moved. With small
-    // transfers only (a fragment each), a pass that completed nothing moved
-    // nothing; a large transfer moves fragments without completing, and
-    // then Open MPI did not yield (the waiting loop must yield itself).
-    // Judged by the bytes expected, not the buffer: a signed or call-check
-    // receive has room for 16 KiB, and judging by that would make every
-    // waiting loop of a small signed call yield twice per look, handing the
-    // core to a peer twice. The abort-notice receive, always open, expects 0.
-    idleYield_ = yieldsWhenIdle_ &&
-                 std::all_of(owners_.begin(), owners_.end(), [](const Part* p) { return p->pace <= kOneFragmentBytes; });
-    return;
-  }
+  if (completed == MPI_UNDEFINED) return;
   for (int k = 0; k < completed; ++k) {
     const size_t i = static_cast<size_t>(indices_[static_cast<size_t>(k)]);
     const MPI_Status& st = statuses_[static_cast<size_t>(k)];
@@ -388,42 +276,6 @@ void MpiProgress::run() {
     }
   }
 }
-
-namespace {
-
-/// Open MPI's mpi_yield_when_idle (on when set, or when ranks outnumber
-/// cores), read through the MPI tool interface; false where it is unknown.
-bool readMpiYieldsWhenIdle() {
-  int provided = 0;
-  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return false;
-  bool yields = false;
-  int index = -1;
-  if (MPI_T_cvar_get_index("mpi_yield_when_idle", &index) == MPI_SUCCESS) {
-    MPI_T_cvar_handle handle;
-    int count = 0;
-    if (MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
-      // A bool in Open MPI: read into zeroed room for any scalar.
-      unsigned char value[16] = {0};
-      if (count == 1 && MPI_T_cvar_read(handle, value) == MPI_SUCCESS) {
-        for (unsigned char b : value) yields = yields || b != 0;
-      }
-      MPI_T_cvar_handle_free(&handle);
-    }
-  }
-  MPI_T_finalize();
-  return yields;
-}
-
-/// readMpiYieldsWhenIdle(), once per process: MPI_T_init_thread registers
-/// every framework of Open MPI and opens its component libraries (most of
-/// a communicator's creation time), and the parameter cannot change once
-/// MPI is up.
-bool mpiYieldsWhenIdle() {
-  static const bool yields = readMpiYieldsWhenIdle();
-  return yields;
-}
-
-}  // namespace
 
 MPI_Datatype mpiDatatype(DataType type) {
   switch (type) {
@@ -511,7 +363,6 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
 
   graveyard_ = std::make_shared<Graveyard>();
   progress_ = std::make_shared<MpiProgress>(graveyard_);
-  progress_->setYieldsWhenIdle(mpiYieldsWhenIdle());
   native_ = makeMpiNative(data_, graveyard_);
 }
 
@@ -613,22 +464,18 @@ void MpiTransport::setUpSharedMemory(MPI_Comm local, size_t chunkBytes) {
 }
 
 RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
-  return post(false, peer, const_cast<void*>(data), bytes, bytes, tag);
+  return post(false, peer, const_cast<void*>(data), bytes, tag);
 }
 
 RequestPtr MpiTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
-  return post(true, peer, data, bytes, bytes, tag);
-}
-
-RequestPtr MpiTransport::irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) {
-  return post(true, peer, data, capacity, std::min(expected, capacity), tag);
+  return post(true, peer, data, bytes, tag);
 }
 
 RequestPtr MpiTransport::irecvAny(void* data, size_t capacity, const Tag& tag) {
-  return post(true, MPI_ANY_SOURCE, data, capacity, 0, tag);
+  return post(true, MPI_ANY_SOURCE, data, capacity, tag);
 }
 
-RequestPtr MpiTransport::post(bool recv, int peer, void* data, size_t bytes, size_t pace, const Tag& tag) {
+RequestPtr MpiTransport::post(bool recv, int peer, void* data, size_t bytes, const Tag& tag) {
   checkGroup(tag);
   const bool upTo = recv && (tag.message == Tag::kCallCheck || peer == MPI_ANY_SOURCE);
   auto req = std::make_unique<MpiRequest>(recv, peer, rank_, *graveyard_, progress_, upTo);
@@ -647,8 +494,7 @@ RequestPtr MpiTransport::post(bool recv, int peer, void* data, size_t bytes, siz
       throw TransportError(std::string(recv ? "MPI_Irecv from" : "MPI_Isend to") + " rank " + std::to_string(peer) +
                            " failed: " + mpiErrorText(rc));
     }
-    // Parts before the last are full; the pace goes to the part it falls in.
-    req->add(r, part, std::min(part, pace > offset ? pace - offset : 0));
+    req->add(r, part);
     offset += part;
   } while (offset < bytes);
   return req;
@@ -681,7 +527,5 @@ bool MpiTransport::probeMismatch(int peer, const Tag& expected) {
   return layout_.seqOf(status.MPI_TAG) == (expected.seq & layout_.seqMask()) &&
          layout_.fingerprintOf(status.MPI_TAG) != (expected.fingerprint & layout_.fingerprintMask());
 }
-
-bool MpiTransport::yieldedWhileIdle() { return progress_->takeIdleYield(); }
 
 }  // namespace gradcomm::transport

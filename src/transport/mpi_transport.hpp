@@ -46,10 +46,8 @@ class MpiTransport : public Transport {
   std::string name() const override { return "mpi"; }
   RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) override;
   RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) override;
-  RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) override;
   bool probeMismatch(int peer, const Tag& expected) override;
   RequestPtr irecvAny(void* data, size_t capacity, const Tag& tag) override;
-  bool yieldedWhileIdle() override;
   bool abandonedTransfersPending() override;
   /// A light transport for the group: an MPI communicator of the members
   /// (MPI_Comm_create_group, and one duplicate for its call checks), the
@@ -70,9 +68,7 @@ class MpiTransport : public Transport {
   /// The group constructor's work; it frees the communicators if this throws.
   void setUpGroup(MpiTransport& parent, const std::vector<int>& members);
   /// Posts a receive (or a send) in parts of at most kMaxPartBytes.
-  /// `pace`: the bytes expected to move, which decide whether an idle
-  /// progress pass yielded (MpiProgress::run).
-  RequestPtr post(bool recv, int peer, void* data, size_t bytes, size_t pace, const Tag& tag);
+  RequestPtr post(bool recv, int peer, void* data, size_t bytes, const Tag& tag);
   void checkGroup(const Tag& tag) const;
   void setUpSharedMemory(MPI_Comm local, size_t chunkBytes);
 

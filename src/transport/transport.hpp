@@ -92,25 +92,8 @@ class Transport {
   virtual int size() const = 0;
   virtual std::string name() const = 0;
 
-  /// True when, since the last call of this, a call into the transport
-  /// found nothing to do and gave up the core itself (Open MPI with
-  /// mpi_yield_when_idle, set by hand or because ranks outnumber cores,
-  /// ends an idle progress pass in sched_yield()). A waiting loop then does
-  /// not yield again: two yields per look hand the core to a peer twice.
-  virtual bool yieldedWhileIdle() { return false; }
-
   virtual RequestPtr isend(int peer, const void* data, size_t bytes, const Tag& tag) = 0;
   virtual RequestPtr irecv(int peer, void* data, size_t bytes, const Tag& tag) = 0;
-  /// A receive on the call-check channel (Tag::kCallCheck) into a buffer of
-  /// `capacity` bytes, of a message that should hold `expected` bytes: what
-  /// the peer sends when its call matches this rank's (a peer whose call
-  /// differs may send up to `capacity`). A transport that paces its waiting
-  /// by the size of what is in flight judges by `expected`, not by the
-  /// buffer (MPI: see MpiProgress::run).
-  virtual RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected, const Tag& tag) {
-    (void)expected;
-    return irecv(peer, data, capacity, tag);
-  }
 
   /// True when a message from `peer` for operation `expected.seq` (of
   /// group `expected.comm`) is waiting whose fingerprint differs: the peer

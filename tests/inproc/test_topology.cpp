@@ -12,8 +12,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <sched.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "algorithms/selector.hpp"
@@ -26,18 +24,6 @@
 using namespace gradcomm;
 using gradcomm::testing::RankContext;
 using gradcomm::testing::runRanks;
-
-namespace {
-thread_local int tSchedYields = 0;  // this thread's sched_yield() calls (counted below)
-}  // namespace
-
-// Every sched_yield() of this test binary, the library's included (its
-// reference binds to this definition), counts on the calling thread and
-// then yields as the C library's would.
-extern "C" int sched_yield() noexcept {
-  ++tSchedYields;
-  return static_cast<int>(::syscall(SYS_sched_yield));
-}
 
 namespace {
 
@@ -290,60 +276,6 @@ TEST(Calibration, LinkGapRoundsRunWhereEveryHostHasSeveralRanks) {
     }
     for (int r = 1; r < p; ++r) {
       EXPECT_EQ(costs[static_cast<size_t>(r)].interHost.gapSeconds, costs[0].interHost.gapSeconds) << "rank " << r;
-    }
-  }
-}
-
-namespace {
-
-/// Says that every look yielded already, as the MPI transport does where
-/// Open MPI ends an idle progress pass in sched_yield() (or, `yields`
-/// false, that none did).
-class TransportThatYields : public gradcomm::testing::ForwardingTransport {
- public:
-  TransportThatYields(std::unique_ptr<transport::Transport> inner, bool yields)
-      : ForwardingTransport(std::move(inner)), yields_(yields) {}
-  bool yieldedWhileIdle() override { return yields_; }
-
- private:
-  bool yields_;
-};
-
-}  // namespace
-
-// The loop that drives the calibration at creation yields after a look
-// that moved nothing, unless the transport says that look yielded already
-// (a second yield hands the core to a peer twice per look where ranks
-// outnumber cores). Two hosts of one rank, calibrated: the creating
-// threads yield while they wait for each other's messages, and not at all
-// when every look reports a yield.
-TEST(Calibration, TheCreationLoopDoesNotYieldAgainWhereTheTransportDid) {
-  for (const bool transportYields : {false, true}) {
-    SCOPED_TRACE(transportYields ? "every look yielded in the transport" : "no look yielded in the transport");
-    auto world = transport::InProcWorld::create(2, hostsOf(1));
-    std::vector<int> yields(2, -1);
-    std::vector<std::string> source(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        auto t = std::make_unique<TransportThatYields>(world->transport(r), transportYields);
-        const int before = tSchedYields;
-        auto impl = createCalibratedRank(*world, r, std::move(t));
-        yields[static_cast<size_t>(r)] = tSchedYields - before;
-        source[static_cast<size_t>(r)] = impl->selector().model()->costs().source;
-        Communicator comm(impl);
-        comm.barrier().wait();
-      });
-    }
-    for (auto& th : threads) th.join();
-    std::printf("%s: creation yields %d and %d\n", transportYields ? "transport yields" : "transport does not yield",
-                yields[0], yields[1]);
-    EXPECT_EQ(source[0], "calibrated");
-    if (transportYields) {
-      EXPECT_EQ(yields[0], 0);
-      EXPECT_EQ(yields[1], 0);
-    } else {
-      EXPECT_GT(yields[0] + yields[1], 0);
     }
   }
 }

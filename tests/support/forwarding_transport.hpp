@@ -22,10 +22,6 @@ class ForwardingTransport : public transport::Transport {
   transport::RequestPtr irecv(int peer, void* data, size_t bytes, const transport::Tag& tag) override {
     return inner_->irecv(peer, data, bytes, tag);
   }
-  transport::RequestPtr irecvExpecting(int peer, void* data, size_t capacity, size_t expected,
-                                       const transport::Tag& tag) override {
-    return inner_->irecvExpecting(peer, data, capacity, expected, tag);
-  }
   bool probeMismatch(int peer, const transport::Tag& expected) override { return inner_->probeMismatch(peer, expected); }
   transport::RequestPtr irecvAny(void* data, size_t capacity, const transport::Tag& tag) override {
     return inner_->irecvAny(data, capacity, tag);
