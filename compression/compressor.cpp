@@ -11,14 +11,6 @@
 
 namespace gradcomm::compression {
 
-const char* toString(MemoryKind memory) {
-  switch (memory) {
-    case MemoryKind::kHost: return "host";
-    case MemoryKind::kDevice: return "device";
-  }
-  return "?";
-}
-
 void Compressor::decompressAll(const char* payloads, size_t slotBytes, int ranks, float* out, size_t n) {
   if (summable()) {
     decompress(payloads, out, n);

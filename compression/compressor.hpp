@@ -19,9 +19,6 @@ namespace gradcomm::compression {
 /// Where a compressor's inputs, outputs, residuals and payloads live.
 enum class MemoryKind { kHost, kDevice };
 
-/// "host" or "device".
-const char* toString(MemoryKind memory);
-
 /// Per-call parameters of Compressor::compress.
 struct CompressArgs {
   float scale = 1.0f;  ///< pre-scaling factor (1/ranks for an average); summable compressors only, else must be 1

@@ -6,15 +6,6 @@
 
 namespace gradcomm::topology {
 
-const char* toString(LinkClass c) {
-  switch (c) {
-    case LinkClass::kSelf: return "self";
-    case LinkClass::kSameHost: return "same-host";
-    case LinkClass::kInterHost: return "inter-host";
-  }
-  return "?";
-}
-
 std::string HostHardware::describe() const {
   if (!detected) return "hardware unknown (gradcomm built without hwloc, or hwloc failed)";
   std::string nicText;

@@ -9,9 +9,6 @@ namespace gradcomm::topology {
 /// keeps one latency/bandwidth pair per class.
 enum class LinkClass { kSelf, kSameHost, kInterHost };
 
-/// "self", "same-host" or "inter-host".
-const char* toString(LinkClass c);
-
 /// What hwloc reports about this rank's host (zeros when hwloc is absent or
 /// failed: the model does not depend on it, it is for display and later use).
 struct HostHardware {

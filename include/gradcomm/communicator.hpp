@@ -238,9 +238,6 @@ class GRADCOMM_API Communicator {
   /// hold the calling rank.
   Communicator subgroup(const std::vector<int>& ranks) const;
 
-  /// Which algorithm the communicator would choose for such a call.
-  std::string algorithmFor(Collective collective, size_t count, DataType type) const;
-
   /// What the selector decides for a call (no per-call option), why, and
   /// the cost model's predictions.
   struct Selection {
@@ -400,14 +397,5 @@ GRADCOMM_API std::vector<Communicator> localCommunicators(int n, const Options& 
 /// Names of the algorithms that implement `collective`, for CollectiveOptions
 /// and GRADCOMM_ALGO ("ring", "rd", "hd", "tree", "shm", "native" for allreduce).
 GRADCOMM_API std::vector<std::string> algorithmNames(Collective collective);
-
-/// DataType of a C++ element type: dataTypeOf<float>() == DataType::kFloat32.
-template <typename T> constexpr DataType dataTypeOf();
-template <> constexpr DataType dataTypeOf<float>() { return DataType::kFloat32; }
-template <> constexpr DataType dataTypeOf<double>() { return DataType::kFloat64; }
-template <> constexpr DataType dataTypeOf<int8_t>() { return DataType::kInt8; }
-template <> constexpr DataType dataTypeOf<uint8_t>() { return DataType::kUInt8; }
-template <> constexpr DataType dataTypeOf<int32_t>() { return DataType::kInt32; }
-template <> constexpr DataType dataTypeOf<int64_t>() { return DataType::kInt64; }
 
 }  // namespace gradcomm

@@ -98,7 +98,6 @@ class GRADCOMM_API Reducer {
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
-  size_t numGradients() const;
   /// Memory of gradient i: bucket memory with gradient-as-bucket-view (it
   /// moves when buckets are rebuilt after the first step: ask again each
   /// step), else the caller's pointer.

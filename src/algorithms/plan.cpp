@@ -2,18 +2,6 @@
 
 namespace gradcomm::algorithms {
 
-const char* toString(StepKind kind) {
-  switch (kind) {
-    case StepKind::kSend: return "send";
-    case StepKind::kRecv: return "recv";
-    case StepKind::kReduce: return "reduce";
-    case StepKind::kCopy: return "copy";
-    case StepKind::kDivide: return "divide";
-    case StepKind::kNop: return "nop";
-  }
-  return "?";
-}
-
 PlanBuilder::Id PlanBuilder::add(StepKind kind, int peer, uint32_t message, Span dst, Span a, Span b, const Id* depsBegin,
                                  const Id* depsEnd) {
   Step s;

@@ -29,8 +29,6 @@ enum class StepKind : uint8_t {
   kNop,     ///< joins dependencies
 };
 
-const char* toString(StepKind kind);
-
 struct Step {
   StepKind kind = StepKind::kNop;
   int peer = -1;

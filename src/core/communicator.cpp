@@ -257,12 +257,4 @@ std::string Communicator::describeTopology() const {
 
 Communicator::DeviceEngine Communicator::deviceEngine(int device) const { return checked().deviceEngine(device); }
 
-std::string Communicator::algorithmFor(Collective collective, size_t count, DataType type) const {
-  CollectiveCall c;
-  c.collective = collective;
-  c.count = count;
-  c.type = type;
-  return checked().algorithmFor(c);
-}
-
 }  // namespace gradcomm

@@ -854,8 +854,4 @@ Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
   return Work(op);
 }
 
-std::string CommunicatorImpl::algorithmFor(const CollectiveCall& call) const {
-  return selector_.select(call, {*transport_, view_}, {}).algorithm->name();
-}
-
 }  // namespace gradcomm::detail

@@ -118,7 +118,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// Communicator::deviceEngine: directEngine's choice, asked as a call of
   /// its own (after the ranks agreed that each can make device calls).
   Communicator::DeviceEngine deviceEngine(int device);
-  std::string algorithmFor(const algorithms::CollectiveCall& call) const;
   algorithms::RunContext runContext(const algorithms::CollectiveCall& call, const transport::Tag& tag) const;
 
   /// Keeps `what` alive as long as the communicator (the store it was

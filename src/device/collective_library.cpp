@@ -182,7 +182,6 @@ class Nccl final : public CollectiveLibrary {
   }
   std::string name() override { return name_; }
   std::string unavailable() override { return why_; }
-  bool supports(DataType, ReduceOp) override { return why_.empty(); }
   std::vector<char> newId() override {
     ncclUniqueId id;
     ncclResult_t rc = api_.getUniqueId(&id);

@@ -22,7 +22,7 @@ class DeviceComm {
  public:
   virtual ~DeviceComm() = default;
   /// Queues the collective on `stream` (counts are elements; broadcast and
-  /// reduce name a root). Ops include kAvg; the engine asks supports() first.
+  /// reduce name a root). Ops include kAvg.
   virtual void allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, Stream stream) = 0;
   virtual void broadcast(const void* in, void* out, size_t count, DataType type, int root, Stream stream) = 0;
   virtual void reduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, int root,
@@ -45,8 +45,6 @@ class CollectiveLibrary {
   virtual std::string name() = 0;
   /// Why the library cannot serve this process, or "" when it can.
   virtual std::string unavailable() = 0;
-  /// Whether it reduces `type` with `op` (false: the call takes the staged path).
-  virtual bool supports(DataType type, ReduceOp op) = 0;
   /// A new group id (on one rank; the others receive it).
   virtual std::vector<char> newId() = 0;
   /// Joins the group `id` as `rank` of `size`, on `device`. Blocks until

@@ -100,7 +100,6 @@ class ReducerImpl {
     }
   }
 
-  size_t numGradients() const { return grads_.size(); }
 
   void* gradient(size_t i) {
     checkIndex(i, "gradient");
@@ -629,7 +628,6 @@ class ReducerImpl {
 Reducer::Reducer(Communicator comm, std::vector<GradientSpec> gradients, ReducerOptions options)
     : impl_(std::make_unique<detail::ReducerImpl>(std::move(comm), std::move(gradients), std::move(options))) {}
 Reducer::~Reducer() = default;
-size_t Reducer::numGradients() const { return impl_->numGradients(); }
 void* Reducer::gradient(size_t i) { return impl_->gradient(i); }
 void Reducer::markReady(size_t i) { impl_->markReady(i); }
 void Reducer::markUnused(size_t i) { impl_->markUnused(i); }

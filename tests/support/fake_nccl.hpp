@@ -61,7 +61,6 @@ class FakeNccl final : public device::CollectiveLibrary {
     auto it = unavailable_.find(std::this_thread::get_id());
     return it == unavailable_.end() ? "" : it->second;
   }
-  bool supports(DataType, ReduceOp) override { return true; }
   std::vector<char> newId() override {
     const uint64_t id = ++nextId_;
     std::vector<char> out(sizeof id);

@@ -10,6 +10,20 @@ namespace gradcomm::testing {
 
 namespace plan_hazards {
 
+inline const char* kindName(algorithms::StepKind kind) {
+  using algorithms::StepKind;
+  switch (kind) {
+    case StepKind::kSend: return "send";
+    case StepKind::kRecv: return "recv";
+    case StepKind::kReduce: return "reduce";
+    case StepKind::kCopy: return "copy";
+    case StepKind::kDivide: return "divide";
+    case StepKind::kNop: return "nop";
+  }
+  return "?";
+}
+
+
 using algorithms::Buf;
 using algorithms::Plan;
 using algorithms::Span;
@@ -92,8 +106,8 @@ inline std::string findHazard(const algorithms::Plan& plan, bool inputAliasesOut
         for (const auto& y : aj) {
           if ((x.write || y.write) && plan_hazards::overlaps(x.span, y.span, inputAliasesOutput, inputShift)) {
             // Two reads never conflict; a step never conflicts with itself.
-            return std::string("unordered ") + toString(plan.steps[i].kind) + " (step " + std::to_string(i) + ") and " +
-                   toString(plan.steps[j].kind) + " (step " + std::to_string(j) + ") touch the same elements";
+            return std::string("unordered ") + plan_hazards::kindName(plan.steps[i].kind) + " (step " + std::to_string(i) + ") and " +
+                   plan_hazards::kindName(plan.steps[j].kind) + " (step " + std::to_string(j) + ") touch the same elements";
           }
         }
       }
