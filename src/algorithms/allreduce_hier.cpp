@@ -137,8 +137,8 @@ class HierAllreduceSchedule final : public Schedule {
     CollectiveCall full = call;
     full.count = std::min(waveElems, call.count);
     full.root = 0;
-    const auto lane0 = cachedPlan(algorithm, full, ctx,
-                                        [&] { return hier::allreduceInterHostPlan(full, layout_, ctx.tuning); });
+    const auto lane0 =
+        cachedPlan(algorithm, full, ctx, [&] { return hier::allreduceInterHostPlan(full, layout_, ctx.tuning); });
     const size_t laneScratch = lane0->plan.scratchCount;
     for (size_t w = 0; w < waves; ++w) {
       Wave& v = waves_[w];

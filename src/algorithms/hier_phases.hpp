@@ -8,7 +8,6 @@
 // host h slice j belongs to local rank j % L_h. On the largest host each
 // local rank owns one slice; on a smaller one some own several, so every
 // slice has exactly one owner per host whatever the layout.
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>

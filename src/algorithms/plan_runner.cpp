@@ -243,9 +243,9 @@ PlanKey planKey(const Algorithm* algorithm, const CollectiveCall& call, const Ru
 }
 
 SchedulePtr PlannedAlgorithm::schedule(const CollectiveCall& call, RunContext ctx) const {
-  const int rank = ctx.transport->rank();
-  const int size = ctx.transport->size();
   auto compiled = cachedPlan(this, call, ctx, [&] {
+    const int rank = ctx.transport->rank();
+    const int size = ctx.transport->size();
     const bool empty = call.count == 0 && call.collective != Collective::kBarrier;
     return empty ? emptyPlan(rank, size) : plan(call, rank, size, ctx.tuning);
   });

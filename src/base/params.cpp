@@ -180,7 +180,7 @@ const std::vector<ParamDef>& registry() {
                               "Upper bound on the calibration ping-pongs (larger messages are skipped to stay "
                               "within it)"));
     d.push_back(stringParam("GRADCOMM_TUNING_FILE", "", "path", &Config::tuningFile,
-                            "Measured choices ('gradcomm-bench --tune' writes them) that the selector prefers "
+                            "Measured choices ('gradcomm-tune' writes them) that the selector prefers "
                             "over the cost model; read by rank 0 (empty: none)"));
     d.push_back(intParam("GRADCOMM_POLL_SPINS", "200", &Config::pollSpins, 0, 1000000,
                          "Idle polls of the progress loop before it starts to yield and then sleep"));
@@ -285,10 +285,14 @@ size_t editDistance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-/// GRADCOMM_* variables that are not parameters but are read elsewhere.
+/// GRADCOMM_* variables that are not parameters but are read elsewhere:
+/// the launch variables, and those of the project's scripts and build
+/// (a test run or a pip build exports them to every process it starts).
 bool readElsewhere(const std::string& name) {
-  static const char* const kExact[] = {"GRADCOMM_RANK", "GRADCOMM_WORLD_SIZE", "GRADCOMM_RENDEZVOUS",
-                                      "GRADCOMM_LOCAL_RANK"};
+  static const char* const kExact[] = {"GRADCOMM_RANK",          "GRADCOMM_WORLD_SIZE",   "GRADCOMM_RENDEZVOUS",
+                                      "GRADCOMM_LOCAL_RANK",    "GRADCOMM_SKIP_SANITIZERS", "GRADCOMM_REQUIRE_CUDA",
+                                      "GRADCOMM_VENV",          "GRADCOMM_BASE_PYTHON",  "GRADCOMM_MPIRUN_ARGS",
+                                      "GRADCOMM_UCX_WHEEL",     "GRADCOMM_WITH_CUDA",    "GRADCOMM_WITH_NCCL"};
   static const char* const kPrefixes[] = {"GRADCOMM_NCCL_", "GRADCOMM_TEST_", "GRADCOMM_NETNS_"};
   for (const char* e : kExact) {
     if (name == e) return true;

@@ -100,7 +100,6 @@ class ReducerImpl {
     }
   }
 
-
   void* gradient(size_t i) {
     checkIndex(i, "gradient");
     if (!opts_.gradientAsBucketView) return grads_[i].data;

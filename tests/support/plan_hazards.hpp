@@ -23,7 +23,6 @@ inline const char* kindName(algorithms::StepKind kind) {
   return "?";
 }
 
-
 using algorithms::Buf;
 using algorithms::Plan;
 using algorithms::Span;
@@ -106,8 +105,9 @@ inline std::string findHazard(const algorithms::Plan& plan, bool inputAliasesOut
         for (const auto& y : aj) {
           if ((x.write || y.write) && plan_hazards::overlaps(x.span, y.span, inputAliasesOutput, inputShift)) {
             // Two reads never conflict; a step never conflicts with itself.
-            return std::string("unordered ") + plan_hazards::kindName(plan.steps[i].kind) + " (step " + std::to_string(i) + ") and " +
-                   plan_hazards::kindName(plan.steps[j].kind) + " (step " + std::to_string(j) + ") touch the same elements";
+            return std::string("unordered ") + plan_hazards::kindName(plan.steps[i].kind) + " (step " +
+                   std::to_string(i) + ") and " + plan_hazards::kindName(plan.steps[j].kind) + " (step " +
+                   std::to_string(j) + ") touch the same elements";
           }
         }
       }

@@ -247,8 +247,11 @@ TEST(Parameters, UnknownEnvironmentWarningSuggestsOnlyPlausibleNames) {
 TEST(Parameters, VariablesReadElsewhereNeverWarn) {
   for (const char* name : {"GRADCOMM_RANK", "GRADCOMM_WORLD_SIZE", "GRADCOMM_RENDEZVOUS", "GRADCOMM_LOCAL_RANK",
                            "GRADCOMM_NCCL_LIB", "GRADCOMM_NCCL_ID_ADDR", "GRADCOMM_TEST_SEED", "GRADCOMM_NETNS_PPN",
-                           "GRADCOMM_TIMEOUT",
-                           "GRADCOMM_STATS_ALL_RANKS", "OMPI_COMM_WORLD_RANK"}) {
+                           "GRADCOMM_TIMEOUT", "GRADCOMM_STATS_ALL_RANKS", "OMPI_COMM_WORLD_RANK",
+                           // the project's scripts' and build's own variables
+                           "GRADCOMM_SKIP_SANITIZERS", "GRADCOMM_REQUIRE_CUDA", "GRADCOMM_VENV",
+                           "GRADCOMM_BASE_PYTHON", "GRADCOMM_MPIRUN_ARGS", "GRADCOMM_UCX_WHEEL", "GRADCOMM_WITH_CUDA",
+                           "GRADCOMM_WITH_NCCL"}) {
     EXPECT_EQ(unknownEnvironmentWarning(name), "") << name;
   }
   EnvGuard rank("GRADCOMM_RANK", "0");
