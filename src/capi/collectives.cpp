@@ -259,6 +259,34 @@ HostTransfer transfer(ncclComm_t comm, cudaStream_t stream, bool send, int peer,
   return h;
 }
 
+/// The host half of ncclGather (`gather`) and ncclScatter: the root's
+/// buffer holds a block of `count` elements per rank, in rank order; every
+/// rank sends its block to the root (gather) or receives it from the root.
+ncclResult_t hostRooted(const char* fn, bool gather, const void* sendbuff, void* recvbuff, size_t count,
+                        ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  size_t bytes, total;
+  if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
+  if (auto r = checkSize(fn, bytes, comm->nranks, &total)) return r;
+  if (auto r = checkRank(fn, "root", root, comm)) return r;
+  if (auto r = gather ? checkPointer(fn, "sendbuff", sendbuff, count) : checkPointer(fn, "recvbuff", recvbuff, count)) {
+    return r;
+  }
+  std::vector<HostTransfer> ts;
+  if (gather) ts.push_back(transfer(comm, stream, true, root, sendbuff, bytes));
+  if (comm->rank == root) {
+    if (auto r = gather ? checkPointer(fn, "recvbuff", recvbuff, count) : checkPointer(fn, "sendbuff", sendbuff, count)) {
+      return r;
+    }
+    for (int p = 0; p < comm->nranks; ++p) {
+      const size_t at = static_cast<size_t>(p) * bytes;
+      ts.push_back(gather ? transfer(comm, stream, false, p, static_cast<char*>(recvbuff) + at, bytes)
+                          : transfer(comm, stream, true, p, static_cast<const char*>(sendbuff) + at, bytes));
+    }
+  }
+  if (!gather) ts.push_back(transfer(comm, stream, false, root, recvbuff, bytes));
+  return enqueue(std::move(ts), fn);
+}
+
 }  // namespace
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
@@ -331,20 +359,7 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
       if (auto r = deviceComm(comm, fn, &real)) return r;
       return callReal(fn, GRADCOMM_REAL(ncclGather), sendbuff, recvbuff, count, datatype, root, real, stream);
     }
-    size_t bytes, total;
-    if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
-    if (auto r = checkSize(fn, bytes, comm->nranks, &total)) return r;
-    if (auto r = checkRank(fn, "root", root, comm)) return r;
-    if (auto r = checkPointer(fn, "sendbuff", sendbuff, count)) return r;
-    std::vector<HostTransfer> ts;
-    ts.push_back(transfer(comm, stream, true, root, sendbuff, bytes));
-    if (comm->rank == root) {
-      if (auto r = checkPointer(fn, "recvbuff", recvbuff, count)) return r;
-      for (int p = 0; p < comm->nranks; ++p) {
-        ts.push_back(transfer(comm, stream, false, p, static_cast<char*>(recvbuff) + p * bytes, bytes));
-      }
-    }
-    return enqueue(std::move(ts), fn);
+    return hostRooted(fn, true, sendbuff, recvbuff, count, datatype, root, comm, stream);
   });
 }
 
@@ -358,20 +373,7 @@ ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncc
       if (auto r = deviceComm(comm, fn, &real)) return r;
       return callReal(fn, GRADCOMM_REAL(ncclScatter), sendbuff, recvbuff, count, datatype, root, real, stream);
     }
-    size_t bytes, total;
-    if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
-    if (auto r = checkSize(fn, bytes, comm->nranks, &total)) return r;
-    if (auto r = checkRank(fn, "root", root, comm)) return r;
-    if (auto r = checkPointer(fn, "recvbuff", recvbuff, count)) return r;
-    std::vector<HostTransfer> ts;
-    if (comm->rank == root) {
-      if (auto r = checkPointer(fn, "sendbuff", sendbuff, count)) return r;
-      for (int p = 0; p < comm->nranks; ++p) {
-        ts.push_back(transfer(comm, stream, true, p, static_cast<const char*>(sendbuff) + p * bytes, bytes));
-      }
-    }
-    ts.push_back(transfer(comm, stream, false, root, recvbuff, bytes));
-    return enqueue(std::move(ts), fn);
+    return hostRooted(fn, false, sendbuff, recvbuff, count, datatype, root, comm, stream);
   });
 }
 

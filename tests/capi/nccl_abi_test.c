@@ -406,6 +406,10 @@ static void caseBadArgs(ncclComm_t comm) {
   expectInvalid("peer = nranks", ncclRecv(x, 4, ncclFloat32, gRanks, comm, NULL), "peer");
   expectInvalid("NULL sendbuff", ncclAllReduce(NULL, x, 4, ncclFloat32, ncclSum, comm, NULL), "sendbuff");
   expectInvalid("NULL recvbuff", ncclAllGather(x, NULL, 1, ncclFloat32, comm, NULL), "recvbuff");
+  expectInvalid("gather root = nranks", ncclGather(x, x, 1, ncclFloat32, gRanks, comm, NULL), "root");
+  expectInvalid("gather NULL sendbuff", ncclGather(NULL, x, 1, ncclFloat32, 0, comm, NULL), "sendbuff");
+  expectInvalid("scatter root -1", ncclScatter(x, x, 1, ncclFloat32, -1, comm, NULL), "root");
+  expectInvalid("scatter NULL recvbuff", ncclScatter(x, NULL, 1, ncclFloat32, 0, comm, NULL), "recvbuff");
   expectInvalid("NULL comm", ncclAllReduce(x, x, 4, ncclFloat32, ncclSum, NULL, NULL), "comm");
   expectInvalid("fp8 sum", ncclAllReduce(x, x, 4, ncclFloat8e4m3, ncclSum, comm, NULL), "datatype");
   expectInvalid("avg on int32", ncclAllReduce(i4, i4, 4, ncclInt32, ncclAvg, comm, NULL), "op");
