@@ -5,9 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "compression/half_saturate.hpp"
 #include "gradcomm/error.hpp"
-#include "kernels/half.hpp"
 
 // Index and value arrays are copied as host bytes; the header is spelled out.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the sparse wire format assumes a little-endian host");
@@ -37,8 +35,6 @@ std::string hex(uint64_t v) {
 
 uint8_t indexWidthFor(uint64_t denseCount) { return denseCount >= kWideIndexThreshold ? 8 : 4; }
 
-bool knownValueType(uint8_t v) { return v >= 1 && v <= 3; }
-
 // Checks the indices at p (strictly increasing, each < denseCount) without
 // trusting anything: p holds nnz indices of `width` bytes.
 void checkIndices(const unsigned char* p, size_t nnz, uint8_t width, uint64_t denseCount, const char* what) {
@@ -65,25 +61,10 @@ void checkIndices(const unsigned char* p, size_t nnz, uint8_t width, uint64_t de
   }
 }
 
-float valueAt(const unsigned char* values, size_t i, SparseValueType type) {
-  switch (type) {
-    case SparseValueType::kFloat32: {
-      float f;
-      std::memcpy(&f, values + i * 4, 4);
-      return f;
-    }
-    case SparseValueType::kFloat16: {
-      uint16_t h;
-      std::memcpy(&h, values + i * 2, 2);
-      return kernels::halfToFloat(h);
-    }
-    case SparseValueType::kBFloat16: {
-      uint16_t h;
-      std::memcpy(&h, values + i * 2, 2);
-      return kernels::bf16ToFloat(h);
-    }
-  }
-  return 0.0f;
+float valueAt(const unsigned char* values, size_t i) {
+  float f;
+  std::memcpy(&f, values + i * 4, 4);
+  return f;
 }
 
 uint64_t indexAt(const unsigned char* indices, size_t i, uint8_t width) {
@@ -99,25 +80,15 @@ uint64_t indexAt(const unsigned char* indices, size_t i, uint8_t width) {
 
 }  // namespace
 
-size_t sparseValueBytes(SparseValueType type) {
-  switch (type) {
-    case SparseValueType::kFloat32: return 4;
-    case SparseValueType::kFloat16:
-    case SparseValueType::kBFloat16: return 2;
-  }
-  throw InvalidArgument("sparse value type " + std::to_string(static_cast<int>(type)) +
-                        " is not valid: expected 1 (float32), 2 (float16) or 3 (bfloat16)");
-}
-
-size_t encodedBytes(size_t denseCount, size_t nnz, SparseValueType valueType) {
-  const size_t perPair = indexWidthFor(denseCount) + sparseValueBytes(valueType);
+size_t encodedBytes(size_t denseCount, size_t nnz) {
+  const size_t perPair = indexWidthFor(denseCount) + sizeof(float);
   if (nnz > (std::numeric_limits<size_t>::max() - kSparseHeaderBytes) / perPair) {
     throw InvalidArgument("sparse payload of " + std::to_string(nnz) + " pairs does not fit in memory");
   }
   return kSparseHeaderBytes + nnz * perPair;
 }
 
-size_t encode(const SparseTensor& sparse, void* out, size_t capacity, SparseValueType valueType) {
+size_t encode(const SparseTensor& sparse, void* out, size_t capacity) {
   const size_t nnz = sparse.nnz();
   const uint8_t width = indexWidthFor(sparse.denseCount);
   const bool wide = width == 8;
@@ -130,7 +101,7 @@ size_t encode(const SparseTensor& sparse, void* out, size_t capacity, SparseValu
     throw InvalidArgument("encode: " + std::to_string(nnz) + " pairs for a tensor of " +
                           std::to_string(sparse.denseCount) + " elements");
   }
-  const size_t bytes = encodedBytes(sparse.denseCount, nnz, valueType);
+  const size_t bytes = encodedBytes(sparse.denseCount, nnz);
   if (!out || capacity < bytes) {
     throw InvalidArgument("encode: the output holds " + std::to_string(out ? capacity : 0) + " bytes but " +
                           std::to_string(bytes) + " are needed (encodedBytes)");
@@ -142,36 +113,20 @@ size_t encode(const SparseTensor& sparse, void* out, size_t capacity, SparseValu
   auto* p = static_cast<unsigned char*>(out);
   writeLe<uint32_t>(p, kSparseMagic);
   writeLe<uint16_t>(p + 4, kSparseVersion);
-  p[6] = static_cast<unsigned char>(valueType);
+  p[6] = kSparseFloat32;
   p[7] = width;
   writeLe<uint64_t>(p + 8, sparse.denseCount);
   writeLe<uint64_t>(p + 16, nnz);
   writeLe<uint64_t>(p + 24, 0);
   unsigned char* indices = p + kSparseHeaderBytes;
   if (nnz > 0) std::memcpy(indices, indexBytes, nnz * width);
-  unsigned char* values = indices + nnz * width;
-  for (size_t i = 0; i < nnz; ++i) {
-    const float v = sparse.values[i];
-    switch (valueType) {
-      case SparseValueType::kFloat32: std::memcpy(values + i * 4, &v, 4); break;
-      case SparseValueType::kFloat16: {
-        const uint16_t h = floatToHalfSaturating(v);
-        std::memcpy(values + i * 2, &h, 2);
-        break;
-      }
-      case SparseValueType::kBFloat16: {
-        const uint16_t h = kernels::floatToBf16(v);
-        std::memcpy(values + i * 2, &h, 2);
-        break;
-      }
-    }
-  }
+  if (nnz > 0) std::memcpy(indices + nnz * width, sparse.values.data(), nnz * sizeof(float));
   return bytes;
 }
 
-std::vector<uint8_t> encode(const SparseTensor& sparse, SparseValueType valueType) {
-  std::vector<uint8_t> out(encodedBytes(sparse.denseCount, sparse.nnz(), valueType));
-  encode(sparse, out.data(), out.size(), valueType);
+std::vector<uint8_t> encode(const SparseTensor& sparse) {
+  std::vector<uint8_t> out(encodedBytes(sparse.denseCount, sparse.nnz()));
+  encode(sparse, out.data(), out.size());
   return out;
 }
 
@@ -193,11 +148,10 @@ SparseHeader decodeHeader(const void* payload, size_t bytes) {
     throw InvalidArgument(std::string(kWhat) + " has version " + std::to_string(h.version) + "; this build reads version " +
                           std::to_string(kSparseVersion) + " (are all ranks running the same gradcomm?)");
   }
-  if (!knownValueType(p[6])) {
+  if (p[6] != kSparseFloat32) {
     throw InvalidArgument(std::string(kWhat) + " has value type " + std::to_string(p[6]) +
-                          "; expected 1 (float32), 2 (float16) or 3 (bfloat16)");
+                          "; this build reads 1 (float32)");
   }
-  h.valueType = static_cast<SparseValueType>(p[6]);
   h.indexWidth = p[7];
   h.denseCount = readLe<uint64_t>(p + 8);
   h.nnz = readLe<uint64_t>(p + 16);
@@ -215,7 +169,7 @@ SparseHeader decodeHeader(const void* payload, size_t bytes) {
                           std::to_string(h.denseCount) + " elements; nnz cannot exceed the element count");
   }
   // nnz <= denseCount, but both come from the wire: guard the arithmetic.
-  const uint64_t perPair = h.indexWidth + sparseValueBytes(h.valueType);
+  const uint64_t perPair = h.indexWidth + sizeof(float);
   const uint64_t maxPairs = (std::numeric_limits<uint64_t>::max() - kSparseHeaderBytes) / perPair;
   if (h.nnz > maxPairs || kSparseHeaderBytes + h.nnz * perPair > std::numeric_limits<size_t>::max()) {
     throw InvalidArgument(std::string(kWhat) + " claims " + std::to_string(h.nnz) +
@@ -243,7 +197,7 @@ void decodeAdd(const void* payload, size_t bytes, float* dense, size_t denseCoun
   const auto* indices = static_cast<const unsigned char*>(payload) + kSparseHeaderBytes;
   const auto* values = indices + nnz * h.indexWidth;
   checkIndices(indices, nnz, h.indexWidth, h.denseCount, kWhat);
-  for (size_t i = 0; i < nnz; ++i) dense[indexAt(indices, i, h.indexWidth)] += valueAt(values, i, h.valueType);
+  for (size_t i = 0; i < nnz; ++i) dense[indexAt(indices, i, h.indexWidth)] += valueAt(values, i);
 }
 
 SparseTensor decode(const void* payload, size_t bytes) {
@@ -260,7 +214,7 @@ SparseTensor decode(const void* payload, size_t bytes) {
   for (size_t i = 0; i < nnz; ++i) {
     if (h.indexWidth == 8) out.indices64[i] = indexAt(indices, i, 8);
     else out.indices32[i] = static_cast<uint32_t>(indexAt(indices, i, 4));
-    out.values[i] = valueAt(values, i, h.valueType);
+    out.values[i] = valueAt(values, i);
   }
   return out;
 }

@@ -59,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const gc::SparseHeader header = gc::decodeHeader(p, size);
   const gc::SparseTensor decoded = gc::decode(p, size);
   require(decoded.nnz() == header.nnz && decoded.denseCount == header.denseCount);
-  const std::vector<uint8_t> again = gc::encode(decoded, header.valueType);
+  const std::vector<uint8_t> again = gc::encode(decoded);
   require(again.size() == size);
   const gc::SparseTensor twice = gc::decode(again.data(), again.size());
   require(twice.indices32 == decoded.indices32 && twice.indices64 == decoded.indices64);
