@@ -117,6 +117,30 @@ int32_t agreeOnRealStep(ncclComm& comm, const char* step, int32_t state, ncclRes
                       std::to_string(comm.nranks) + " (so every rank's fails): " + reason);
 }
 
+/// Why the ranks of `comm` cannot have a real NCCL communicator because two
+/// of them use one GPU (`identity`: this rank's, see
+/// RealInitHooks::deviceIdentity), or "". The same on every rank.
+std::string sharedGpu(ncclComm& comm, const std::string& identity) {
+  constexpr size_t kSlot = 256;
+  std::vector<char> all(kSlot * static_cast<size_t>(comm.nranks), 0);
+  std::vector<char> mine(kSlot, 0);
+  std::memcpy(mine.data(), identity.data(), std::min(identity.size(), kSlot - 1));
+  comm.host.allgather(mine.data(), all.data(), kSlot, DataType::kUInt8).wait();
+  std::vector<std::string> ids;
+  for (int r = 0; r < comm.nranks; ++r) ids.emplace_back(all.data() + static_cast<size_t>(r) * kSlot);
+  for (int a = 0; a < comm.nranks; ++a) {
+    if (ids[static_cast<size_t>(a)].empty()) continue;
+    for (int b = a + 1; b < comm.nranks; ++b) {
+      if (ids[static_cast<size_t>(a)] != ids[static_cast<size_t>(b)]) continue;
+      return "ranks " + std::to_string(a) + " and " + std::to_string(b) + " share one GPU (" +
+             ids[static_cast<size_t>(a)] +
+             "), which the real NCCL refuses: collectives on device buffers go through gradcomm's staged path "
+             "(pinned host memory), and point-to-point transfers of device buffers are not served";
+    }
+  }
+  return {};
+}
+
 /// Forms the real NCCL's communicator of the same ranks on `device` (the
 /// caller's current device when it called ncclCommInitRank), when every
 /// rank has a working GPU and a real NCCL. The ranks agree over the host
@@ -139,6 +163,14 @@ void attachReal(ncclComm& comm, int device, ncclConfig_t* config) {
   }
   if (agreeOnRealStep(comm, "device", state, r, why) == 0) {
     comm.realWhy = unusable.empty() ? "another rank has no working GPU or no real NCCL" : unusable;
+    return;
+  }
+  // Ranks that share a GPU never enter the real init (NCCL refuses them
+  // there, failing every rank's creation).
+  comm.realWhy = sharedGpu(comm, hooks->deviceIdentity ? hooks->deviceIdentity(device) : std::string());
+  if (!comm.realWhy.empty()) {
+    comm.cudaDevice = device;
+    noteOnce(comm.rank, "NCCL shim: no real NCCL communicator: " + comm.realWhy);
     return;
   }
   // Byte 0: whether rank 0 got a real id; then the id.

@@ -1,6 +1,7 @@
 #include "capi/real_init.hpp"
 
 #include <mutex>
+#include <string>
 
 #include "capi/cuda_probe.hpp"
 #include "capi/forward.hpp"
@@ -40,6 +41,24 @@ RealInitHooks defaultRealInitHooks() {
     }
     if (previous >= 0 && previous != device) cudaSetDevice(previous);
     return ncclSuccess;
+  };
+  h.deviceIdentity = [](int device) -> std::string {
+    // The GPU's UUID, unique across hosts (a PCI bus id is not), written
+    // as nvidia-smi writes it.
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+      cudaGetLastError();
+      return {};
+    }
+    std::string id = "GPU";
+    for (int i = 0; i < 16; ++i) {
+      static const char kHex[] = "0123456789abcdef";
+      if (i == 0 || i == 4 || i == 6 || i == 8 || i == 10) id += '-';
+      const auto byte = static_cast<unsigned char>(prop.uuid.bytes[i]);
+      id += kHex[byte >> 4];
+      id += kHex[byte & 15];
+    }
+    return id;
   };
   h.getUniqueId = [](ncclUniqueId* id) -> ncclResult_t {
     auto getId = GRADCOMM_REAL(ncclGetUniqueId);

@@ -23,6 +23,10 @@ struct RealInitHooks {
   /// peers would otherwise wait for a rank that never comes); on failure
   /// the last error says why.
   std::function<ncclResult_t(int device)> selectDevice;
+  /// The physical GPU that `device` is, named alike by every process that
+  /// uses it and differently by any other GPU anywhere (its UUID); "" when
+  /// unknown (then it matches no other).
+  std::function<std::string(int device)> deviceIdentity;
   /// The real ncclGetUniqueId.
   std::function<ncclResult_t(ncclUniqueId* id)> getUniqueId;
   /// The real ncclCommInitRankConfig with `device` current on the calling

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/log.hpp"
+#include "capi/comm.hpp"
 #include "capi/errors.hpp"
 #include "capi/group.hpp"
 #include "capi/real_init.hpp"
@@ -55,6 +56,10 @@ struct FakeRealNccl {
   int failRank = -1;
   int badDeviceRank = -1;  ///< this rank's device cannot be selected
   bool usable = true;
+  /// Devices of one number are one GPU, as for processes on one host;
+  /// otherwise every rank's device is a GPU of its own.
+  bool sharedGpus = false;
+  std::atomic<int> gpus{0};
   /// Entering the real init parks a rank until its peers arrive (as NCCL's
   /// bootstrap does); this one never arrives.
   std::condition_variable peersCv;
@@ -67,6 +72,9 @@ struct FakeRealNccl {
     h.selectDevice = [this](int device) {
       if (device == 100 + badDeviceRank) return capi::fail(ncclUnhandledCudaError, "fake: invalid device ordinal");
       return ncclSuccess;
+    };
+    h.deviceIdentity = [this](int device) {
+      return sharedGpus ? "GPU-fake-" + std::to_string(device) : "GPU-fake-own-" + std::to_string(gpus++);
     };
     h.getUniqueId = [](ncclUniqueId* id) {
       std::memset(id, 7, sizeof *id);
@@ -195,6 +203,59 @@ TEST_F(Capi, GroupInitUsesTheDeviceAndConfigOfTheCall) {
   }
   std::lock_guard<std::mutex> lock(fake_.mu);
   EXPECT_EQ(fake_.destroyed.size(), 2u);
+}
+
+// NCCL refuses ranks that share a GPU ("Duplicate GPU detected"): the
+// ranks see that they do before the real init and form without the real
+// NCCL, every rank saying why, so their device collectives take gradcomm's
+// staged path instead of failing the communicator's creation.
+TEST_F(Capi, RanksSharingAGpuFormWithoutTheRealNcclAndSayWhy) {
+  fake_.usable = true;
+  fake_.sharedGpus = true;
+  capi::setRealInitHooks(fake_.hooks());
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess) << ncclGetLastError(nullptr);
+  ncclComm_t comms[3] = {nullptr, nullptr, nullptr};
+  ASSERT_TRUE(finishesWithin(60s, [&] {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        tDevice = r == 2 ? 1 : 4;  // ranks 0 and 1 on GPU 4, rank 2 on GPU 1
+        EXPECT_EQ(ncclCommInitRank(&comms[r], 3, id, r), ncclSuccess) << ncclGetLastError(nullptr);
+        tDevice = 0;
+      });
+    }
+    for (auto& t : threads) t.join();
+  }));
+  {
+    std::lock_guard<std::mutex> lock(fake_.mu);
+    EXPECT_TRUE(fake_.inits.empty()) << "a rank entered the real NCCL's init";
+  }
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_NE(comms[r], nullptr);
+    EXPECT_EQ(comms[r]->real, nullptr) << "rank " << r;
+    EXPECT_NE(comms[r]->realWhy.find("ranks 0 and 1 share one GPU (GPU-fake-4)"), std::string::npos)
+        << comms[r]->realWhy;
+    int device = -1;
+    EXPECT_EQ(ncclCommCuDevice(comms[r], &device), ncclSuccess) << ncclGetLastError(nullptr);
+    EXPECT_EQ(device, r == 2 ? 1 : 4);
+  }
+  // Host memory goes through gradcomm as ever.
+  ASSERT_TRUE(finishesWithin(60s, [&] {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        float x = static_cast<float>(r + 1);
+        EXPECT_EQ(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, comms[r], nullptr), ncclSuccess)
+            << ncclGetLastError(nullptr);
+        EXPECT_EQ(x, 6.0f);
+        EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }));
+  std::lock_guard<std::mutex> lock(fake_.mu);
+  EXPECT_TRUE(fake_.destroyed.empty());
 }
 
 // One rank's real ncclCommInitRank fails: every rank's ncclCommInitRank
