@@ -3,14 +3,19 @@
  * GRADCOMM_COMPRESSION=fp16 or bf16 a float32 allreduce runs gradcomm's
  * cast kernels around a half-precision allreduce. Exits 77 (skipped) where
  * no GPU works. Also times ncclAllReduce through the shim against the real
- * NCCL called directly (its own communicator, dlopen'ed), for gpu-check. */
+ * NCCL called directly (its own communicator, dlopen'ed), for gpu-check.
+ * Last, two processes on the one GPU (this one and a copy of it started
+ * with --shared-gpu-child ID): the real NCCL refuses them, so the shim forms
+ * without it and serves their device collectives itself. */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static int failures = 0;
 #define CHECK(cond, ...)                        \
@@ -58,7 +63,53 @@ static double timeCalls(AllReduceFn f, void* buf, size_t count, ncclComm_t comm,
   return (now() - t0) * 1e6 / iters;
 }
 
-int main(void) {
+/* Rank `rank` of two processes sharing GPU 0: ncclCommInitRank succeeds
+ * without the real NCCL, a device allreduce is exact, and point-to-point on
+ * device memory is refused, named. Returns the failures. */
+static int sharedGpuRank(int rank, const ncclUniqueId* id) {
+  enum { kCount = 1 << 16 };
+  int before = failures;
+  CUDA_OK(cudaSetDevice(0));
+  ncclComm_t comm;
+  NCCL_OK(ncclCommInitRank(&comm, 2, *id, rank));
+  int dev = -1;
+  NCCL_OK(ncclCommCuDevice(comm, &dev));
+  CHECK(dev == 0, "rank %d: ncclCommCuDevice gave %d, not 0", rank, dev);
+  float* h = malloc(kCount * sizeof(float));
+  for (int i = 0; i < kCount; ++i) h[i] = (float)((i % 89) - 44) * (float)(rank + 1);
+  float* x = NULL;
+  CUDA_OK(cudaMalloc((void**)&x, kCount * sizeof(float)));
+  CUDA_OK(cudaMemcpy(x, h, kCount * sizeof(float), cudaMemcpyHostToDevice));
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreate(&s));
+  NCCL_OK(ncclAllReduce(x, x, kCount, ncclFloat32, ncclSum, comm, s));
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(h, x, kCount * sizeof(float), cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int i = 0; i < kCount && !bad; ++i) bad = h[i] != (float)((i % 89) - 44) * 3.0f;
+  CHECK(!bad, "two processes sharing the GPU: rank %d's device allreduce is wrong", rank);
+  ncclResult_t p2p = ncclSend(x, 4, ncclFloat32, 1 - rank, comm, s);
+  CHECK(p2p == ncclInvalidUsage && strstr(ncclGetLastError(comm), "share one GPU"),
+        "rank %d: ncclSend of device memory between processes sharing the GPU gave %d (%s)", rank, (int)p2p,
+        ncclGetLastError(comm));
+  cudaFree(x);
+  free(h);
+  cudaStreamDestroy(s);
+  NCCL_OK(ncclCommDestroy(comm));
+  return failures - before;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3 && !strcmp(argv[1], "--shared-gpu-child")) {
+    ncclUniqueId id;
+    if (strlen(argv[2]) != 2 * sizeof id.internal) return 2;
+    for (size_t i = 0; i < sizeof id.internal; ++i) {
+      unsigned v = 0;
+      sscanf(argv[2] + 2 * i, "%2x", &v);
+      id.internal[i] = (char)v;
+    }
+    return sharedGpuRank(1, &id) ? 1 : 0;
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     printf("no GPU works here: skipped\n");
@@ -157,6 +208,28 @@ int main(void) {
       ncclCommDestroy(two[r]);
     }
     printf("two ranks sharing the GPU, served by gradcomm: %s\n", failures ? "FAILED" : "exact");
+  }
+
+  /* Two processes on the one GPU (ncclCommInitRank in each). */
+  {
+    ncclUniqueId sid;
+    NCCL_OK(ncclGetUniqueId(&sid));
+    char hex[2 * sizeof sid.internal + 1];
+    for (size_t i = 0; i < sizeof sid.internal; ++i) sprintf(hex + 2 * i, "%02x", (unsigned char)sid.internal[i]);
+    fflush(stdout);
+    pid_t child = fork();
+    if (child == 0) {
+      execl("/proc/self/exe", argv[0], "--shared-gpu-child", hex, (char*)NULL);
+      _exit(127);
+    }
+    CHECK(child > 0, "fork failed");
+    int mine = child > 0 ? sharedGpuRank(0, &sid) : 1;
+    int st = 0;
+    if (child > 0) waitpid(child, &st, 0);
+    CHECK(mine == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "two processes sharing the GPU: rank 0 had %d failure(s), rank 1 exited with %d", mine,
+          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    printf("two processes sharing the GPU, served by gradcomm: %s\n", failures ? "FAILED" : "exact");
   }
 
   NCCL_OK(ncclCommDestroy(comm));
