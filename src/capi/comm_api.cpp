@@ -119,24 +119,29 @@ int32_t agreeOnRealStep(ncclComm& comm, const char* step, int32_t state, ncclRes
 
 /// Why the ranks of `comm` cannot have a real NCCL communicator because two
 /// of them use one GPU (`identity`: this rank's, see
-/// RealInitHooks::deviceIdentity), or "". The same on every rank.
+/// RealInitHooks::deviceIdentity), or "". The same on every rank. Where
+/// every rank sets NCCL_MULTI_RANK_GPU_ENABLE=1 (newer NCCL releases accept
+/// ranks that share a GPU when asked), the real NCCL decides.
 std::string sharedGpu(ncclComm& comm, const std::string& identity) {
-  constexpr size_t kSlot = 256;
+  constexpr size_t kSlot = 128;  // byte 0: the opt-in; then the identity
   std::vector<char> all(kSlot * static_cast<size_t>(comm.nranks), 0);
   std::vector<char> mine(kSlot, 0);
-  std::memcpy(mine.data(), identity.data(), std::min(identity.size(), kSlot - 1));
+  const char* optIn = std::getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+  mine[0] = optIn && std::string(optIn) == "1" ? 1 : 0;
+  std::memcpy(mine.data() + 1, identity.data(), std::min(identity.size(), kSlot - 2));
   comm.host.allgather(mine.data(), all.data(), kSlot, DataType::kUInt8).wait();
-  std::vector<std::string> ids;
-  for (int r = 0; r < comm.nranks; ++r) ids.emplace_back(all.data() + static_cast<size_t>(r) * kSlot);
-  for (int a = 0; a < comm.nranks; ++a) {
-    if (ids[static_cast<size_t>(a)].empty()) continue;
-    for (int b = a + 1; b < comm.nranks; ++b) {
-      if (ids[static_cast<size_t>(a)] != ids[static_cast<size_t>(b)]) continue;
-      return "ranks " + std::to_string(a) + " and " + std::to_string(b) + " share one GPU (" +
-             ids[static_cast<size_t>(a)] +
-             "), which the real NCCL refuses: collectives on device buffers go through gradcomm's staged path "
-             "(pinned host memory), and point-to-point transfers of device buffers are not served";
-    }
+  bool everyOptedIn = true;
+  for (int r = 0; r < comm.nranks; ++r) everyOptedIn = everyOptedIn && all[static_cast<size_t>(r) * kSlot] == 1;
+  if (everyOptedIn) return {};
+  std::map<std::string, int> first;  // identity -> its lowest rank
+  for (int r = 0; r < comm.nranks; ++r) {
+    const std::string id(all.data() + static_cast<size_t>(r) * kSlot + 1);
+    if (id.empty()) continue;
+    const auto seen = first.emplace(id, r);
+    if (seen.second) continue;
+    return "ranks " + std::to_string(seen.first->second) + " and " + std::to_string(r) + " share one GPU (" + id +
+           "), which the real NCCL refuses: collectives on device buffers go through gradcomm's staged path "
+           "(pinned host memory), and point-to-point transfers of device buffers are not served";
   }
   return {};
 }

@@ -1,5 +1,6 @@
 #include "capi/real_init.hpp"
 
+#include <fstream>
 #include <mutex>
 #include <string>
 
@@ -43,22 +44,18 @@ RealInitHooks defaultRealInitHooks() {
     return ncclSuccess;
   };
   h.deviceIdentity = [](int device) -> std::string {
-    // The GPU's UUID, unique across hosts (a PCI bus id is not), written
-    // as nvidia-smi writes it.
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    // As NCCL tells GPUs apart: the host (its kernel's boot id, the same in
+    // every container on it) and the GPU's PCI bus id (the same for every
+    // MIG instance of one GPU, which NCCL refuses to share too).
+    char bus[64] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) {
       cudaGetLastError();
       return {};
     }
-    std::string id = "GPU";
-    for (int i = 0; i < 16; ++i) {
-      static const char kHex[] = "0123456789abcdef";
-      if (i == 0 || i == 4 || i == 6 || i == 8 || i == 10) id += '-';
-      const auto byte = static_cast<unsigned char>(prop.uuid.bytes[i]);
-      id += kHex[byte >> 4];
-      id += kHex[byte & 15];
-    }
-    return id;
+    std::ifstream f("/proc/sys/kernel/random/boot_id");
+    std::string boot;
+    if (!std::getline(f, boot) || boot.empty()) return {};
+    return "bus " + std::string(bus) + " of host " + boot;
   };
   h.getUniqueId = [](ncclUniqueId* id) -> ncclResult_t {
     auto getId = GRADCOMM_REAL(ncclGetUniqueId);

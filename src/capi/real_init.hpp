@@ -24,8 +24,8 @@ struct RealInitHooks {
   /// the last error says why.
   std::function<ncclResult_t(int device)> selectDevice;
   /// The physical GPU that `device` is, named alike by every process that
-  /// uses it and differently by any other GPU anywhere (its UUID); "" when
-  /// unknown (then it matches no other).
+  /// uses it and differently by any other GPU anywhere (its PCI bus id and
+  /// the host's boot id); "" when unknown (then it matches no other).
   std::function<std::string(int device)> deviceIdentity;
   /// The real ncclGetUniqueId.
   std::function<ncclResult_t(ncclUniqueId* id)> getUniqueId;

@@ -59,6 +59,7 @@ struct FakeRealNccl {
   /// Devices of one number are one GPU, as for processes on one host;
   /// otherwise every rank's device is a GPU of its own.
   bool sharedGpus = false;
+  bool unknownGpus = false;  ///< no identity at all (it matches no other)
   std::atomic<int> gpus{0};
   /// Entering the real init parks a rank until its peers arrive (as NCCL's
   /// bootstrap does); this one never arrives.
@@ -73,7 +74,8 @@ struct FakeRealNccl {
       if (device == 100 + badDeviceRank) return capi::fail(ncclUnhandledCudaError, "fake: invalid device ordinal");
       return ncclSuccess;
     };
-    h.deviceIdentity = [this](int device) {
+    h.deviceIdentity = [this](int device) -> std::string {
+      if (unknownGpus) return "";
       return sharedGpus ? "GPU-fake-" + std::to_string(device) : "GPU-fake-own-" + std::to_string(gpus++);
     };
     h.getUniqueId = [](ncclUniqueId* id) {
@@ -256,6 +258,37 @@ TEST_F(Capi, RanksSharingAGpuFormWithoutTheRealNcclAndSayWhy) {
   }));
   std::lock_guard<std::mutex> lock(fake_.mu);
   EXPECT_TRUE(fake_.destroyed.empty());
+}
+
+// Where the GPUs cannot be named, or every rank opts in to sharing
+// (NCCL_MULTI_RANK_GPU_ENABLE=1, which newer NCCL releases accept), the
+// ranks go on to the real NCCL's init as before.
+TEST_F(Capi, UnnamedGpusOrAnOptInOnEveryRankLeaveTheChoiceToTheRealNccl) {
+  for (const bool optIn : {false, true}) {
+    SCOPED_TRACE(optIn ? "GPUs shared, every rank opted in" : "GPUs without a name");
+    {
+      std::lock_guard<std::mutex> lock(fake_.mu);
+      fake_.inits.clear();
+      fake_.destroyed.clear();
+    }
+    fake_.usable = true;
+    fake_.unknownGpus = !optIn;
+    fake_.sharedGpus = optIn;
+    if (optIn) setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 1);
+    capi::setRealInitHooks(fake_.hooks());
+    std::vector<ncclComm_t> comms;
+    ASSERT_TRUE(finishesWithin(60s, [&] { comms = makeComms(2); }));
+    unsetenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    {
+      std::lock_guard<std::mutex> lock(fake_.mu);
+      EXPECT_EQ(fake_.inits.size(), 2u) << "a rank did not reach the real NCCL's init";
+    }
+    for (ncclComm_t c : comms) {
+      ASSERT_NE(c, nullptr);
+      EXPECT_NE(c->real, nullptr) << c->realWhy;
+      EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+    }
+  }
 }
 
 // One rank's real ncclCommInitRank fails: every rank's ncclCommInitRank
