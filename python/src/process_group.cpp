@@ -1088,10 +1088,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradcomm::pointToPoint(bool isSend, s
     // queued on the caller's current stream (which writes the tensor to
     // send, or still reads the one to receive into) before issuing.
     currentStream(*cuda).synchronize();
-    // And they take host memory: a CUDA tensor moves through a CPU copy,
-    // made now for a send; a receive's lands in the tensor (`finish`, on
-    // the completing thread's stream) before the Work completes.
-    buf = isSend ? buf.to(at::kCPU) : at::empty(buf.sizes(), buf.options().device(at::kCPU));
   }
   // Transfers issued one after another run together in the communicator
   // (a send does not hold back a later recv); a collective issued after

@@ -116,9 +116,8 @@ bool servedByRealNccl(ncclComm_t comm, const char* function) {
 
 ncclResult_t deviceComm(ncclComm_t comm, const char* function, ncclComm_t* real) {
   if (!comm->real) {
-    return fail(ncclInvalidUsage, std::string(function) + ": point-to-point transfers of device buffers go to the "
-                                                          "real NCCL, but this communicator has none: " +
-                                                          comm->realWhy);
+    return fail(ncclInvalidUsage, std::string(function) + ": on device memory this needs the real NCCL, but this "
+                                                          "communicator has none: " + comm->realWhy);
   }
   noteOnce(comm->rank,
                 std::string("NCCL shim: ") + function + " on device memory forwarded to the real NCCL");

@@ -48,13 +48,14 @@ const char* ncclTypeName(ncclDataType_t type);
 
 /// True when the call touches device memory.
 bool onDevice(const void* a, const void* b);
-/// Whether a collective on device memory goes to the real NCCL (true) or
-/// to gradcomm's communicator, whose device path serves it (false: this
-/// communicator has no real one). Logs the first of each at info.
+/// Whether a collective or point-to-point call on device memory goes to
+/// the real NCCL (true) or to gradcomm's communicator, whose device path
+/// serves it (false: this communicator has no real one). Logs the first of
+/// each at info.
 bool servedByRealNccl(ncclComm_t comm, const char* function);
-/// The real NCCL's communicator for a point-to-point call on device memory
-/// (gradcomm's transfers take host memory only), or an ncclInvalidUsage
-/// saying why there is none. Logs the first forwarding at info.
+/// The real NCCL's communicator for a call that only the real NCCL serves
+/// (ncclMemAlloc, buffer registration, ...), or an ncclInvalidUsage saying
+/// why there is none. Logs the first forwarding at info.
 ncclResult_t deviceComm(ncclComm_t comm, const char* function, ncclComm_t* real);
 
 }  // namespace gradcomm::capi

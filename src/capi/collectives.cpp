@@ -294,10 +294,8 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
   static const char* fn = "ncclSend";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(sendbuff, nullptr)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclSend), sendbuff, count, datatype, peer, real, stream);
+    if (onDevice(sendbuff, nullptr) && servedByRealNccl(comm, fn)) {
+      return callReal(fn, GRADCOMM_REAL(ncclSend), sendbuff, count, datatype, peer, comm->real, stream);
     }
     size_t bytes;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -312,10 +310,8 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   static const char* fn = "ncclRecv";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(recvbuff, nullptr)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclRecv), recvbuff, count, datatype, peer, real, stream);
+    if (onDevice(recvbuff, nullptr) && servedByRealNccl(comm, fn)) {
+      return callReal(fn, GRADCOMM_REAL(ncclRecv), recvbuff, count, datatype, peer, comm->real, stream);
     }
     size_t bytes;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -330,10 +326,8 @@ ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, nc
   static const char* fn = "ncclAlltoAll";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(sendbuff, recvbuff)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclAlltoAll), sendbuff, recvbuff, count, datatype, real, stream);
+    if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
+      return callReal(fn, GRADCOMM_REAL(ncclAlltoAll), sendbuff, recvbuff, count, datatype, comm->real, stream);
     }
     size_t bytes, total;
     if (auto r = hostTransferBytes(fn, count, datatype, &bytes)) return r;
@@ -354,10 +348,8 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
   static const char* fn = "ncclGather";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(sendbuff, recvbuff)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclGather), sendbuff, recvbuff, count, datatype, root, real, stream);
+    if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
+      return callReal(fn, GRADCOMM_REAL(ncclGather), sendbuff, recvbuff, count, datatype, root, comm->real, stream);
     }
     return hostRooted(fn, true, sendbuff, recvbuff, count, datatype, root, comm, stream);
   });
@@ -368,10 +360,8 @@ ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncc
   static const char* fn = "ncclScatter";
   return guarded(fn, [&]() -> ncclResult_t {
     if (auto r = checkComm(comm, fn)) return r;
-    if (onDevice(sendbuff, recvbuff)) {
-      ncclComm_t real;
-      if (auto r = deviceComm(comm, fn, &real)) return r;
-      return callReal(fn, GRADCOMM_REAL(ncclScatter), sendbuff, recvbuff, count, datatype, root, real, stream);
+    if (onDevice(sendbuff, recvbuff) && servedByRealNccl(comm, fn)) {
+      return callReal(fn, GRADCOMM_REAL(ncclScatter), sendbuff, recvbuff, count, datatype, root, comm->real, stream);
     }
     return hostRooted(fn, false, sendbuff, recvbuff, count, datatype, root, comm, stream);
   });

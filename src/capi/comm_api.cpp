@@ -140,8 +140,8 @@ std::string sharedGpu(ncclComm& comm, const std::string& identity) {
     const auto seen = first.emplace(id, r);
     if (seen.second) continue;
     return "ranks " + std::to_string(seen.first->second) + " and " + std::to_string(r) + " share one GPU (" + id +
-           "), which the real NCCL refuses: collectives on device buffers go through gradcomm's staged path "
-           "(pinned host memory), and point-to-point transfers of device buffers are not served";
+           "), which the real NCCL refuses: collectives and point-to-point transfers on device buffers go "
+           "through gradcomm's staged path (host memory)";
   }
   return {};
 }

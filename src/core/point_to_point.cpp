@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/communicator_impl.hpp"
+#include "core/device_staging.hpp"
 #include "device/runtime.hpp"
 #include "gradcomm/error.hpp"
 
@@ -41,6 +42,72 @@ std::string typeName(int64_t type) {
 }
 
 }  // namespace
+
+/// The device buffers of one send/recv call, moved through host memory
+/// (point-to-point transfers run on host memory): a send's data is copied
+/// out when the call is made, a receive's copied in when the transfers
+/// finished (the operation's first completion callback, ahead of the
+/// caller's). Holds the host blocks for as long as the operation lives, so
+/// they outlive its transfers; a failed copy in is the Work's error.
+class P2pDeviceCopies final : public DeviceCompletion {
+ public:
+  /// Takes over `t`'s device buffer: `t` moves a host block instead.
+  void stage(P2pTransfer& t, int device) {
+    blocks_.emplace_back(t.bytes);
+    char* host = blocks_.back().data();
+    if (t.send) {
+      copyNow(host, t.data, t.bytes, device);
+    } else {
+      copiesIn_.push_back({t.data, host, t.bytes, device});
+    }
+    t.data = host;
+  }
+  /// Copies the received data in (once); a device error is kept for the
+  /// Work's waiters.
+  void copyIn() {
+    std::lock_guard<std::mutex> lock(mu_);
+    try {
+      for (; next_ < copiesIn_.size(); ++next_) {
+        const CopyIn& c = copiesIn_[next_];
+        copyNow(c.device, c.host, c.bytes, c.ordinal);
+      }
+    } catch (...) {
+      if (!error_) error_ = std::current_exception();
+    }
+  }
+  bool done() override {
+    wait();
+    return true;
+  }
+  void wait() override {
+    copyIn();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+  }
+  void streamWait(device::Stream) override { wait(); }  // the data is there when it returns
+
+ private:
+  struct CopyIn {
+    void* device;
+    const char* host;
+    size_t bytes;
+    int ordinal;
+  };
+  static void copyNow(void* dst, const void* src, size_t bytes, int device) {
+    if (bytes == 0) return;
+    device::Runtime& rt = device::runtime();
+    std::shared_ptr<void> stream(rt.createStream(device), [&rt](void* st) { rt.destroyStream(st); });
+    std::shared_ptr<void> event(rt.createEvent(device), [&rt](void* e) { rt.destroyEvent(e); });
+    rt.copy(dst, src, bytes, stream.get());
+    rt.record(event.get(), stream.get());
+    rt.synchronize(event.get());
+  }
+  std::deque<std::vector<char>> blocks_;  // stable addresses
+  std::vector<CopyIn> copiesIn_;
+  std::mutex mu_;
+  size_t next_ = 0;              // guarded by mu_
+  std::exception_ptr error_;     // guarded by mu_
+};
 
 void P2pCompletion::finish(std::exception_ptr e) {
   if (finished.exchange(true)) return;
@@ -280,6 +347,26 @@ Work CommunicatorImpl::submitTransfers(std::vector<P2pTransfer> transfers, size_
   op->status.store(OperationState::kRunning);
   completion->state = op;
   completion->remaining.store(transfers.size());
+  device::Runtime& rt = device::runtime();
+  if (rt.devicesPresent()) {
+    std::shared_ptr<P2pDeviceCopies> copies;
+    for (auto& t : transfers) {
+      const device::Memory m = t.bytes ? rt.classify(t.data) : device::Memory{};
+      if (!m.device) continue;
+      if (!copies) copies = std::make_shared<P2pDeviceCopies>();
+      try {
+        copies->stage(t, m.ordinal);
+      } catch (const Error& e) {
+        abortAndThrow(e, "failed to copy the data of its send out of device memory");  // peers would wait for it
+      }
+    }
+    op->deviceDone = copies;
+    if (copies) {
+      op->addCallback([copies](std::exception_ptr e) {
+        if (!e) copies->copyIn();
+      });
+    }
+  }
   if (transfers.empty()) {
     completion->finish(nullptr);
     return Work(op);
@@ -361,9 +448,10 @@ std::string checkTransfer(const Communicator::Transfer& t, int rank, int size, b
   if (t.tag < 0 || t.tag > Communicator::kMaxTag) {
     return what + "tag " + std::to_string(t.tag) + " is not in [0, " + std::to_string(Communicator::kMaxTag) + "]";
   }
-  if (t.count > 0 && device::runtime().devicesPresent() && device::runtime().classify(t.buffer).device) {
-    return what + "the buffer is device memory; point-to-point transfers take host memory only (copy the data "
-                  "to host memory first, or use a collective, which takes device buffers)";
+  if (t.count > 0 && device::runtime().devicesPresent() && !device::runtime().canMoveDeviceMemory() &&
+      device::runtime().classify(t.buffer).device) {
+    return what + "the buffer is device memory, but this gradcomm was built without CUDA (GRADCOMM_WITH_CUDA=OFF, "
+                  "or no CUDA compiler when it was built); pass host memory, or use a build with CUDA";
   }
   return {};
 }

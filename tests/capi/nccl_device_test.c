@@ -6,7 +6,7 @@
  * NCCL called directly (its own communicator, dlopen'ed), for gpu-check.
  * Last, two processes on the one GPU (this one and a copy of it started
  * with --shared-gpu-child ID): the real NCCL refuses them, so the shim forms
- * without it and serves their device collectives itself. */
+ * without it and serves their device collectives and send/recv itself. */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -65,8 +65,8 @@ static double timeCalls(AllReduceFn f, void* buf, size_t count, ncclComm_t comm,
 }
 
 /* Rank `rank` of two processes sharing GPU 0: ncclCommInitRank succeeds
- * without the real NCCL, a device allreduce is exact, and point-to-point on
- * device memory is refused, named. Returns the failures. */
+ * without the real NCCL, and a device allreduce and a device send/recv
+ * pair are exact. Returns the failures. */
 static int sharedGpuRank(int rank, const ncclUniqueId* id) {
   enum { kCount = 1 << 16 };
   int before = failures;
@@ -89,10 +89,21 @@ static int sharedGpuRank(int rank, const ncclUniqueId* id) {
   int bad = 0;
   for (int i = 0; i < kCount && !bad; ++i) bad = h[i] != (float)((i % 89) - 44) * 3.0f;
   CHECK(!bad, "two processes sharing the GPU: rank %d's device allreduce is wrong", rank);
-  ncclResult_t p2p = ncclSend(x, 4, ncclFloat32, 1 - rank, comm, s);
-  CHECK(p2p == ncclInvalidUsage && strstr(ncclGetLastError(comm), "share one GPU"),
-        "rank %d: ncclSend of device memory between processes sharing the GPU gave %d (%s)", rank, (int)p2p,
-        ncclGetLastError(comm));
+  /* each rank's original values to the other, on device buffers */
+  for (int i = 0; i < kCount; ++i) h[i] = (float)((i % 89) - 44) * (float)(rank + 1);
+  float* y = NULL;
+  CUDA_OK(cudaMalloc((void**)&y, kCount * sizeof(float)));
+  CUDA_OK(cudaMemcpy(x, h, kCount * sizeof(float), cudaMemcpyHostToDevice));
+  NCCL_OK(ncclGroupStart());
+  NCCL_OK(ncclSend(x, kCount, ncclFloat32, 1 - rank, comm, s));
+  NCCL_OK(ncclRecv(y, kCount, ncclFloat32, 1 - rank, comm, s));
+  NCCL_OK(ncclGroupEnd());
+  CUDA_OK(cudaStreamSynchronize(s));
+  CUDA_OK(cudaMemcpy(h, y, kCount * sizeof(float), cudaMemcpyDeviceToHost));
+  bad = 0;
+  for (int i = 0; i < kCount && !bad; ++i) bad = h[i] != (float)((i % 89) - 44) * (float)(2 - rank);
+  CHECK(!bad, "two processes sharing the GPU: rank %d's device send/recv is wrong", rank);
+  cudaFree(y);
   cudaFree(x);
   free(h);
   cudaStreamDestroy(s);
@@ -181,7 +192,7 @@ int main(int argc, char** argv) {
   }
   /* Two ranks on the one GPU: the real NCCL refuses them, so the shim's
    * communicators have no real one and gradcomm's device path serves their
-   * collectives; point-to-point on device buffers is refused, named. */
+   * collectives and point-to-point transfers. */
   {
     ncclComm_t two[2];
     int devs[2] = {0, 0};
@@ -201,9 +212,16 @@ int main(int argc, char** argv) {
       for (int i = 0; i < kCount && !bad; ++i) bad = back[i] != 2.0f * h[i];
       CHECK(!bad, "two ranks sharing the GPU: rank %d's device allreduce is wrong", r);
     }
-    ncclResult_t p2p = ncclSend(x[0], 4, ncclFloat32, 1, two[0], s);
-    CHECK(p2p == ncclInvalidUsage && strstr(ncclGetLastError(two[0]), "point-to-point"),
-          "ncclSend of device memory without a real NCCL gave %d (%s)", (int)p2p, ncclGetLastError(two[0]));
+    /* point-to-point on device buffers: rank 0's buffer to rank 1 */
+    CUDA_OK(cudaMemcpy(x[0], h, kCount * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(x[1], 0, kCount * sizeof(float)));
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(x[0], kCount, ncclFloat32, 1, two[0], s));
+    NCCL_OK(ncclRecv(x[1], kCount, ncclFloat32, 0, two[1], s));
+    NCCL_OK(ncclGroupEnd());
+    CUDA_OK(cudaStreamSynchronize(s));
+    CUDA_OK(cudaMemcpy(back, x[1], kCount * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(!memcmp(back, h, kCount * sizeof(float)), "two ranks sharing the GPU: device send/recv changed the data");
     for (int r = 0; r < 2; ++r) {
       cudaFree(x[r]);
       ncclCommDestroy(two[r]);
