@@ -43,36 +43,45 @@ std::string typeName(int64_t type) {
 
 }  // namespace
 
-/// The device buffers of one send/recv call, moved through host memory
-/// (point-to-point transfers run on host memory): a send's data is copied
-/// out when the call is made, a receive's copied in when the transfers
-/// finished (the operation's first completion callback, ahead of the
-/// caller's). Holds the host blocks for as long as the operation lives, so
+/// The device buffers of one send/recv call, moved through pinned blocks
+/// of the context's staging (point-to-point transfers run on host memory):
+/// a send's data is copied out on the to-host stream before the call
+/// returns, a receive's copied in on the to-device stream when the
+/// transfers finished (the operation's first completion callback, ahead of
+/// the caller's). The blocks go back to the staging with the operation, so
 /// they outlive its transfers; a failed copy in is the Work's error.
 class P2pDeviceCopies final : public DeviceCompletion {
  public:
-  /// Takes over `t`'s device buffer: `t` moves a host block instead.
-  void stage(P2pTransfer& t, int device) {
-    blocks_.emplace_back(t.bytes);
-    char* host = blocks_.back().data();
+  explicit P2pDeviceCopies(std::shared_ptr<DeviceStaging> staging) : staging_(std::move(staging)) {}
+  ~P2pDeviceCopies() override {
+    for (const auto& [block, capacity] : blocks_) staging_->release(block, capacity);
+  }
+  /// Takes over `t`'s device buffer: `t` moves a pinned block instead, and
+  /// a send's copy out is queued (copyOut() waits for them all).
+  void stage(P2pTransfer& t) {
+    size_t capacity = 0;
+    void* host = staging_->acquire(t.bytes, &capacity);
+    blocks_.emplace_back(host, capacity);
     if (t.send) {
-      copyNow(host, t.data, t.bytes, device);
+      staging_->runtime().copy(host, t.data, t.bytes, staging_->toHost());
     } else {
-      copiesIn_.push_back({t.data, host, t.bytes, device});
+      copiesIn_.push_back({t.data, host, t.bytes});
     }
     t.data = host;
   }
+  /// Waits for the sends' data to be in their blocks.
+  void copyOut() { waitFor(staging_->toHost()); }
   /// Copies the received data in (once); a device error is kept for the
   /// Work's waiters.
   void copyIn() {
     std::lock_guard<std::mutex> lock(mu_);
+    if (copiedIn_) return;
+    copiedIn_ = true;
     try {
-      for (; next_ < copiesIn_.size(); ++next_) {
-        const CopyIn& c = copiesIn_[next_];
-        copyNow(c.device, c.host, c.bytes, c.ordinal);
-      }
+      for (const CopyIn& c : copiesIn_) staging_->runtime().copy(c.device, c.host, c.bytes, staging_->toDevice());
+      if (!copiesIn_.empty()) waitFor(staging_->toDevice());
     } catch (...) {
-      if (!error_) error_ = std::current_exception();
+      error_ = std::current_exception();
     }
   }
   bool done() override {
@@ -89,24 +98,28 @@ class P2pDeviceCopies final : public DeviceCompletion {
  private:
   struct CopyIn {
     void* device;
-    const char* host;
+    const void* host;
     size_t bytes;
-    int ordinal;
   };
-  static void copyNow(void* dst, const void* src, size_t bytes, int device) {
-    if (bytes == 0) return;
-    device::Runtime& rt = device::runtime();
-    std::shared_ptr<void> stream(rt.createStream(device), [&rt](void* st) { rt.destroyStream(st); });
-    std::shared_ptr<void> event(rt.createEvent(device), [&rt](void* e) { rt.destroyEvent(e); });
-    rt.copy(dst, src, bytes, stream.get());
-    rt.record(event.get(), stream.get());
-    rt.synchronize(event.get());
+  /// Blocks until what is queued on `stream` so far ran.
+  void waitFor(device::Stream stream) {
+    device::Runtime& rt = staging_->runtime();
+    const device::Event event = staging_->takeEvent();
+    try {
+      rt.record(event, stream);
+      rt.synchronize(event);
+    } catch (...) {
+      staging_->giveEvent(event);
+      throw;
+    }
+    staging_->giveEvent(event);
   }
-  std::deque<std::vector<char>> blocks_;  // stable addresses
+  std::shared_ptr<DeviceStaging> staging_;
+  std::vector<std::pair<void*, size_t>> blocks_;  // pinned, with their capacities
   std::vector<CopyIn> copiesIn_;
   std::mutex mu_;
-  size_t next_ = 0;              // guarded by mu_
-  std::exception_ptr error_;     // guarded by mu_
+  bool copiedIn_ = false;     // guarded by mu_
+  std::exception_ptr error_;  // guarded by mu_
 };
 
 void P2pCompletion::finish(std::exception_ptr e) {
@@ -350,15 +363,17 @@ Work CommunicatorImpl::submitTransfers(std::vector<P2pTransfer> transfers, size_
   device::Runtime& rt = device::runtime();
   if (rt.devicesPresent()) {
     std::shared_ptr<P2pDeviceCopies> copies;
-    for (auto& t : transfers) {
-      const device::Memory m = t.bytes ? rt.classify(t.data) : device::Memory{};
-      if (!m.device) continue;
-      if (!copies) copies = std::make_shared<P2pDeviceCopies>();
-      try {
-        copies->stage(t, m.ordinal);
-      } catch (const Error& e) {
-        abortAndThrow(e, "failed to copy the data of its send out of device memory");  // peers would wait for it
+    try {
+      for (auto& t : transfers) {
+        const device::Memory m = t.bytes ? rt.classify(t.data) : device::Memory{};
+        if (!m.device) continue;
+        if (!copies) copies = std::make_shared<P2pDeviceCopies>(deviceStaging(m.ordinal));
+        copies->stage(t);
       }
+      if (copies) copies->copyOut();
+    } catch (const Error& e) {
+      // Another device than the context's, or a failed copy: peers would wait.
+      abortAndThrow(e, "could not move its send/recv buffers through host memory");
     }
     op->deviceDone = copies;
     if (copies) {
