@@ -403,17 +403,24 @@ ProcessGroupGradcomm::Pending ProcessGroupGradcomm::pending(const std::string& w
   return p;
 }
 
-void ProcessGroupGradcomm::awaitOps(Pending& p) {
-  if (p.device) {
-    // The host waits for the communication; p.stream (the completing
-    // thread's current stream, where `finish` then copies) waits for the
-    // copy of each result into its device buffer.
-    void* stream = nativeHandle(*p.stream);
-    for (auto& op : p.ops) op.synchronize(stream);
-  } else {
-    for (auto& op : p.ops) op.wait();
+std::exception_ptr ProcessGroupGradcomm::awaitOps(Pending& p) {
+  try {
+    if (p.device) {
+      // The host waits for the communication; p.stream (the completing
+      // thread's current stream, where `finish` then copies) waits for the
+      // copy of each result into its device buffer.
+      void* stream = nativeHandle(*p.stream);
+      for (auto& op : p.ops) op.synchronize(stream);
+    } else {
+      for (auto& op : p.ops) op.wait();
+    }
+    if (p.finish) p.finish();
+    return nullptr;
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
+  } catch (...) {
+    return std::current_exception();
   }
-  if (p.finish) p.finish();
 }
 
 DataType ProcessGroupGradcomm::reductionType(const std::string& what, const at::Tensor& t, c10d::ReduceOp op,
@@ -487,14 +494,7 @@ void ProcessGroupGradcomm::complete(Pending& p) {
     scope.emplace(*p.device);
     p.stream = scope->stream();
   }
-  std::exception_ptr error;
-  try {
-    awaitOps(p);
-  } catch (const std::exception& e) {
-    error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
-  } catch (...) {
-    error = std::current_exception();
-  }
+  const std::exception_ptr error = awaitOps(p);
   double commMs = 0;
   for (auto& op : p.ops) {
     if (op.endTime() == Clock::time_point{} || op.startTime() == Clock::time_point{}) continue;
@@ -564,14 +564,7 @@ void ProcessGroupGradcomm::p2pCompletionLoop() {
         scope.emplace(*p.device);
         p.stream = scope->stream();
       }
-      std::exception_ptr error;
-      try {
-        awaitOps(p);  // completed: rethrows its failure, if any
-      } catch (const std::exception& e) {
-        error = std::make_exception_ptr(std::runtime_error("gradcomm backend: " + p.what + " failed: " + e.what()));
-      } catch (...) {
-        error = std::current_exception();
-      }
+      const std::exception_ptr error = awaitOps(p);  // completed: its failure, if any
       const auto now = Clock::now();
       if (telemetry_->timeline && !error) {
         telemetry_->timeline->span(p.what, "p2p", p.issued, now, Timeline::kComm,

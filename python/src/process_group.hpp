@@ -52,8 +52,6 @@ class WorkGradcomm : public c10d::Work {
   /// Called once, by the process group's completion thread (for a CUDA
   /// call with its side stream current).
   void complete(std::exception_ptr error);
-  /// The CUDA device of the call; nullopt for host tensors.
-  const std::optional<c10::Device>& device() const { return device_; }
   /// Where wait() records the time callers were blocked (may be null).
   std::shared_ptr<Telemetry> telemetry;
 
@@ -240,8 +238,9 @@ class ProcessGroupGradcomm : public c10d::Backend {
   Pending pending(const std::string& what, c10d::OpType type, std::vector<at::Tensor> outputs,
                   const CallDevice& call);
   /// Waits for the operations of `p` (CUDA: orders p.stream, the current
-  /// stream of the completing thread, after their results) and runs its finish.
-  static void awaitOps(Pending& p);
+  /// stream of the completing thread, after their results) and runs its
+  /// finish; their failure as the backend reports it, or null.
+  static std::exception_ptr awaitOps(Pending& p);
   /// Rejects (as reject()) a root outside [0, size) or a root tensor other than 0.
   void checkRoot(const std::string& what, int64_t rootRank, int64_t rootTensor = 0);
   /// A list of one tensor per rank (`role`: "output" or "input"), each

@@ -203,8 +203,6 @@ class PlannedAlgorithm : public Algorithm {
 const std::vector<const Algorithm*>& allAlgorithms();
 /// The algorithm called `name` for `collective`, or null.
 const Algorithm* findAlgorithm(Collective collective, const std::string& name);
-/// "ring, rd, hd, tree, native" for one collective.
-std::string algorithmNames(Collective collective);
 
 /// The workspace cache's key of `algorithm`'s plan for this call: the
 /// call, the rank, the size and the tuning. A planner must depend on

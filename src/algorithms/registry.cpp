@@ -22,12 +22,4 @@ const Algorithm* findAlgorithm(Collective collective, const std::string& name) {
   return nullptr;
 }
 
-std::string algorithmNames(Collective collective) {
-  std::string out;
-  for (const Algorithm* a : allAlgorithms()) {
-    if (a->collective() == collective) out += (out.empty() ? "" : ", ") + std::string(a->name());
-  }
-  return out;
-}
-
 }  // namespace gradcomm::algorithms

@@ -39,7 +39,7 @@ void Selector::useModel(std::shared_ptr<const topology::CostModel> model,
     for (const auto& e : tuning->entries) {
       if (!findAlgorithm(e.collective, e.algorithm)) {
         throw ConfigError(tuning->origin + " line " + std::to_string(e.line) + ": '" + e.algorithm + "' is not a " +
-                          toString(e.collective) + " algorithm; valid: " + algorithmNames(e.collective));
+                          toString(e.collective) + " algorithm; valid: " + core::algorithmNameList(e.collective));
       }
     }
   }
@@ -135,7 +135,7 @@ Selector::Choice Selector::select(const CollectiveCall& call, const Team& t,
     const Algorithm* a = findAlgorithm(call.collective, core::toLower(forced));
     if (!a) {
       throw InvalidArgument("unknown " + std::string(toString(call.collective)) + " algorithm '" + forced +
-                            "'; valid: " + algorithmNames(call.collective));
+                            "'; valid: " + core::algorithmNameList(call.collective));
     }
     if (a->canRun(call, t)) return {a, {}, "forced by the call's options"};
     const std::string why = a->unsupportedReason(call, t);

@@ -13,11 +13,16 @@ ncclResult_t abortedCall(const char* function) {
                                                           "ncclCommDestroy on another thread) during this call");
 }
 
-ncclResult_t checkComm(ncclComm_t comm, const char* function) {
+ncclResult_t checkHandle(ncclComm_t comm, const char* function) {
   if (!comm) return invalidArgument(function, "comm", "the communicator is NULL");
   if (comm->magic != ncclComm::kMagic) {
     return invalidArgument(function, "comm", "not a live gradcomm communicator (destroyed, or never created)");
   }
+  return ncclSuccess;
+}
+
+ncclResult_t checkComm(ncclComm_t comm, const char* function) {
+  if (const ncclResult_t r = checkHandle(comm, function); r != ncclSuccess) return r;
   const int failed = comm->asyncError.load();
   if (failed != ncclSuccess) {
     std::lock_guard<std::mutex> lock(comm->errorMu);

@@ -25,6 +25,9 @@ inline void noteOnce(int rank, const std::string& message) { logMessage(LogLevel
 /// ncclInvalidArgument naming `argument`, as "ncclAllReduce: invalid argument 'root': ..."
 ncclResult_t invalidArgument(const char* function, const char* argument, const std::string& why);
 
+/// An argument error (last error set) unless `comm` is a live gradcomm
+/// communicator; a failed one passes (for calls that work on those too).
+ncclResult_t checkHandle(ncclComm_t comm, const char* function);
 /// ncclSuccess when `comm` is a live gradcomm communicator that has not
 /// failed; otherwise the error (an argument error for a null or stale
 /// handle, the sticky failure for a failed one) with the last error set.

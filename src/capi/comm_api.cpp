@@ -291,15 +291,6 @@ void destroyComm(ncclComm_t comm, bool abort) {
   delete comm;
 }
 
-/// Handle checks for calls that work on failed communicators too.
-ncclResult_t checkHandle(ncclComm_t comm, const char* fn) {
-  if (!comm) return invalidArgument(fn, "comm", "the communicator is NULL");
-  if (comm->magic != ncclComm::kMagic) {
-    return invalidArgument(fn, "comm", "not a live gradcomm communicator (destroyed, or never created)");
-  }
-  return ncclSuccess;
-}
-
 /// ncclCommDestroy (abort false) and ncclCommAbort (true).
 ncclResult_t endComm(const char* fn, ncclComm_t comm, bool abort) {
   return guarded(fn, [&]() -> ncclResult_t {

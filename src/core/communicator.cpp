@@ -4,6 +4,7 @@
 #include "compression/compression.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/device_staging.hpp"
+#include "base/algo_rules.hpp"
 #include "base/units.hpp"
 #include "topology/calibration.hpp"
 #include "topology/tuning_file.hpp"
@@ -212,15 +213,7 @@ size_t ErrorFeedback::size() const { return impl_->size(); }
 const float* ErrorFeedback::data() const { return impl_->data(); }
 int ErrorFeedback::device() const { return impl_->device(); }
 
-std::vector<std::string> algorithmNames(Collective collective) {
-  std::vector<std::string> out;
-  for (const auto* a : algorithms::allAlgorithms()) {
-    // "native" is MPI's own collective: no choice in a build without MPI.
-    if (!GRADCOMM_HAVE_MPI && std::string(a->name()) == "native") continue;
-    if (a->collective() == collective) out.push_back(a->name());
-  }
-  return out;
-}
+std::vector<std::string> algorithmNames(Collective collective) { return core::algorithmNamesOf(collective); }
 
 Communicator::Selection Communicator::explainSelection(Collective collective, size_t count, DataType type) const {
   CollectiveCall c;

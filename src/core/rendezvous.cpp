@@ -45,9 +45,7 @@ int nextIndex(const std::shared_ptr<Store>& store) {
 
 milliseconds rendezvousTimeout(const Options& options) {
   try {
-    const auto t = core::Config::resolve(options).timeout;
-    if (t.count() <= 0) return std::chrono::hours(24 * 365);  // no timeout
-    return std::chrono::duration_cast<milliseconds>(t);
+    return core::connectTimeout(core::Config::resolve(options));
   } catch (const Error&) {
     return std::chrono::seconds(300);  // the agreement reports the bad value
   }

@@ -18,8 +18,6 @@ struct InProcWorld::Transfer {
   void* recvData = nullptr;
   size_t sendBytes = 0;
   size_t recvBytes = 0;
-  bool sendPosted = false;
-  bool recvPosted = false;
   bool matched = false;
   bool done = false;
   bool cancelled = false;
@@ -197,21 +195,17 @@ std::shared_ptr<InProcWorld::Transfer> InProcWorld::post(int src, int dst, bool 
   std::lock_guard<std::mutex> lock(mu_);
   // Look for the oldest unmatched counterpart with the same (src, tag); an
   // abort notice's receive takes any source.
+  auto fill = [&](Transfer& t) {
+    if (isSend) t.sendData = data; else t.recvData = data;
+    (isSend ? t.sendBytes : t.recvBytes) = bytes;
+  };
   auto& others = isSend ? unmatchedRecvs_[dst] : unmatchedSends_[dst];
   for (auto it = others.begin(); it != others.end(); ++it) {
     auto t = *it;
     if ((t->src != src && t->src != kAnySource && src != kAnySource) || !sameTag(t->tag, tag)) continue;
     others.erase(it);
     if (t->src == kAnySource) t->src = src;
-    if (isSend) {
-      t->sendData = data;
-      t->sendBytes = bytes;
-      t->sendPosted = true;
-    } else {
-      t->recvData = data;
-      t->recvBytes = bytes;
-      t->recvPosted = true;
-    }
+    fill(*t);
     t->matched = true;
     // A call-check or abort-notice receive takes any message that fits its buffer.
     const bool upTo = tag.message == Tag::kCallCheck || tag.message == Tag::kAbort;
@@ -228,17 +222,8 @@ std::shared_ptr<InProcWorld::Transfer> InProcWorld::post(int src, int dst, bool 
   t->src = src;
   t->dst = dst;
   t->tag = tag;
-  if (isSend) {
-    t->sendData = data;
-    t->sendBytes = bytes;
-    t->sendPosted = true;
-    unmatchedSends_[dst].push_back(t);
-  } else {
-    t->recvData = data;
-    t->recvBytes = bytes;
-    t->recvPosted = true;
-    unmatchedRecvs_[dst].push_back(t);
-  }
+  fill(*t);
+  (isSend ? unmatchedSends_ : unmatchedRecvs_)[dst].push_back(t);
   return t;
 }
 

@@ -47,7 +47,6 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
   friend class InProcTransport;
   friend class InProcRequest;
   struct Transfer;
-  struct Posted;
 
   InProcWorld(int size, Settings settings);
   std::shared_ptr<Transfer> post(int src, int dst, bool isSend, void* data, size_t bytes, const Tag& tag);

@@ -1,6 +1,8 @@
 #include "transport/mpi_transport.hpp"
 
+#include "transport/bootstrap.hpp"
 #include "transport/group_transport.hpp"
+#include "transport/mpi_bootstrap.hpp"
 #include "transport/mpi_graveyard.hpp"
 #include "transport/mpi_native.hpp"
 
@@ -354,7 +356,10 @@ MpiTransport::MpiTransport(MPI_Comm comm, std::shared_ptr<MpiEnvironment> env, s
     checkMpi(MPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, data_), "MPI_Allgather (host layout)");
     hosts_ = groupHosts(std::vector<long long>(leaders.begin(), leaders.end()));
   }
-  if (shmChunkBytes > 0 && localSize > 1) setUpSharedMemory(local, shmChunkBytes);
+  if (shmChunkBytes > 0) {
+    MpiBootstrap boot(data_);
+    shm_ = setUpSharedMemory(boot, localRanks_, shmChunkBytes);
+  }
   MPI_Comm_free(&local);
   char name[MPI_MAX_PROCESSOR_NAME] = {0};
   int len = 0;
@@ -414,53 +419,6 @@ MpiTransport::~MpiTransport() {
 bool MpiTransport::abandonedTransfersPending() {
   graveyard_->sweep();
   return !graveyard_->empty();
-}
-
-void MpiTransport::setUpSharedMemory(MPI_Comm local, size_t chunkBytes) {
-  int localRank = 0, localSize = 1;
-  MPI_Comm_rank(local, &localRank);
-  MPI_Comm_size(local, &localSize);
-  const size_t bufferBytes = chunkBytes * static_cast<size_t>(localSize);
-  const size_t total = ShmGroup::strideFor(bufferBytes) * static_cast<size_t>(localSize);
-  // Local rank 0 creates the segment and tells the others its name; an
-  // empty name means it failed, and everyone goes on without shared memory.
-  std::array<char, 256> name{};
-  std::shared_ptr<ShmSegment> seg;
-  std::string why;
-  if (localRank == 0) {
-    try {
-      seg = ShmSegment::create(total);
-      std::strncpy(name.data(), seg->name().c_str(), name.size() - 1);
-    } catch (const Error& e) {
-      why = e.what();
-    }
-  }
-  MPI_Bcast(name.data(), static_cast<int>(name.size()), MPI_CHAR, 0, local);
-  int ok = name[0] != 0 ? 1 : 0;
-  if (ok && localRank != 0) {
-    try {
-      seg = ShmSegment::open(name.data(), total);
-    } catch (const Error& e) {
-      why = e.what();
-      ok = 0;
-    }
-  }
-  int allOk = 0;
-  MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, local);
-  if (!allOk) {
-    if (!why.empty()) {
-      std::fprintf(stderr, "gradcomm[rank %d] warn: no shared memory, the point-to-point algorithms run instead: %s\n",
-                   rank_, why.c_str());
-    }
-    return;
-  }
-  auto group = std::make_unique<ShmGroup>(localRanks_, localRank, bufferBytes, seg->data(), seg);
-  group->registerSelf(seg);
-  // Once every rank has mapped it, the name can go: nothing is left in
-  // /dev/shm even if processes die later.
-  MPI_Barrier(local);
-  if (localRank == 0) seg->unlink();
-  shm_ = std::move(group);
 }
 
 RequestPtr MpiTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {

@@ -1,7 +1,6 @@
 #pragma once
 #include <mpi.h>
 
-#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,7 +69,6 @@ class MpiTransport : public Transport {
   /// Posts a receive (or a send) in parts of at most kMaxPartBytes.
   RequestPtr post(bool recv, int peer, void* data, size_t bytes, const Tag& tag);
   void checkGroup(const Tag& tag) const;
-  void setUpSharedMemory(MPI_Comm local, size_t chunkBytes);
 
   std::shared_ptr<MpiEnvironment> env_;
   MPI_Comm data_ = MPI_COMM_NULL;
