@@ -18,12 +18,17 @@ void check(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw TransportError(std::string(what) + ": " + cudaGetErrorString(rc));
 }
 
+// Sums and products of signed integers wrap: computed unsigned (signed
+// overflow is undefined). Comparisons need the signed values (Compare).
 template <typename T> struct Compute { using type = T; };
 template <> struct Compute<__half> { using type = float; };
 template <> struct Compute<__nv_bfloat16> { using type = float; };
 template <> struct Compute<int8_t> { using type = uint8_t; };
 template <> struct Compute<int32_t> { using type = uint32_t; };
 template <> struct Compute<int64_t> { using type = uint64_t; };
+template <typename T> struct Compare { using type = T; };
+template <> struct Compare<__half> { using type = float; };
+template <> struct Compare<__nv_bfloat16> { using type = float; };
 
 template <typename T> __device__ inline typename Compute<T>::type load(T v) { return static_cast<typename Compute<T>::type>(v); }
 template <> __device__ inline float load<__half>(__half v) { return __half2float(v); }
@@ -38,14 +43,17 @@ template <typename T, int Op>
 __global__ void reduceKernel(T* dst, const T* a, const T* b, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    auto x = load(a[i]);
-    auto y = load(b[i]);
-    decltype(x) r;
-    if constexpr (Op == 0) r = x + y;
-    else if constexpr (Op == 1) r = x * y;
-    else if constexpr (Op == 2) r = (x < y || isNan(x)) ? x : y;
-    else r = (x > y || isNan(x)) ? x : y;
-    dst[i] = store<T>(r);
+    if constexpr (Op <= 1) {
+      const auto x = load(a[i]);
+      const auto y = load(b[i]);
+      dst[i] = store<T>(Op == 0 ? x + y : x * y);
+    } else {
+      using C = typename Compare<T>::type;
+      const C x = static_cast<C>(load(a[i]));
+      const C y = static_cast<C>(load(b[i]));
+      if constexpr (Op == 2) dst[i] = store<T>((x < y || isNan(x)) ? x : y);
+      else dst[i] = store<T>((x > y || isNan(x)) ? x : y);
+    }
   }
 }
 
