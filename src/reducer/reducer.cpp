@@ -89,8 +89,7 @@ class ReducerImpl {
     if (rt_) {
       // The buckets are freed below: the Reducer's copies must be done.
       try {
-        rt_->record(copiedOutEvent_, stream_);
-        rt_->synchronize(copiedOutEvent_);
+        syncStream();
       } catch (const Error& e) {
         core::log(core::LogLevel::kWarn, rank_, std::string("Reducer: device error at destruction: ") + e.what());
       }
@@ -358,12 +357,9 @@ class ReducerImpl {
                   bucketPtr(layout_.bucketOf[g]) + layout_.offsetOf[g] * e, grads_[g].count * e);
       }
     }
-    if (rt_) {
-      // The caller may write the new buckets (views) on any stream from
-      // here, and the old ones go below: zeroing and copies must be done.
-      rt_->record(copiedOutEvent_, stream_);
-      rt_->synchronize(copiedOutEvent_);
-    }
+    // The caller may write the new buckets (views) on any stream from here,
+    // and the old ones go below: zeroing and copies must be done.
+    syncStream();
     layout_ = std::move(layout);
     memory_ = std::move(memory);
     buildParts();
@@ -479,9 +475,18 @@ class ReducerImpl {
   }
 
   /// New buckets: move each gradient's carried error to its new place, so
-  /// rebuilding loses nothing that compression has not sent yet.
+  /// rebuilding loses nothing that compression has not sent yet. Device
+  /// buckets' residuals are device memory: read out and written back on the
+  /// Reducer's stream (no step is in flight while buckets are rebuilt).
   void remapFeedback(const reducer::BucketLayout& from, const reducer::BucketLayout& to) {
     if (feedback_.empty()) return;
+    std::map<std::pair<size_t, size_t>, std::vector<float>> old;
+    for (auto& [key, f] : feedback_) {
+      auto& v = old[key];
+      v.resize(f.size());
+      if (!v.empty()) copyBytes(v.data(), f.data(), v.size() * sizeof(float));
+    }
+    syncStream();
     const size_t per = opts_.partitionBytes == SIZE_MAX ? SIZE_MAX : std::max<size_t>(1, opts_.partitionBytes / 4);
     std::vector<std::vector<float>> carried(grads_.size());
     for (size_t g = 0; g < grads_.size(); ++g) {
@@ -491,27 +496,43 @@ class ReducerImpl {
       for (size_t i = 0; i < grads_[g].count; ++i) {
         const size_t at = off + i;
         const size_t part = per == SIZE_MAX ? 0 : at / per * per;
-        auto it = feedback_.find({b, part});
-        if (it != feedback_.end() && it->second.size() > at - part) carried[g][i] = it->second.data()[at - part];
+        auto it = old.find({b, part});
+        if (it != old.end() && it->second.size() > at - part) carried[g][i] = it->second[at - part];
       }
     }
     feedback_.clear();
+    std::vector<std::vector<float>> staged;  // host sources of the copies in flight
     for (size_t b = 0; b < to.buckets.size(); ++b) {
       const auto& bucket = to.buckets[b];
       if (bucket.type != DataType::kFloat32) continue;
       const size_t step = per == SIZE_MAX ? bucket.count : per;
       for (size_t part = 0; part < bucket.count; part += step) {
         const size_t n = std::min(step, bucket.count - part);
-        float* dst = feedback(b, part, n).residual().data(n);
+        std::vector<float>& values = staged.emplace_back(n, 0.0f);
         for (size_t k = 0; k < bucket.gradients.size(); ++k) {
           const size_t g = bucket.gradients[k], off = bucket.offsets[k];
           for (size_t i = 0; i < grads_[g].count; ++i) {
             const size_t at = off + i;
-            if (at >= part && at < part + n) dst[at - part] = carried[g][i];
+            if (at >= part && at < part + n) values[at - part] = carried[g][i];
           }
         }
+        compression::Residual& r = feedback(b, part, n).residual();
+        float* dst = rt_ ? r.deviceData(n, device_, [rt = rt_, d = device_](size_t bytes) {
+                             return std::shared_ptr<void>(rt->allocateDevice(d, bytes),
+                                                          [rt](void* q) { rt->freeDevice(q); });
+                           })
+                         : r.data(n);
+        copyBytes(dst, values.data(), n * sizeof(float));
       }
     }
+    syncStream();
+  }
+
+  /// Device buckets: waits for what is queued on the Reducer's stream.
+  void syncStream() {
+    if (!rt_) return;
+    rt_->record(copiedOutEvent_, stream_);
+    rt_->synchronize(copiedOutEvent_);
   }
 
   void copyOut() {

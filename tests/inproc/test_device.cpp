@@ -8,11 +8,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <thread>
 
 #include "support/collective_check.hpp"
+#include "support/compression_reference.hpp"
 #include "core/device_staging.hpp"
 #include "support/fake_device.hpp"
 #include "support/per_rank.hpp"
@@ -844,6 +846,51 @@ TEST(DeviceReducer, HostAndDeviceGradientsMixedAreRefusedAndCompressedDeviceBuck
     r.finalize();
     fake->drain(nullptr);
     for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(d[i], 1.0f + (i % 9)) << i;
+  }, quick());
+}
+
+// Rebuilding the buckets moves every gradient's carried error to its new
+// place; on device buckets the residuals are device memory and must stay
+// so. The host Reducer is the reference, bit for bit (the fake runtime's
+// compressors are the CPU ones).
+TEST(DeviceReducer, TopKErrorFeedbackOnDeviceBucketsCarriesAcrossARebuildAsOnTheHost) {
+  FakeDevice::Installed fake;
+  const std::vector<size_t> counts{300, 7, 1200, 64, 500};
+  runRanks(2, [&](RankContext& ctx) {
+    std::vector<std::vector<float>> host;
+    host.reserve(counts.size());
+    std::vector<GradientSpec> hostSpecs, deviceSpecs;
+    for (size_t c : counts) {
+      host.emplace_back(c);
+      hostSpecs.push_back({c, DataType::kFloat32, host.back().data()});
+      deviceSpecs.push_back({c, DataType::kFloat32, fake->allocate<float>(0, c)});
+    }
+    ReducerOptions o;
+    o.compression = "topk:0.1";  // error feedback on by default
+    o.bucketCapBytes = 3 * 1024;
+    o.firstBucketBytes = 1024;
+    o.partitionBytes = 1024;
+    Reducer onHost(ctx.comm, hostSpecs, o), onDevice(ctx.comm, deviceSpecs, o);
+    for (int step = 0; step < 5; ++step) {
+      // Marked in registration order: the buckets are rebuilt after step 0.
+      for (size_t g = 0; g < counts.size(); ++g) {
+        auto* d = static_cast<float*>(deviceSpecs[g].data);
+        for (size_t i = 0; i < counts[g]; ++i) {
+          d[i] = host[g][i] = std::cos(static_cast<float>(131 * g + i)) * static_cast<float>(ctx.rank + step + 1);
+        }
+        onHost.markReady(g);
+      }
+      onHost.finalize();
+      for (size_t g = 0; g < counts.size(); ++g) onDevice.markReady(g);
+      onDevice.finalize();
+      fake->drain(nullptr);
+      for (size_t g = 0; g < counts.size(); ++g) {
+        const auto* d = static_cast<const float*>(deviceSpecs[g].data);
+        for (size_t i = 0; i < counts[g]; ++i) {
+          ASSERT_EQ(bitsOf(d[i]), bitsOf(host[g][i])) << "step " << step << " gradient " << g << " element " << i;
+        }
+      }
+    }
   }, quick());
 }
 
