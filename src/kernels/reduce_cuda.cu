@@ -15,7 +15,7 @@ namespace gradcomm::kernels::cuda {
 namespace {
 
 void check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw TransportError(std::string(what) + ": " + cudaGetErrorString(rc));
+  if (rc != cudaSuccess) throw DeviceError(std::string(what) + ": " + cudaGetErrorString(rc));
 }
 
 // Sums and products of signed integers wrap: computed unsigned (signed
