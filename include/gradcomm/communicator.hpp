@@ -78,8 +78,9 @@ struct CollectiveOptions {
   ErrorFeedback* errorFeedback = nullptr;
   /// For device (CUDA) buffers: the cudaStream_t the call is ordered after
   /// (it reads the input once the work already queued on this stream is
-  /// done), as NCCL's stream argument; null is the legacy default stream.
-  /// The stream must belong to the buffers' device. Ignored for host
+  /// done), as NCCL's stream argument; null is the legacy default stream
+  /// of the buffers' device (whatever device the calling thread has
+  /// current). A stream must belong to the buffers' device. Ignored for host
   /// buffers (a host call does not wait for any stream).
   void* stream = nullptr;
 };
@@ -315,7 +316,12 @@ class GRADCOMM_API Communicator {
   /// communicator) for a peer outside [0, size) or this rank itself, a
   /// count too large to address (a negative count converted to size_t), a
   /// null buffer with count > 0, an unknown type or a tag outside
-  /// [0, kMaxTag].
+  /// [0, kMaxTag]. Device buffers move through pinned host memory and the
+  /// call takes no stream: a send copies `in` out before it returns, after
+  /// the work queued so far on the device's legacy default stream and
+  /// gradcomm's earlier staged calls (work on other streams that writes
+  /// `in` must be synchronised first); a receive's data is in `out` once the
+  /// Work completed (wait(), or synchronize() for a stream).
   Work send(const void* in, size_t count, DataType type, int peer, int tag = 0);
   /// Receives `count` elements of `type` from rank `peer` into `out`; see send().
   Work recv(void* out, size_t count, DataType type, int peer, int tag = 0);

@@ -1,6 +1,7 @@
 // Collectives on device buffers: argument checks, the context's device, and
 // the split of a call into staged chunks (core/device_staging.hpp).
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "algorithms/catalog.hpp"
@@ -8,6 +9,7 @@
 #include "compression/compression.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/device_staging.hpp"
+#include "device/runtime.hpp"
 
 namespace gradcomm::detail {
 
@@ -58,7 +60,9 @@ int CommunicatorImpl::deviceOf(const CollectiveCall& call, const CollectiveOptio
     std::lock_guard<std::mutex> lock(context_->deviceMu);
     if (context_->device) checkServes(*context_->device, m.ordinal);
   }
-  const int streamDevice = rt.streamDevice(options.stream);
+  // A null stream is the legacy default stream of the buffers' device: the
+  // call is made with that device current (submitDevice).
+  const int streamDevice = options.stream ? rt.streamDevice(options.stream) : m.ordinal;
   if (streamDevice != m.ordinal) {
     throw InvalidArgument(name + ": CollectiveOptions::stream belongs to device " + std::to_string(streamDevice) +
                           " but the buffers are on device " + std::to_string(m.ordinal) +
@@ -71,6 +75,7 @@ std::shared_ptr<DeviceStaging> CommunicatorImpl::deviceStaging(int device) {
   std::lock_guard<std::mutex> lock(context_->deviceMu);
   if (!context_->device) {
     context_->device = std::make_shared<DeviceStaging>(device::sharedRuntime(), device);
+    engine_->serveDevice(device);
   } else {
     checkServes(*context_->device, device);
   }
@@ -88,10 +93,12 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
   std::vector<const algorithms::Algorithm*> algos;
   std::shared_ptr<StagedCall> staged;
   compression::Spec spec;
+  std::optional<device::CurrentDevice> current;  // to the end of the call
   try {
     validate(call);
     spec = compressionFor(call, options);
     const int device = deviceOf(call, options);
+    current.emplace(device::runtime(), device);
     // Compressed calls compress on the device; their payloads are staged.
     if (spec.kind != compression::Kind::kNone) return submitDeviceCompressed(call, spec, options, device);
     if (auto comm = directEngine(call, device)) return submitDirect(comm, call, options, device);

@@ -60,7 +60,25 @@ void* DeviceStaging::acquire(size_t bytes, size_t* capacity) {
 void DeviceStaging::release(void* block, size_t capacity) {
   if (!block) return;
   std::lock_guard<std::mutex> lock(mu_);
-  pinned_.emplace(capacity, block);
+  cache(pinned_, capacity, block);
+}
+
+void DeviceStaging::cache(Blocks& blocks, size_t capacity, void* block) {
+  blocks.emplace(capacity, block);
+  if (blocks.size() <= kMaxCachedBlocks) return;
+  // Sizes that vary more than takeCached() bridges would grow the cache
+  // without bound; the smallest block goes (the large ones cost the most
+  // to make again).
+  void* smallest = blocks.begin()->second;
+  blocks.erase(blocks.begin());
+  try {
+    if (&blocks == &pinned_) {
+      runtime_->freePinned(smallest);
+    } else {
+      runtime_->freeDevice(smallest);
+    }
+  } catch (...) {  // a device error: its next call reports it
+  }
 }
 
 void DeviceStaging::retire(device::Event event, std::vector<std::pair<void*, size_t>> blocks, void* pinned,
@@ -85,8 +103,8 @@ void DeviceStaging::reap() {
       ++i;
       continue;
     }
-    for (auto& [block, capacity] : retired_[i].blocks) deviceBlocks_.emplace(capacity, block);
-    if (retired_[i].pinned) pinned_.emplace(retired_[i].pinnedCapacity, retired_[i].pinned);
+    for (auto& [block, capacity] : retired_[i].blocks) cache(deviceBlocks_, capacity, block);
+    if (retired_[i].pinned) cache(pinned_, retired_[i].pinnedCapacity, retired_[i].pinned);
     events_.push_back(retired_[i].event);
     retired_[i] = std::move(retired_.back());
     retired_.pop_back();
@@ -103,7 +121,7 @@ void* DeviceStaging::acquireDevice(size_t bytes, size_t* capacity) {
 void DeviceStaging::releaseDevice(void* block, size_t capacity) {
   if (!block) return;
   std::lock_guard<std::mutex> lock(mu_);
-  deviceBlocks_.emplace(capacity, block);
+  cache(deviceBlocks_, capacity, block);
 }
 
 device::Event DeviceStaging::takeEvent() {
@@ -184,9 +202,6 @@ void StagedCall::start(device::Stream stream) {
   inputDone_.reserve(chunks_.size());
   for (size_t i = 0; i < chunks_.size(); ++i) inputDone_.push_back(staging_->takeEvent());
   rt_.record(callerReady_, stream);
-  // The copies back follow the caller's work too: a chunk whose output the
-  // caller's stream still writes must not be overwritten before.
-  rt_.streamWait(staging_->toDevice(), callerReady_);
 }
 
 void StagedCall::copyInputs() {
@@ -214,6 +229,12 @@ bool StagedCall::inputReady(size_t i) { return rt_.done(inputDone_.at(i)); }
 
 void StagedCall::copyBack(size_t i) {
   const Chunk& c = chunks_.at(i);
+  // The copies back follow the caller's work too: a chunk whose output the
+  // caller's stream still writes must not be overwritten before. Queued
+  // here, not when the call was made: the to-device stream would otherwise
+  // hold the copies back of calls made earlier until the caller's stream
+  // reached this call.
+  if (!anyCopyBack_) rt_.streamWait(staging_->toDevice(), callerReady_);
   if (c.outBytes) rt_.copy(c.deviceOut, c.hostOut, c.outBytes, staging_->toDevice());
   // The event follows the copy even when the device work after it fails to
   // be queued: the pinned block goes back only after that copy read it.

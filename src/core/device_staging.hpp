@@ -30,6 +30,9 @@ class DeviceStaging {
   DeviceStaging(const DeviceStaging&) = delete;
   DeviceStaging& operator=(const DeviceStaging&) = delete;
 
+  /// Blocks kept for later calls, per kind (pinned, device).
+  static constexpr size_t kMaxCachedBlocks = 8;
+
   device::Runtime& runtime() { return *runtime_; }
   int device() const { return device_; }
   device::Stream toHost() const { return toHost_; }
@@ -63,6 +66,9 @@ class DeviceStaging {
   void* takeCached(Blocks& blocks, size_t bytes, size_t* capacity);
   /// Gives back what retired calls held, where their events completed.
   void reap();
+  /// Puts `block` into `blocks` (requires mu_), freeing the smallest
+  /// cached block beyond kMaxCachedBlocks.
+  void cache(Blocks& blocks, size_t capacity, void* block);
   struct Retired {
     device::Event event;
     std::vector<std::pair<void*, size_t>> blocks;

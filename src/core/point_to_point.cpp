@@ -46,7 +46,9 @@ std::string typeName(int64_t type) {
 /// The device buffers of one send/recv call, moved through pinned blocks
 /// of the context's staging (point-to-point transfers run on host memory):
 /// a send's data is copied out on the to-host stream before the call
-/// returns, a receive's copied in on the to-device stream when the
+/// returns, after the work queued so far on the device's legacy default
+/// stream and on the to-device stream (the results of the context's
+/// earlier staged calls); a receive's copied in on the to-device stream when the
 /// transfers finished (the operation's first completion callback, ahead of
 /// the caller's). The blocks go back to the staging with the operation, so
 /// they outlive its transfers; a failed copy in is the Work's error.
@@ -63,6 +65,7 @@ class P2pDeviceCopies final : public DeviceCompletion {
     void* host = staging_->acquire(t.bytes, &capacity);
     blocks_.emplace_back(host, capacity);
     if (t.send) {
+      if (!sendsOrdered_) orderSends();
       staging_->runtime().copy(host, t.data, t.bytes, staging_->toHost());
     } else {
       copiesIn_.push_back({t.data, host, t.bytes});
@@ -101,6 +104,22 @@ class P2pDeviceCopies final : public DeviceCompletion {
     const void* host;
     size_t bytes;
   };
+  void orderSends() {
+    sendsOrdered_ = true;
+    device::Runtime& rt = staging_->runtime();
+    device::CurrentDevice current(rt, staging_->device());  // null: this device's legacy stream
+    for (device::Stream before : {device::Stream{}, staging_->toDevice()}) {
+      const device::Event event = staging_->takeEvent();
+      try {
+        rt.record(event, before);
+        rt.streamWait(staging_->toHost(), event);
+      } catch (...) {
+        staging_->giveEvent(event);
+        throw;
+      }
+      staging_->giveEvent(event);
+    }
+  }
   /// Blocks until what is queued on `stream` so far ran.
   void waitFor(device::Stream stream) {
     device::Runtime& rt = staging_->runtime();
@@ -118,6 +137,7 @@ class P2pDeviceCopies final : public DeviceCompletion {
   std::vector<std::pair<void*, size_t>> blocks_;  // pinned, with their capacities
   std::vector<CopyIn> copiesIn_;
   std::mutex mu_;
+  bool sendsOrdered_ = false;
   bool copiedIn_ = false;     // guarded by mu_
   std::exception_ptr error_;  // guarded by mu_
 };

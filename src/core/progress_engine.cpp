@@ -7,7 +7,9 @@
 #include <cstdio>
 
 #include "algorithms/plan_runner.hpp"
+#include "base/log.hpp"
 #include "base/units.hpp"
+#include "device/runtime.hpp"
 #include "transport/shm_group.hpp"
 
 namespace gradcomm::core {
@@ -386,6 +388,18 @@ bool ProgressEngine::drive() {
     }
     active_ = queue_.front();
     queue_.pop_front();
+  }
+  // Whoever queued or started active_ is synchronised with (queueMu_,
+  // driveMu_): a device it serves is visible here.
+  if (const int d = device_.load(std::memory_order_relaxed); d != threadDevice_ && d >= 0 &&
+      std::this_thread::get_id() == thread_.get_id()) {
+    threadDevice_ = d;
+    try {
+      device::runtime().setCurrentDevice(d);
+    } catch (const Error& e) {
+      log(LogLevel::kWarn, transport_->rank(), std::string("progress thread: could not make device ") + std::to_string(d) +
+                                      " current: " + e.what());
+    }
   }
   bool pollAbortNow = false;
   bool fresh = false;

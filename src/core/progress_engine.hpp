@@ -142,6 +142,12 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
     retained_.push_back(std::move(what));
   }
 
+  /// The device whose work the operations queue from now on (the context's,
+  /// set before its first device call is queued): the engine's thread makes
+  /// it current before it drives them, so that its CUDA calls never create
+  /// a context on another device (device 0, every thread's default).
+  void serveDevice(int device) { device_.store(device, std::memory_order_relaxed); }
+
   /// Registers a task the engine advances on every drive pass.
   void addBackground(std::shared_ptr<BackgroundTask> task);
   /// Unregisters `task`; when this returns, no thread is inside its advance().
@@ -250,6 +256,8 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   std::atomic<bool> hasBackground_{false};
 
   std::thread thread_;
+  std::atomic<int> device_{-1};  // serveDevice()
+  int threadDevice_ = -1;        // the device made current on thread_; thread_ only
   std::vector<std::shared_ptr<void>> retained_;  // guarded by queueMu_
 };
 

@@ -11,6 +11,33 @@
 #include "kernels/reduce_cuda.hpp"
 
 namespace gradcomm::device {
+
+bool primaryContextActive(int device) {
+  // The driver's own answer, reached through the runtime (no link against
+  // the driver library); where the driver offers none, assume active.
+  using GetDevice = int (*)(int* dev, int ordinal);
+  using GetState = int (*)(int dev, unsigned* flags, int* active);
+  static const auto entries = [] {
+    void* get = nullptr;
+    void* state = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuDeviceGet", &get, 2000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess ||
+        cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &state, 7000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return std::pair<GetDevice, GetState>{nullptr, nullptr};
+    }
+    return std::pair<GetDevice, GetState>{reinterpret_cast<GetDevice>(get), reinterpret_cast<GetState>(state)};
+  }();
+  if (!entries.first || device < 0) return true;
+  int dev = 0, active = 1;
+  unsigned flags = 0;
+  if (entries.first(&dev, device) != 0 || entries.second(dev, &flags, &active) != 0) return true;
+  return active != 0;
+}
+
 namespace {
 
 /// A CUDA compressor whose calls make its device current first: the
@@ -94,6 +121,12 @@ class CudaRuntime final : public Runtime {
     checkCuda(cudaStreamGetDevice(static_cast<cudaStream_t>(s), &device), "cudaStreamGetDevice");
     return device;
   }
+  int currentDevice() override {
+    int device = -1;
+    checkCuda(cudaGetDevice(&device), "cudaGetDevice");
+    return primaryContextActive(device) ? device : -1;
+  }
+  void setCurrentDevice(int device) override { checkCuda(cudaSetDevice(device), "cudaSetDevice"); }
   Stream createStream(int device) override {
     DeviceScope scope(device);
     cudaStream_t s = nullptr;

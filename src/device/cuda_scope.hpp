@@ -15,6 +15,10 @@ inline void checkCuda(cudaError_t err, const char* what) {
   throw DeviceError(std::string(what) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
 
+/// True unless the driver says `device`'s primary context is inactive
+/// (making such a device current creates its context).
+bool primaryContextActive(int device);
+
 /// Makes `device` current on this thread for the scope (the progress thread
 /// serves every device a process uses; the caller's thread keeps its own;
 /// NCCL forms and launches on the current device).
@@ -22,7 +26,10 @@ class DeviceScope {
  public:
   explicit DeviceScope(int device) {
     checkCuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) {
+    if (previous_ != device && !primaryContextActive(previous_)) {
+      previous_ = -1;  // nothing to go back to
+      checkCuda(cudaSetDevice(device), "cudaSetDevice");
+    } else if (previous_ != device) {
       checkCuda(cudaSetDevice(device), "cudaSetDevice");
     } else {
       previous_ = -1;

@@ -44,6 +44,14 @@ class Runtime {
   virtual std::string identity(int device) = 0;
   /// The device `s` belongs to (null: the calling thread's current device).
   virtual int streamDevice(Stream s) = 0;
+  /// The calling thread's current device (whose legacy default stream a
+  /// null Stream is), or -1 when there is none worth going back to (CUDA:
+  /// its primary context is not active, and making it current again would
+  /// create one: on a node of several GPUs, memory on a GPU the process
+  /// never used). Default: -1.
+  virtual int currentDevice() { return -1; }
+  /// Makes `device` current on the calling thread. Default: nothing.
+  virtual void setCurrentDevice(int device) { (void)device; }
   /// A non-blocking stream of `device` (does not wait for the legacy default stream).
   virtual Stream createStream(int device) = 0;
   virtual void destroyStream(Stream s) = 0;
@@ -81,6 +89,32 @@ class Runtime {
   /// data[i] = data[i] * factor for n float32 values of device memory, on
   /// `s`. Default: UnsupportedError.
   virtual void multiply(float* data, size_t n, float factor, Stream s);
+};
+
+/// Makes `device` the calling thread's current device for the scope, and
+/// the previous one again after (where currentDevice() names one).
+class CurrentDevice {
+ public:
+  CurrentDevice(Runtime& rt, int device) : rt_(rt), previous_(rt.currentDevice()) {
+    if (previous_ == device) {
+      previous_ = -1;
+    } else {
+      rt_.setCurrentDevice(device);
+    }
+  }
+  ~CurrentDevice() {
+    if (previous_ < 0) return;
+    try {
+      rt_.setCurrentDevice(previous_);
+    } catch (...) {  // an error of the device stays for its next call to report
+    }
+  }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  Runtime& rt_;
+  int previous_;
 };
 
 /// The process's runtime (CUDA where built with it, else the refusing one).

@@ -6,6 +6,7 @@
 // GPU run in tests/cuda (scripts/gpu-check).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -359,6 +360,93 @@ TEST(DeviceErrors, AStreamOfAnotherDevice) {
   });
   expectOnCallerAndRemoteElsewhere(out, 0, ErrorCode::kInvalidArgument,
                                    "CollectiveOptions::stream belongs to device 1 but the buffers are on device 0");
+}
+
+// A null stream is the default stream of the buffers' device, not of the
+// device the calling thread has current (a PyTorch script that moves its
+// tensors to cuda:N without torch.cuda.set_device). The call runs with the
+// buffers' device current and leaves the thread's device as it found it.
+TEST(Device, ANullStreamIsTheDefaultStreamOfTheBuffersDevice) {
+  FakeDevice::Installed fake;
+  runRanks(2, [&](RankContext& ctx) {
+    ASSERT_EQ(fake->currentDevice(), 0);
+    float* a = fake->allocate<float>(1, 1000);
+    for (size_t i = 0; i < 1000; ++i) a[i] = static_cast<float>(ctx.rank + i % 5);
+    Work w = ctx.comm.allreduce(a, a, 1000, DataType::kFloat32, ReduceOp::kSum, {});
+    EXPECT_EQ(fake->currentDevice(), 0);
+    w.wait();
+    fake->setCurrentDevice(1);
+    fake->drain(nullptr);  // device 1's default stream
+    fake->setCurrentDevice(0);
+    for (size_t i = 0; i < 1000; ++i) ASSERT_EQ(a[i], 1.0f + 2.0f * static_cast<float>(i % 5)) << i;
+  }, quick());
+}
+
+// A staged call's result is copied back once the caller's work before
+// that call is done, not once the caller's stream reached a later call:
+// here the caller's stream is held (a gate kernel) after the first call and
+// before the second, and the first still completes.
+TEST(Device, AStagedCallCompletesWhileTheCallersStreamHoldsALaterCall) {
+  FakeDevice::Installed fake;
+  runRanks(2, [&](RankContext& ctx) {
+    auto stream = fake->ownedStream(0);
+    CollectiveOptions o;
+    o.stream = stream.get();
+    float* a = fake->allocate<float>(0, 64);
+    float* b = fake->allocate<float>(0, 64);
+    std::fill(a, a + 64, 1.0f);
+    std::fill(b, b + 64, 2.0f);
+    Work first = ctx.comm.allreduce(a, a, 64, DataType::kFloat32, ReduceOp::kSum, o);
+    std::atomic<bool> open{false};
+    fake->launch(stream.get(), [&open] {
+      while (!open.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    });
+    Work second = ctx.comm.allreduce(b, b, 64, DataType::kFloat32, ReduceOp::kSum, o);
+    const bool done = first.wait(std::chrono::seconds(20));
+    open = true;
+    ASSERT_TRUE(done) << "the first call waited for the caller's stream to reach the second";
+    second.wait();
+    fake->drain(stream.get());
+    EXPECT_EQ(a[0], 2.0f);
+    EXPECT_EQ(b[63], 4.0f);
+  }, quick());
+}
+
+// A device send copies its buffer out after the work already queued on the
+// device's default stream (a kernel that produces the data), not before it.
+TEST(Device, ADeviceSendReadsItsBufferAfterTheDefaultStreamsEarlierWork) {
+  FakeDevice::Installed fake;
+  runRanks(2, [&](RankContext& ctx) {
+    float* d = fake->allocate<float>(0, 256);
+    if (ctx.rank == 0) {
+      std::fill(d, d + 256, -1.0f);
+      fake->launch(nullptr, [d] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        for (size_t i = 0; i < 256; ++i) d[i] = static_cast<float>(i);
+      });
+      ctx.comm.send(d, 256, DataType::kFloat32, 1).wait();
+    } else {
+      ctx.comm.recv(d, 256, DataType::kFloat32, 0).wait();
+      for (size_t i = 0; i < 256; ++i) ASSERT_EQ(d[i], static_cast<float>(i)) << i;
+    }
+  }, quick());
+}
+
+// Calls of ever-changing sizes (each too small for the blocks cached
+// before) must not grow the pinned cache without bound.
+TEST(Device, ThePinnedBlockCacheStaysBoundedWhenSizesVary) {
+  FakeDevice::Installed fake;
+  detail::DeviceStaging staging(device::sharedRuntime(), 0);
+  const int before = fake->pinnedHeld();
+  size_t bytes = size_t{1} << 24;
+  for (int k = 0; k < 12; ++k, bytes = bytes * 2 / 5) {
+    size_t capacity = 0;
+    void* block = staging.acquire(bytes, &capacity);
+    ASSERT_NE(block, nullptr);
+    staging.release(block, capacity);
+  }
+  EXPECT_GT(fake->pinnedAllocations(), static_cast<int>(detail::DeviceStaging::kMaxCachedBlocks));
+  EXPECT_LE(fake->pinnedHeld() - before, static_cast<int>(detail::DeviceStaging::kMaxCachedBlocks));
 }
 
 // Point-to-point takes device buffers: they move through host memory, a

@@ -91,6 +91,8 @@ class FakeDevice final : public device::Runtime {
   /// compress() calls its compressors ran.
   int compressions() const { return compressions_.load(); }
   int pinnedAllocations() const { return pinned_.load(); }
+  /// Pinned blocks allocated and not yet freed.
+  int pinnedHeld() const { return pinned_.load() - pinnedFreed_.load(); }
   /// Runtime::allocateDevice calls (not the test's own allocate()).
   int deviceAllocations() const { return deviceAllocations_.load(); }
   int eventsCreated() const { return eventsCreated_.load(); }
@@ -112,7 +114,10 @@ class FakeDevice final : public device::Runtime {
   /// Device numbers are the fake's whole identity: ranks (threads) that
   /// allocate on one number share a device.
   std::string identity(int device) override { return "fake-" + std::to_string(device); }
-  int streamDevice(device::Stream s) override { return s ? static_cast<FakeStream*>(s)->device : 0; }
+  int streamDevice(device::Stream s) override { return s ? static_cast<FakeStream*>(s)->device : current(); }
+  /// Each thread's current device starts at 0, as in CUDA.
+  int currentDevice() override { return current(); }
+  void setCurrentDevice(int device) override { current() = device; }
   device::Stream createStream(int device) override { return new FakeStream(device); }
   void destroyStream(device::Stream s) override { delete static_cast<FakeStream*>(s); }
   /// Events live as long as the FakeDevice: as with CUDA, one may be
@@ -184,7 +189,10 @@ class FakeDevice final : public device::Runtime {
     ++pinned_;
     return bytes ? std::aligned_alloc(64, (bytes + 63) / 64 * 64) : nullptr;
   }
-  void freePinned(void* p) override { std::free(p); }
+  void freePinned(void* p) override {
+    if (p) ++pinnedFreed_;
+    std::free(p);
+  }
   compression::CompressorPtr makeCompressor(const compression::Spec& spec, int device, device::Stream s) override {
     if (streamDevice(s) != device) throw InvalidArgument("fake device: a compressor's stream is of another device");
     return std::make_unique<FakeCompressor>(*this, compression::makeCpuCompressor(spec, compression::detectIsa()), s);
@@ -329,11 +337,17 @@ class FakeDevice final : public device::Runtime {
     bool stop = false;
     std::thread worker;  // last: starts once the rest is built
   };
-  /// The null stream is device 0's default stream.
+  static int& current() {
+    static thread_local int device = 0;
+    return device;
+  }
+  /// The null stream is the default stream of the calling thread's current device.
   FakeStream& stream(device::Stream s) {
     if (s) return *static_cast<FakeStream*>(s);
-    std::call_once(defaultOnce_, [this] { default_ = std::make_unique<FakeStream>(0); });
-    return *default_;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& d = defaults_[current()];
+    if (!d) d = std::make_unique<FakeStream>(current());
+    return *d;
   }
   struct Allocation {
     size_t bytes;
@@ -343,15 +357,14 @@ class FakeDevice final : public device::Runtime {
   std::mutex mu_;
   std::map<uintptr_t, Allocation> allocations_;
   std::vector<std::unique_ptr<FakeEvent>> events_;
-  std::once_flag defaultOnce_;
-  std::unique_ptr<FakeStream> default_;
+  std::map<int, std::unique_ptr<FakeStream>> defaults_;  // guarded by mu_
   std::atomic<bool> failNext_{false};
   std::atomic<uint64_t> recordCount_{0}, failAfter_{0};
   std::atomic<int> failCompress_{0};
   std::atomic<int> compressions_{0};
   std::chrono::microseconds copyDelay_{0};
   std::chrono::microseconds intoDeviceDelay_{0};
-  std::atomic<int> pinned_{0}, copies_{0}, deviceAllocations_{0}, eventsCreated_{0};
+  std::atomic<int> pinned_{0}, pinnedFreed_{0}, copies_{0}, deviceAllocations_{0}, eventsCreated_{0};
 };
 
 }  // namespace gradcomm::testing
