@@ -67,6 +67,10 @@ struct Context {
   /// with its copy streams and pinned blocks; null before the first.
   std::mutex deviceMu;
   std::shared_ptr<DeviceStaging> device;  // guarded by deviceMu
+  /// Point-to-point operations with device receives, whose data is copied
+  /// in when they complete: a call on the NCCL engine (queued on the
+  /// caller's stream at once, not in the engine's order) waits for them.
+  std::vector<std::weak_ptr<OperationState>> deviceReceives;  // guarded by deviceMu
 };
 
 /// The state behind every Communicator handle.

@@ -310,6 +310,22 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
                                              DirectBlocks blocks) {
   const device::Stream stream = options.stream;
   auto staging = deviceStaging(device);
+  // Device receives issued before this call: their data must be in place
+  // before the caller's stream runs it (this rank's failure, if any, fails
+  // the call below).
+  std::vector<std::weak_ptr<OperationState>> receives;
+  {
+    std::lock_guard<std::mutex> lock(context_->deviceMu);
+    receives.swap(context_->deviceReceives);
+  }
+  for (const auto& r : receives) {
+    if (auto received = r.lock()) {
+      try {
+        Work(received).wait();
+      } catch (const Error&) {
+      }
+    }
+  }
   const std::string algorithm = label.empty() ? "nccl" : label + "+nccl";
   auto op = OperationState::create();
   op->algorithm = algorithm;

@@ -1,5 +1,6 @@
 #include "core/point_to_point.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -72,6 +73,7 @@ class P2pDeviceCopies final : public DeviceCompletion {
     }
     t.data = host;
   }
+  bool receives() const { return !copiesIn_.empty(); }
   /// Waits for the sends' data to be in their blocks.
   void copyOut() { waitFor(staging_->toHost()); }
   /// Copies the received data in (once); a device error is kept for the
@@ -396,6 +398,12 @@ Work CommunicatorImpl::submitTransfers(std::vector<P2pTransfer> transfers, size_
       abortAndThrow(e, "could not move its send/recv buffers through host memory");
     }
     op->deviceDone = copies;
+    if (copies && copies->receives()) {
+      std::lock_guard<std::mutex> lock(context_->deviceMu);
+      auto& list = context_->deviceReceives;
+      list.erase(std::remove_if(list.begin(), list.end(), [](const auto& w) { return w.expired(); }), list.end());
+      list.push_back(op);
+    }
     if (copies) {
       op->addCallback([copies](std::exception_ptr e) {
         if (!e) copies->copyIn();

@@ -651,6 +651,38 @@ TEST(DeviceEngine, RanksOnDevicesOfTheirOwnRunEveryCollectiveOnNccl) {
   EXPECT_GT(nccl->calls(), 900);
 }
 
+// A collective issued after a device receive runs after it, on the NCCL
+// engine too (where the collective goes to the caller's stream at once):
+// here it reads the received buffer, whose copy in is slow.
+TEST(DeviceEngine, ACollectiveAfterADeviceReceiveReadsTheReceivedData) {
+  FakeDevice::Installed fake;
+  FakeNccl::Installed nccl(fake.fake);
+  fake->setCopyDelay(std::chrono::microseconds(0), std::chrono::milliseconds(50));
+  runRanks(2, [&](RankContext& ctx) {
+    const int device = ctx.rank;
+    auto stream = fake->ownedStream(device);
+    CollectiveOptions o;
+    o.stream = stream.get();
+    float* d = fake->allocate<float>(device, 64);
+    std::fill(d, d + 64, 1.0f);
+    ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o).wait();  // forms the NCCL engine
+    Work w;
+    if (ctx.rank == 0) {
+      std::fill(d, d + 64, 5.0f);
+      w = ctx.comm.send(d, 64, DataType::kFloat32, 1);
+    } else {
+      w = ctx.comm.recv(d, 64, DataType::kFloat32, 0);
+    }
+    Work sum = ctx.comm.allreduce(d, d, 64, DataType::kFloat32, ReduceOp::kSum, o);
+    EXPECT_EQ(sum.algorithm(), "nccl");
+    sum.wait();
+    w.wait();
+    fake->drain(stream.get());
+    EXPECT_EQ(d[0], 10.0f);
+    EXPECT_EQ(d[63], 10.0f);
+  }, engine("auto"));
+}
+
 TEST(DeviceEngine, RanksSharingADeviceAreStagedAndForcingNcclFailsOnEveryRankWithTheReason) {
   FakeDevice::Installed fake;
   FakeNccl::Installed nccl(fake.fake);
