@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -105,12 +106,18 @@ class CudaRuntime final : public Runtime {
     return {};
   }
   std::string identity(int device) override {
-    cudaDeviceProp prop{};
-    checkCuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-    static const char* hex = "0123456789abcdef";
-    std::string id = "GPU-";
-    for (unsigned char b : prop.uuid.bytes) id += std::string{hex[b >> 4], hex[b & 15]};
-    return id;
+    // As NCCL tells GPUs apart: the GPU's PCI bus id (the same for every
+    // MIG instance of one GPU, which NCCL refuses to share too) and the
+    // host (its kernel's boot id, the same in every container on it).
+    char bus[64] = {0};
+    checkCuda(cudaDeviceGetPCIBusId(bus, sizeof bus, device), "cudaDeviceGetPCIBusId");
+    static const std::string boot = [] {
+      std::ifstream f("/proc/sys/kernel/random/boot_id");
+      std::string id;
+      std::getline(f, id);
+      return id;
+    }();
+    return "bus " + std::string(bus) + " of host " + boot;
   }
   int streamDevice(Stream s) override {
     int device = -1;

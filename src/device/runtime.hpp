@@ -39,7 +39,8 @@ class Runtime {
   /// What `p` is; host memory where the runtime does not know it.
   virtual Memory classify(const void* p) = 0;
   /// What tells `device` apart from every other device, across processes
-  /// and hosts (CUDA: its UUID): processes that share a device give equal
+  /// and hosts (CUDA: its PCI bus id and the host's boot id, as NCCL tells
+  /// them apart, so MIG instances of one GPU match): processes that share a device give equal
   /// identities.
   virtual std::string identity(int device) = 0;
   /// The device `s` belongs to (null: the calling thread's current device).
