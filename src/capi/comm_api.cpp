@@ -61,9 +61,15 @@ std::shared_ptr<Store> servedStore(const std::string& key) {
 }
 
 /// gradcomm's options for the shim's communicators: NCCL_DEBUG (WARN, INFO,
-/// TRACE) sets the log level where GRADCOMM_LOG_LEVEL is not set.
+/// TRACE) sets the log level where GRADCOMM_LOG_LEVEL is not set. Device
+/// calls the real NCCL cannot serve are staged (GRADCOMM_DEVICE_ENGINE
+/// where not set): the shim forwards the others itself, and choosing
+/// gradcomm's engine is an exchange with every rank at the first device
+/// call, which ranks of ncclCommInitAll driven by one thread (one call
+/// after another in a group) would wait on forever.
 Options shimOptions() {
   Options options;
+  if (!std::getenv("GRADCOMM_DEVICE_ENGINE")) options.set("GRADCOMM_DEVICE_ENGINE", "staged");
   const char* own = std::getenv("GRADCOMM_LOG_LEVEL");
   const char* nccl = std::getenv("NCCL_DEBUG");
   if ((own && *own) || !nccl) return options;
@@ -200,7 +206,7 @@ void attachReal(ncclComm& comm, int device, ncclConfig_t* config) {
   try {
     agreeOnRealStep(comm, "init", r == ncclSuccess ? 1 : -1, r, why);
   } catch (...) {
-    if (r == ncclSuccess && real) hooks->destroy(real, /*abort=*/true);  // a peer has none
+    if (real) hooks->destroy(real, /*abort=*/true);  // a peer has none
     throw;
   }
   comm.real = real;
@@ -386,7 +392,31 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
       c->host = std::move(hosts[static_cast<size_t>(r)]);
       made.push_back(std::move(c));
     }
+    // Devices the real NCCL would refuse are not offered to it: its
+    // ncclCommInitAll then fails inside its own group and leaves the
+    // thread's group state (and a CUDA error) behind.
+    int devices = 0;
+    std::string refuse;
     if (cudaUsable() && nccl::available()) {
+      if (cudaGetDeviceCount(&devices) != cudaSuccess) cudaGetLastError();
+      std::vector<int> list(static_cast<size_t>(ndev));
+      for (int i = 0; i < ndev; ++i) list[static_cast<size_t>(i)] = devlist ? devlist[i] : i;
+      std::vector<int> sorted = list;
+      std::sort(sorted.begin(), sorted.end());
+      if (sorted.front() < 0 || sorted.back() >= devices) {
+        refuse = "device " + std::to_string(sorted.back() >= devices ? sorted.back() : sorted.front()) +
+                 " is not one of this process's " + std::to_string(devices) + " CUDA device(s)";
+      } else if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+        refuse = "two ranks on device " + std::to_string(*std::adjacent_find(sorted.begin(), sorted.end())) +
+                 ", which the real NCCL refuses: device buffers go through gradcomm's staged path";
+      }
+    }
+    if (!refuse.empty()) {
+      for (int i = 0; i < ndev; ++i) {
+        made[i]->realWhy = refuse;
+        made[i]->cudaDevice = devlist ? devlist[i] : i;
+      }
+    } else if (cudaUsable() && nccl::available()) {
       std::vector<ncclComm_t> real(ndev, nullptr);
       auto f = GRADCOMM_REAL(ncclCommInitAll);
       const ncclResult_t r = f ? fromReal(fn, f(real.data(), ndev, devlist)) : realMissing(fn);
@@ -433,7 +463,10 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     ncclComm_t realNew = nullptr;
     if (comm->real) {
       auto f = GRADCOMM_REAL(ncclCommSplit);
-      if (auto r = f ? fromReal(fn, f(comm->real, color, key, &realNew, config)) : realMissing(fn)) return r;
+      if (auto r = f ? settleReal(fn, fromReal(fn, f(comm->real, color, key, &realNew, config)), &realNew)
+                     : realMissing(fn)) {
+        return r;
+      }
     }
     if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
     std::vector<std::pair<int32_t, int>> members;  // (key, old rank)

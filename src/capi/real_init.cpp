@@ -1,8 +1,10 @@
 #include "capi/real_init.hpp"
 
+#include <chrono>
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "capi/cuda_probe.hpp"
 #include "capi/forward.hpp"
@@ -74,15 +76,48 @@ RealInitHooks defaultRealInitHooks() {
       cudaGetLastError();
       return fail(ncclUnhandledCudaError, "ncclCommInitRank: cudaSetDevice(" + std::to_string(device) + ") failed");
     }
-    const ncclResult_t r = fromReal("ncclCommInitRank", init(real, nranks, id, rank, config));
+    const ncclResult_t r = settleReal("ncclCommInitRank", fromReal("ncclCommInitRank", init(real, nranks, id, rank, config)), real);
     if (restore && previous >= 0) cudaSetDevice(previous);
     return r;
   };
   h.destroy = [](ncclComm_t real, bool abort) {
-    auto f = abort ? GRADCOMM_REAL(ncclCommAbort) : GRADCOMM_REAL(ncclCommDestroy);
-    if (f) f(real);
+    // NCCL's destroy of a communicator in an error state returns that error
+    // having freed nothing: such a one is aborted.
+    auto destroy = GRADCOMM_REAL(ncclCommDestroy);
+    auto state = GRADCOMM_REAL(ncclCommGetAsyncError);
+    ncclResult_t async = ncclSuccess;
+    if (!abort && destroy && state && state(real, &async) == ncclSuccess && async == ncclSuccess &&
+        destroy(real) == ncclSuccess) {
+      return;
+    }
+    if (auto f = GRADCOMM_REAL(ncclCommAbort)) f(real);
   };
   return h;
+}
+
+ncclResult_t settleReal(const char* function, ncclResult_t result, ncclComm_t* real) {
+  if (result == ncclInProgress && *real) {
+    auto poll = GRADCOMM_REAL(ncclCommGetAsyncError);
+    if (!poll) {
+      result = realMissing("ncclCommGetAsyncError");
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+      ncclResult_t state = ncclInProgress;
+      while (poll(*real, &state) == ncclSuccess && state == ncclInProgress &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      result = state == ncclInProgress
+                   ? fail(ncclSystemError, std::string(function) + ": the real NCCL's communicator was still forming "
+                                                                   "after 10 minutes")
+                   : fromReal(function, state);
+    }
+  }
+  if (result != ncclSuccess && *real) {
+    if (auto abort = GRADCOMM_REAL(ncclCommAbort)) abort(*real);
+    *real = nullptr;
+  }
+  return result;
 }
 
 std::shared_ptr<const RealInitHooks> realInitHooks() {

@@ -30,8 +30,8 @@ struct RealInitHooks {
   /// The real ncclGetUniqueId.
   std::function<ncclResult_t(ncclUniqueId* id)> getUniqueId;
   /// The real ncclCommInitRankConfig with `device` current on the calling
-  /// thread for the call (config may be null); on failure the last error
-  /// says why.
+  /// thread for the call (config may be null), formed to the end also when
+  /// non-blocking (settleReal); on failure the last error says why.
   std::function<ncclResult_t(ncclComm_t* real, int nranks, const ncclUniqueId& id, int rank, int device,
                              ncclConfig_t* config)>
       initRank;
@@ -45,5 +45,13 @@ std::shared_ptr<const RealInitHooks> realInitHooks();
 RealInitHooks defaultRealInitHooks();
 /// Replaces the hooks (for tests); returns the previous ones.
 RealInitHooks setRealInitHooks(RealInitHooks hooks);
+
+/// `result` of a real call that made `real` (init, split), once the real
+/// communicator finished forming: a non-blocking one (config.blocking = 0,
+/// NCCL_COMM_BLOCKING=0) answers ncclInProgress, and the shim, which forms
+/// its communicators whole, polls the real ncclCommGetAsyncError until it
+/// settles (at most 10 minutes; NCCL's bootstrap gives up sooner). On
+/// failure the real communicator is aborted and `*real` reset.
+ncclResult_t settleReal(const char* function, ncclResult_t result, ncclComm_t* real);
 
 }  // namespace gradcomm::capi

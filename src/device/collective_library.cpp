@@ -1,5 +1,7 @@
 #include "device/collective_library.hpp"
 
+#include <chrono>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -74,17 +76,21 @@ ncclRedOp_t ncclOp(ReduceOp op) {
 /// so the handle is used under a lock, never after it was aborted.
 class NcclComm final : public DeviceComm {
  public:
-  NcclComm(const NcclApi& api, ncclComm_t comm, int device) : api_(api), comm_(comm), device_(device) {}
+  /// `api` is copied (the library object may go first); `cancelled` as for join().
+  NcclComm(const NcclApi& api, ncclComm_t comm, int device, std::function<bool()> cancelled)
+      : api_(api), comm_(comm), device_(device), cancelled_(std::move(cancelled)) {}
   ~NcclComm() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_) return;
     // A failed group is aborted: destroying it would wait for kernels that
-    // may never end.
-    if (failed_) {
-      api_.abort(comm_);
-    } else {
-      api_.destroy(comm_);
+    // may never end, and NCCL's destroy of a group in an error state
+    // returns that error having freed nothing.
+    ncclResult_t state = ncclSuccess;
+    if (!failed_ && api_.getAsyncError(comm_, &state) == ncclSuccess && state == ncclSuccess &&
+        api_.destroy(comm_) == ncclSuccess) {
+      return;
     }
+    api_.abort(comm_);
   }
 
   void allreduce(const void* in, void* out, size_t count, DataType type, ReduceOp op, Stream s) override {
@@ -140,10 +146,21 @@ class NcclComm final : public DeviceComm {
     if (aborted_) throw DeviceError(std::string(what) + ": the NCCL group was aborted (the communicator failed)");
     DeviceScope scope(device_);
     ncclResult_t rc = call();
-    while (rc == ncclInProgress) {
+    for (int looks = 0; rc == ncclInProgress; ++looks) {
+      // NCCL still queues it (a first call may connect to the peers):
+      // yield, then back off; give up when the communicator failed.
       lock.unlock();
-      std::this_thread::yield();
+      if (looks < 1000) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      const bool cancel = cancelled_ && cancelled_();
       lock.lock();
+      if (cancel && !aborted_) {
+        aborted_ = true;
+        api_.abort(comm_);
+      }
       if (aborted_) throw DeviceError(std::string(what) + ": the NCCL group was aborted (the communicator failed)");
       ncclResult_t state = ncclSuccess;
       rc = api_.getAsyncError(comm_, &state);
@@ -154,9 +171,10 @@ class NcclComm final : public DeviceComm {
       throw DeviceError(describe(rc, what));
     }
   }
-  const NcclApi& api_;
+  const NcclApi api_;
   ncclComm_t comm_;
   int device_;
+  std::function<bool()> cancelled_;
   std::mutex mu_;
   bool failed_ = false;   // guarded by mu_
   bool aborted_ = false;  // guarded by mu_
@@ -215,7 +233,7 @@ class Nccl final : public CollectiveLibrary {
       if (comm) api_.abort(comm);
       throw DeviceError(what);
     }
-    return std::make_unique<NcclComm>(api_, comm, device);
+    return std::make_unique<NcclComm>(api_, comm, device, cancelled);
   }
 
  private:

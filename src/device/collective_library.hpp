@@ -49,7 +49,9 @@ class CollectiveLibrary {
   virtual std::vector<char> newId() = 0;
   /// Joins the group `id` as `rank` of `size`, on `device`. Blocks until
   /// every rank joined, or until `cancelled()` says to give up (then throws
-  /// DeviceError); called on every rank at once.
+  /// DeviceError); called on every rank at once. The group keeps asking
+  /// `cancelled()` while a collective waits to be queued (a first call
+  /// connects to the peers), and aborts itself when it says so.
   virtual std::unique_ptr<DeviceComm> join(const std::vector<char>& id, int size, int rank, int device,
                                            const std::function<bool()>& cancelled) = 0;
 };

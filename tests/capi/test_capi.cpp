@@ -482,6 +482,20 @@ TEST_F(Capi, NcclDebugSetsTheLogLevel) {
   EXPECT_EQ(levelAfterInit("VERSION", nullptr), gradcomm::core::LogLevel::kWarn);
 }
 
+// Device calls the real NCCL cannot serve are staged: choosing gradcomm's
+// device engine would be an exchange at the first device call, which the
+// ranks of ncclCommInitAll driven by one thread would wait on forever.
+// GRADCOMM_DEVICE_ENGINE, where set, stands.
+TEST_F(Capi, TheShimsCommunicatorsStageDeviceCallsUnlessToldOtherwise) {
+  for (const char* env : {static_cast<const char*>(nullptr), "auto"}) {
+    ScopedEnv engine("GRADCOMM_DEVICE_ENGINE", env);
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    ASSERT_EQ(ncclCommInitAll(comms, 2, nullptr), ncclSuccess) << ncclGetLastError(nullptr);
+    for (ncclComm_t c : comms) EXPECT_EQ(c->host.parameter("GRADCOMM_DEVICE_ENGINE"), env ? env : "staged");
+    for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+  }
+}
+
 // NCCL callers read a count mismatch (and any call in the wrong order) as
 // ncclInvalidUsage; gradcomm reports them as MismatchError / InvalidUsage.
 TEST(CapiErrors, MismatchAndInvalidUsageAreNcclInvalidUsage) {
