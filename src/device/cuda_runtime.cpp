@@ -91,12 +91,13 @@ class CudaRuntime final : public Runtime {
       int n = 0;
       s = cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 1 : 0;
       if (!s) cudaGetLastError();
+      devices_.store(n, std::memory_order_relaxed);
       present_.store(s, std::memory_order_release);
     }
     return s == 1;
   }
   Memory classify(const void* p) override {
-    if (!p || !devicesPresent()) return {};
+    if (!p || !devicesPresent() || !anyContext()) return {};
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
       cudaGetLastError();  // unregistered host memory on old runtimes
@@ -210,7 +211,25 @@ class CudaRuntime final : public Runtime {
   }
 
  private:
+  /// Whether a device's primary context is active: without one no device
+  /// memory can exist in this process (contexts of its own, which PyTorch
+  /// and NCCL do not make, aside), and asking CUDA about a pointer would
+  /// create one, memory on GPU 0 for every process of a node that passes
+  /// only host buffers. Once true, true for good.
+  bool anyContext() {
+    if (contextSeen_.load(std::memory_order_relaxed)) return true;
+    const int n = devices_.load(std::memory_order_relaxed);
+    for (int d = 0; d < n; ++d) {
+      if (primaryContextActive(d)) {
+        contextSeen_.store(true, std::memory_order_relaxed);
+        return true;
+      }
+    }
+    return false;
+  }
   std::atomic<int> present_{-1};
+  std::atomic<int> devices_{0};
+  std::atomic<bool> contextSeen_{false};
 };
 
 }  // namespace
