@@ -26,14 +26,12 @@ class DeviceScope {
  public:
   explicit DeviceScope(int device) {
     checkCuda(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device && !primaryContextActive(previous_)) {
-      previous_ = -1;  // nothing to go back to
-      checkCuda(cudaSetDevice(device), "cudaSetDevice");
-    } else if (previous_ != device) {
-      checkCuda(cudaSetDevice(device), "cudaSetDevice");
-    } else {
+    if (previous_ == device) {
       previous_ = -1;
+      return;
     }
+    if (!primaryContextActive(previous_)) previous_ = -1;  // nothing to go back to
+    checkCuda(cudaSetDevice(device), "cudaSetDevice");
   }
   ~DeviceScope() {
     if (previous_ >= 0) cudaSetDevice(previous_);
