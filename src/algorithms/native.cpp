@@ -53,7 +53,7 @@ class StagedSchedule final : public Schedule {
 
 /// Why `t` cannot run native collectives, or empty.
 std::string whyNot(const transport::Transport& t) {
-  if (const_cast<transport::Transport&>(t).native() == nullptr) {
+  if (transport::nativeCollectives(const_cast<transport::Transport&>(t)) == nullptr) {
     return "the native algorithm needs MPI; transport '" + t.name() + "' has no native collectives";
   }
   return {};
@@ -71,7 +71,7 @@ class Native final : public Algorithm {
   }
 
   SchedulePtr schedule(const CollectiveCall& call, RunContext ctx) const override {
-    transport::NativeCollectives* nat = ctx.transport->native();
+    transport::NativeCollectives* nat = transport::nativeCollectives(*ctx.transport);
     if (!nat) throw UnsupportedError(whyNot(*ctx.transport));
     if (!ctx.signature) throw InternalError("native " + std::string(toString(call.collective)) + " without a call signature");
     const transport::CallSignature sig = *ctx.signature;

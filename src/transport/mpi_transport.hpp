@@ -30,7 +30,7 @@ class MpiProgress;
 
 /// Point-to-point over MPI on a private duplicate of the caller's
 /// communicator, plus a second duplicate that carries abort notices.
-class MpiTransport : public Transport {
+class MpiTransport : public Transport, public NativeProvider {
  public:
   /// Collective over `comm`: duplicates it twice. With shmChunkBytes > 0
   /// and several ranks on this host, also maps a shared-memory segment with
@@ -54,7 +54,7 @@ class MpiTransport : public Transport {
   /// where the members fill whole hosts (sharedMemoryForGroup), and this
   /// one's progress pass.
   std::unique_ptr<Transport> subgroup(const std::vector<int>& members) override;
-  NativeCollectives* native() override { return native_.get(); }
+  NativeCollectives& native() override { return *native_; }
   ShmGroup* sharedMemory() override { return shm_.get(); }
   size_t sharedMemoryChunkBytes() const override { return shmChunkBytes_; }
   /// The hosts as the shared-memory split and an allgather found them.

@@ -82,6 +82,15 @@ class NativeCollectives {
   virtual RequestPtr barrier() = 0;
 };
 
+/// What a transport that also offers its engine's own collectives (the MPI
+/// transport) implements beside Transport; the "native" algorithm asks for
+/// it (nativeCollectives), and Transport itself stays the data plane.
+class NativeProvider {
+ public:
+  virtual ~NativeProvider() = default;
+  virtual NativeCollectives& native() = 0;
+};
+
 /// Point-to-point, asynchronous, byte-oriented. Algorithms see only this.
 /// All calls on one Transport are made by one thread at a time (the
 /// progress engine serialises them).
@@ -122,8 +131,6 @@ class Transport {
     return nullptr;
   }
 
-  /// MPI passthrough collectives, or null when this transport has none.
-  virtual NativeCollectives* native() { return nullptr; }
   /// Shared memory with the other ranks of this host, or null (one rank per
   /// host, or disabled with GRADCOMM_SHM=0).
   virtual ShmGroup* sharedMemory() { return nullptr; }
@@ -175,6 +182,12 @@ inline std::vector<long long> hostIndex(const std::vector<std::vector<int>>& hos
     }
   }
   return hostOf;
+}
+
+/// The MPI passthrough collectives of `t`, or null when it has none.
+inline NativeCollectives* nativeCollectives(Transport& t) {
+  auto* p = dynamic_cast<NativeProvider*>(&t);
+  return p ? &p->native() : nullptr;
 }
 
 }  // namespace gradcomm::transport
