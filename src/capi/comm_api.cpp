@@ -399,9 +399,8 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
     std::string refuse;
     if (cudaUsable() && nccl::available()) {
       if (cudaGetDeviceCount(&devices) != cudaSuccess) cudaGetLastError();
-      std::vector<int> list(static_cast<size_t>(ndev));
-      for (int i = 0; i < ndev; ++i) list[static_cast<size_t>(i)] = devlist ? devlist[i] : i;
-      std::vector<int> sorted = list;
+      std::vector<int> sorted(static_cast<size_t>(ndev));
+      for (int i = 0; i < ndev; ++i) sorted[static_cast<size_t>(i)] = devlist ? devlist[i] : i;
       std::sort(sorted.begin(), sorted.end());
       if (sorted.front() < 0 || sorted.back() >= devices) {
         refuse = "device " + std::to_string(sorted.back() >= devices ? sorted.back() : sorted.front()) +

@@ -41,9 +41,8 @@ float* deviceResidual(compression::Residual* residual, size_t n, int device, dev
                       device::Stream compressOn) {
   if (!residual) return nullptr;
   return residual->deviceData(n, device, [&rt, device, compressOn](size_t bytes) {
-    void* q = rt.allocateDevice(device, bytes);
-    std::shared_ptr<void> owned(q, [keep = device::sharedRuntime()](void* x) { keep->freeDevice(x); });
-    rt.zero(q, bytes, compressOn);
+    std::shared_ptr<void> owned = device::allocateOwned(device::sharedRuntime(), device, bytes);
+    rt.zero(owned.get(), bytes, compressOn);
     return owned;
   });
 }

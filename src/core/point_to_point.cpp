@@ -111,24 +111,21 @@ class P2pDeviceCopies final : public DeviceCompletion {
     device::Runtime& rt = staging_->runtime();
     device::CurrentDevice current(rt, staging_->device());  // null: this device's legacy stream
     for (device::Stream before : {device::Stream{}, staging_->toDevice()}) {
-      const device::Event event = staging_->takeEvent();
-      try {
-        rt.record(event, before);
-        rt.streamWait(staging_->toHost(), event);
-      } catch (...) {
-        staging_->giveEvent(event);
-        throw;
-      }
-      staging_->giveEvent(event);
+      afterQueued(before, [&](device::Event e) { rt.streamWait(staging_->toHost(), e); });
     }
   }
   /// Blocks until what is queued on `stream` so far ran.
   void waitFor(device::Stream stream) {
-    device::Runtime& rt = staging_->runtime();
+    afterQueued(stream, [&](device::Event e) { staging_->runtime().synchronize(e); });
+  }
+  /// Runs `use` with an event of the staging recorded on `stream` (after
+  /// what is queued there so far); the event goes back to the pool after.
+  template <typename F>
+  void afterQueued(device::Stream stream, F&& use) {
     const device::Event event = staging_->takeEvent();
     try {
-      rt.record(event, stream);
-      rt.synchronize(event);
+      staging_->runtime().record(event, stream);
+      use(event);
     } catch (...) {
       staging_->giveEvent(event);
       throw;
@@ -398,13 +395,13 @@ Work CommunicatorImpl::submitTransfers(std::vector<P2pTransfer> transfers, size_
       abortAndThrow(e, "could not move its send/recv buffers through host memory");
     }
     op->deviceDone = copies;
-    if (copies && copies->receives()) {
-      std::lock_guard<std::mutex> lock(context_->deviceMu);
-      auto& list = context_->deviceReceives;
-      list.erase(std::remove_if(list.begin(), list.end(), [](const auto& w) { return w.expired(); }), list.end());
-      list.push_back(op);
-    }
     if (copies) {
+      if (copies->receives()) {
+        std::lock_guard<std::mutex> lock(context_->deviceMu);
+        auto& list = context_->deviceReceives;
+        list.erase(std::remove_if(list.begin(), list.end(), [](const auto& w) { return w.expired(); }), list.end());
+        list.push_back(op);
+      }
       op->addCallback([copies](std::exception_ptr e) {
         if (!e) copies->copyIn();
       });

@@ -257,7 +257,7 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
 
   std::thread thread_;
   std::atomic<int> device_{-1};  // serveDevice()
-  int threadDevice_ = -1;        // the device made current on thread_; thread_ only
+  int threadDevice_ = -1;        // the device made current on thread_; guarded by driveMu_
   std::vector<std::shared_ptr<void>> retained_;  // guarded by queueMu_
 };
 

@@ -113,6 +113,11 @@ std::shared_ptr<Runtime> sharedRuntime() {
   return installed();
 }
 
+std::shared_ptr<void> allocateOwned(std::shared_ptr<Runtime> rt, int device, size_t bytes) {
+  void* p = rt->allocateDevice(device, bytes);
+  return std::shared_ptr<void>(p, [rt](void* q) { rt->freeDevice(q); });
+}
+
 std::shared_ptr<Runtime> installRuntime(std::shared_ptr<Runtime> r) {
   std::lock_guard<std::mutex> lock(installedMu());
   std::shared_ptr<Runtime> previous = std::move(installed());

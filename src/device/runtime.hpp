@@ -118,6 +118,10 @@ class CurrentDevice {
   int previous_;
 };
 
+/// `bytes` of device memory of `device` from `rt`, freed (by `rt`, kept
+/// alive until then) when the last owner lets go.
+std::shared_ptr<void> allocateOwned(std::shared_ptr<Runtime> rt, int device, size_t bytes);
+
 /// The process's runtime (CUDA where built with it, else the refusing one).
 Runtime& runtime();
 /// The same, for objects that keep using it (device staging holds it).

@@ -517,9 +517,8 @@ class ReducerImpl {
           }
         }
         compression::Residual& r = feedback(b, part, n).residual();
-        float* dst = rt_ ? r.deviceData(n, device_, [rt = rt_, d = device_](size_t bytes) {
-                             return std::shared_ptr<void>(rt->allocateDevice(d, bytes),
-                                                          [rt](void* q) { rt->freeDevice(q); });
+        float* dst = rt_ ? r.deviceData(n, device_, [this](size_t bytes) {
+                             return device::allocateOwned(rt_, device_, bytes);
                            })
                          : r.data(n);
         copyBytes(dst, values.data(), n * sizeof(float));
