@@ -1,7 +1,7 @@
 // fp16/bf16 compression casts on device, bit-identical with the CPU kernels
 // (compression/cpu/kernels_impl.hpp): NaNs are built by hand because the
-// hardware conversions return a canonical NaN, and the arithmetic uses _rn
-// intrinsics so that nvcc never contracts it into a different FMA.
+// hardware conversions return a canonical NaN, and the arithmetic is the
+// CPU's (cpu_arithmetic.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -11,6 +11,7 @@
 
 #include "compression/cast_args.hpp"
 #include "compression/cuda/compression_cuda.hpp"
+#include "compression/cuda/cpu_arithmetic.cuh"
 #include "compression/cuda/cuda_check.cuh"
 #include "gradcomm/error.hpp"
 
@@ -53,7 +54,7 @@ __global__ void castKernel(const float* __restrict__ in, uint16_t* __restrict__ 
                            bool scaled) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    out[i] = F::encode(scaled ? __fmul_rn(in[i], scale) : in[i]);
+    out[i] = F::encode(scaled ? mulLikeCpu(in[i], scale) : in[i]);
   }
 }
 
@@ -70,8 +71,8 @@ __global__ void residualKernel(const float* __restrict__ in, float* __restrict__
                                size_t n, float scale, bool scaled) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const float t = __fadd_rn(in[i], res[i]);
-    const uint16_t q = F::encode(scaled ? __fmul_rn(t, scale) : t);
+    const float t = addLikeCpu(in[i], res[i]);
+    const uint16_t q = F::encode(scaled ? mulLikeCpu(t, scale) : t);
     out[i] = q;
     const float d = F::decode(q);
     const float r = scaled ? __fdiv_rn(__fmaf_rn(t, scale, -d), scale) : __fsub_rn(t, d);

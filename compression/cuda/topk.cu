@@ -20,6 +20,7 @@
 #include <string>
 
 #include "compression/cuda/compression_cuda.hpp"
+#include "compression/cuda/cpu_arithmetic.cuh"
 #include "compression/cuda/cuda_check.cuh"
 #include "compression/cuda/radix_select.hpp"
 #include "compression/sparse_tensor.hpp"
@@ -77,7 +78,8 @@ __global__ void initKernel(SelectState* s, unsigned long long k, int all) { deta
 // Histogram of one digit of the keys that match the prefix. With kFold the
 // residual is folded in (t = in + residual, stored back): pass 0 only.
 template <bool kFold>
-__global__ void histogramKernel(const float* __restrict__ a, float* __restrict__ residual, size_t n,
+__global__ void __launch_bounds__(kHistThreads)
+    histogramKernel(const float* __restrict__ a, float* __restrict__ residual, size_t n,
                                 const SelectState* __restrict__ s, int shift, uint32_t digitMask,
                                 unsigned long long* __restrict__ hist) {
   if (s->done) return;
@@ -89,7 +91,7 @@ __global__ void histogramKernel(const float* __restrict__ a, float* __restrict__
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     float t = a[i];
     if constexpr (kFold) {
-      t = __fadd_rn(t, residual[i]);
+      t = addLikeCpu(t, residual[i]);
       residual[i] = t;
     }
     const uint32_t key = keyOf(t);
@@ -104,7 +106,7 @@ __global__ void histogramKernel(const float* __restrict__ a, float* __restrict__
 __global__ void foldKernel(const float* __restrict__ in, float* __restrict__ residual, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    residual[i] = __fadd_rn(in[i], residual[i]);
+    residual[i] = addLikeCpu(in[i], residual[i]);
   }
 }
 
@@ -113,7 +115,8 @@ __global__ void selectKernel(SelectState* s, const unsigned long long* hist, int
   detail::selectStep(*s, hist, detail::radixDigit(pass), pass == 2, approximate != 0, low, high);
 }
 
-__global__ void tileCountKernel(const float* __restrict__ t, size_t n, const SelectState* __restrict__ s,
+__global__ void __launch_bounds__(kThreads)
+    tileCountKernel(const float* __restrict__ t, size_t n, const SelectState* __restrict__ s,
                                 unsigned* __restrict__ tileAbove, unsigned* __restrict__ tileTies) {
   using Reduce = cub::BlockReduce<unsigned, kThreads>;
   __shared__ typename Reduce::TempStorage temp;
@@ -137,7 +140,11 @@ __global__ void tileCountKernel(const float* __restrict__ t, size_t n, const Sel
   }
 }
 
-__global__ void tileScanKernel(const unsigned* __restrict__ tileAbove, const unsigned* __restrict__ tileTies,
+// __launch_bounds__: without it ptxas gives this kernel 88 registers a thread,
+// and 1,024 threads of that exceed a block's 64K registers (the launch fails
+// with "too many resources requested"; seen on an H200).
+__global__ void __launch_bounds__(kScanThreads)
+    tileScanKernel(const unsigned* __restrict__ tileAbove, const unsigned* __restrict__ tileTies,
                                size_t tiles, unsigned long long* __restrict__ aboveBefore,
                                unsigned long long* __restrict__ tiesBefore) {
   using Scan = cub::BlockScan<unsigned long long, kScanThreads>;
@@ -167,7 +174,8 @@ __global__ void tileScanKernel(const unsigned* __restrict__ tileAbove, const uns
 }
 
 template <typename IndexT>
-__global__ void tileWriteKernel(const float* __restrict__ t, float* __restrict__ residual, size_t n,
+__global__ void __launch_bounds__(kThreads)
+    tileWriteKernel(const float* __restrict__ t, float* __restrict__ residual, size_t n,
                                 const SelectState* __restrict__ s, const unsigned long long* __restrict__ aboveBefore,
                                 const unsigned long long* __restrict__ tiesBefore, IndexT* __restrict__ outIdx,
                                 float* __restrict__ outVal, size_t capacity) {

@@ -53,6 +53,7 @@ def base_env(extra=None):
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("PYTHONFAULTHANDLER", "1")  # a crashing rank prints where it was
     env.setdefault("PYTHONWARNINGS", "ignore")
     if extra:
         env.update(extra)

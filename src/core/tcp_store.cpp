@@ -1026,13 +1026,19 @@ void recvAll(int fd, uint8_t* data, size_t size, Clock::time_point deadline) {
 
 uint64_t newChannelId() {
   static std::mutex mu;
-  static std::mt19937_64 gen = [] {
-    std::random_device rd;
-    std::seed_seq seq{rd(), rd(), rd(), rd(), static_cast<unsigned>(::getpid()),
-                      static_cast<unsigned>(Clock::now().time_since_epoch().count())};
-    return std::mt19937_64(seq);
-  }();
+  static std::mt19937_64 gen;
+  static pid_t seededIn = 0;
   std::lock_guard<std::mutex> lock(mu);
+  // Seeded again in a forked child: children forked after this process made
+  // a client would otherwise draw the same ids, and the server would take one
+  // child's first ADD for a resend of another's.
+  if (seededIn != ::getpid()) {
+    seededIn = ::getpid();
+    std::random_device rd;
+    std::seed_seq seq{rd(), rd(), rd(), rd(), static_cast<unsigned>(seededIn),
+                      static_cast<unsigned>(Clock::now().time_since_epoch().count())};
+    gen.seed(seq);
+  }
   uint64_t id = 0;
   while (id == 0) id = gen();  // 0 means "no channel": never deduplicated
   return id;

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -583,6 +584,35 @@ TEST(TcpStore, ResentAddWithTheSameSequenceIsAppliedOnce) {
   s.send(addFrame("once", 5, 2));
   ASSERT_EQ(s.read(13).size(), 13u);
   EXPECT_EQ(server->add("once", 0), 10);
+}
+
+TEST(TcpStore, ClientsInProcessesForkedAfterAStoreWasMadeCountOnce) {
+  // A launcher that makes the store, then forks its ranks (gradcomm-device-
+  // bench does): each child's client must be a channel of its own, or the
+  // server takes the second child's first ADD for a resend of the first's.
+  auto server = makeServer();
+  EXPECT_EQ(server->add("made", 1), 1);  // the parent's own client is in use
+  const uint16_t port = server->port();
+  std::vector<pid_t> kids;
+  for (int r = 0; r < 3; ++r) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      int rc = 1;
+      try {
+        rc = makeClient(port)->add("ranks", 1) >= 1 ? 0 : 1;
+      } catch (...) {
+      }
+      _exit(rc);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t k : kids) {
+    int st = 0;
+    ASSERT_EQ(waitpid(k, &st, 0), k);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  EXPECT_EQ(server->add("ranks", 0), 3);
 }
 
 TEST(TcpStore, CheckIsTrueOnlyWhenEveryKeyIsSet) {
