@@ -67,6 +67,14 @@ __global__ void decodeKernel(const uint16_t* __restrict__ in, float* __restrict_
 }
 
 template <class F>
+__global__ void decodeAddKernel(const uint16_t* __restrict__ in, float* __restrict__ out, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = addLikeCpu(out[i], F::decode(in[i]));
+  }
+}
+
+template <class F>
 __global__ void residualKernel(const float* __restrict__ in, float* __restrict__ res, uint16_t* __restrict__ out,
                                size_t n, float scale, bool scaled) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -101,6 +109,16 @@ void decodeHalf(const uint16_t* in, float* out, size_t n, DataType type, void* s
   if (fp16) decodeKernel<Fp16><<<grid, kThreads, 0, s>>>(in, out, n);
   else decodeKernel<Bf16><<<grid, kThreads, 0, s>>>(in, out, n);
   detail::check(cudaGetLastError(), "compression decode kernel launch");
+}
+
+void decodeAddHalf(const uint16_t* in, float* out, size_t n, DataType type, void* stream) {
+  const bool fp16 = compression::detail::castTargetIsFp16(type, "cuda::decodeAddHalf");
+  if (n == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const unsigned grid = detail::gridFor(n, kThreads);
+  if (fp16) decodeAddKernel<Fp16><<<grid, kThreads, 0, s>>>(in, out, n);
+  else decodeAddKernel<Bf16><<<grid, kThreads, 0, s>>>(in, out, n);
+  detail::check(cudaGetLastError(), "compression decode-add kernel launch");
 }
 
 void castWithResidual(const float* in, float* residual, uint16_t* out, size_t n, DataType type, float scale,

@@ -19,6 +19,8 @@ namespace gradcomm::compression::cuda {
 void castToHalf(const float* in, uint16_t* out, size_t n, DataType type, float scale, void* stream);
 /// out[i] = float(in[i]), exact; an fp16 NaN comes back quiet.
 void decodeHalf(const uint16_t* in, float* out, size_t n, DataType type, void* stream);
+/// out[i] += float(in[i]), in one pass, with the CPU's bits (NaNs included).
+void decodeAddHalf(const uint16_t* in, float* out, size_t n, DataType type, void* stream);
 /// t = in[i] + residual[i]; out[i] = half(t * scale);
 /// residual[i] = (t*scale - float(out[i])) / scale, 0 where not finite.
 void castWithResidual(const float* in, float* residual, uint16_t* out, size_t n, DataType type, float scale,

@@ -14,7 +14,6 @@
 #include "compression/cuda/cuda_check.cuh"
 #include "compression/sparse_tensor.hpp"
 #include "gradcomm/error.hpp"
-#include "kernels/reduce_cuda.hpp"
 
 namespace gradcomm::compression::cuda {
 namespace {
@@ -52,11 +51,7 @@ struct CudaCastKernels {
   }
   void decode(const uint16_t* in, float* out, size_t n, DataType half) const { decodeHalf(in, out, n, half, stream); }
   void decodeAdd(const uint16_t* in, float* out, size_t n, DataType half) const {
-    if (n == 0) return;
-    StreamScratch decoded(n * sizeof(float), static_cast<cudaStream_t>(stream), "cuda cast decompressAdd: scratch");
-    auto* tmp = static_cast<float*>(decoded.get());
-    decodeHalf(in, tmp, n, half, stream);
-    kernels::cuda::reduce(out, out, tmp, n, DataType::kFloat32, ReduceOp::kSum, stream);
+    decodeAddHalf(in, out, n, half, stream);
   }
 };
 
