@@ -757,6 +757,17 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
   return Work(op);
 }
 
+transport::Tag CommunicatorImpl::numberCall(transport::CallSignature& signature) {
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    signature.seq = nextSeq_++;
+  }
+  transport::Tag tag;
+  tag.seq = signature.seq;
+  tag.fingerprint = signature.fingerprint();
+  return tag;
+}
+
 Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compression::Spec& spec,
                                         const CollectiveOptions& options) {
   auto op = compressedOperation(call, spec, options, false);
@@ -807,18 +818,12 @@ std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const Coll
   op->algorithm = spec.toString() + "+" + algo->name();
   op->signature = callSignature(call, algo->name(), spec.toString());
   op->signature.memory = onDevice ? 1 : 0;
-  op->fingerprint = op->signature.fingerprint();
+  const transport::Tag tag = numberCall(op->signature);
+  op->seq = tag.seq;
+  op->fingerprint = tag.fingerprint;
   op->bytes = algorithms::Selector::callBytes(call, size_);
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    op->seq = nextSeq_++;
-  }
-  op->signature.seq = op->seq;
   logChoice(call, op->seq, op->algorithm,
             "GRADCOMM_COMPRESSION or the call's compression; the payload moves by " + choice.why);
-  transport::Tag tag;
-  tag.seq = op->seq;
-  tag.fingerprint = op->fingerprint;
   op->ctx = runContext(call, tag);
   op->call = call;
   op->custom = [call, spec, residual, algo](const algorithms::RunContext& ctx) {

@@ -296,6 +296,8 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   compression::Spec defaultCompression_;
   std::mutex submitMu_;
   uint64_t nextSeq_ = 0;  // guarded by submitMu_
+  /// Gives `signature` the next sequence number; the tag of its messages.
+  transport::Tag numberCall(transport::CallSignature& signature);
   std::atomic<bool> destroyed_{false};
   std::mutex deviceEngineMu_;
   bool deviceEngineChosen_ = false;                  // guarded by deviceEngineMu_
