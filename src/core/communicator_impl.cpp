@@ -834,29 +834,4 @@ std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const Coll
   return op;
 }
 
-Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
-                                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make) {
-  checkUsable(what);
-  auto op = OperationState::create();
-  op->algorithm = "p2p";
-  op->fingerprint = kPointToPointFingerprint;
-  op->bytes = bytes;
-  op->pointToPoint = true;
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    op->seq = nextSeq_;
-  }
-  transport::Tag tag;
-  tag.seq = op->seq;
-  tag.fingerprint = kPointToPointFingerprint;
-  CollectiveCall none;
-  none.collective = Collective::kBarrier;
-  op->ctx = runContext(none, tag);
-  op->custom = [make = std::move(make)](const algorithms::RunContext& ctx) { return make(ctx); };
-  op->customWhat = what;
-  noteQueued(op);
-  engine_->submit(op);
-  return Work(op);
-}
-
 }  // namespace gradcomm::detail

@@ -105,12 +105,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// Validates, selects an algorithm, and queues the call. Invalid
   /// arguments throw here and abort the communicator on every rank.
   Work submit(const algorithms::CollectiveCall& call, const CollectiveOptions& options);
-  /// Queues point-to-point transfers (the NCCL frontend's send/recv). Only
-  /// the ranks that exchange messages call it, so it consumes no sequence
-  /// number: its messages carry the number of the next collective and
-  /// kPointToPointFingerprint, and the schedule numbers them per peer.
-  Work submitPointToPoint(const std::string& what, size_t bytes,
-                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make);
   /// Communicator::send, recv and pointToPoint (core/point_to_point.cpp):
   /// numbers the checked transfers per peer and tag and adds them to the
   /// open channel, or queues a new one; the Work completes with them.
