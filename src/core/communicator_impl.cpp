@@ -367,6 +367,12 @@ void CommunicatorImpl::noteQueued(const std::shared_ptr<OperationState>& op) {
   lastOp_ = op;
 }
 
+Work CommunicatorImpl::enqueue(const std::shared_ptr<OperationState>& op, bool eager) {
+  noteQueued(op);
+  engine_->submit(op, eager);
+  return Work(op);
+}
+
 // ---- groups ------------------------------------------------------------------------
 
 CommunicatorImpl::CommunicatorImpl(Member, CommunicatorImpl& parent, std::shared_ptr<transport::Transport> transport,
@@ -708,7 +714,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
     try {
       validate(call);
       const compression::Spec spec = compressionFor(call, options);
-      if (spec.kind != compression::Kind::kNone) return submitCompressed(call, spec, options);
+      if (spec.kind != compression::Kind::kNone) return enqueue(compressedOperation(call, spec, options, false));
       choice = selector_.select(call, {*transport_, view_}, options.algorithm);
     } catch (const Error& err) {
       reject(err, call);
@@ -751,10 +757,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       return Work(std::move(out.op));
     }
   }
-  auto op = OperationState::forCall(e.algorithm, call, e.ctx, e.signature, e.bytes);
-  noteQueued(op);
-  engine_->submit(op, op->bytes <= kEagerMaxBytes);
-  return Work(op);
+  return enqueue(OperationState::forCall(e.algorithm, call, e.ctx, e.signature, e.bytes), e.bytes <= kEagerMaxBytes);
 }
 
 transport::Tag CommunicatorImpl::numberCall(transport::CallSignature& signature) {
@@ -766,14 +769,6 @@ transport::Tag CommunicatorImpl::numberCall(transport::CallSignature& signature)
   tag.seq = signature.seq;
   tag.fingerprint = signature.fingerprint();
   return tag;
-}
-
-Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compression::Spec& spec,
-                                        const CollectiveOptions& options) {
-  auto op = compressedOperation(call, spec, options, false);
-  noteQueued(op);
-  engine_->submit(op);
-  return Work(op);
 }
 
 compression::Residual* CommunicatorImpl::residualFor(const compression::Spec& spec, const CollectiveOptions& options,

@@ -174,6 +174,8 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::string tuningName_;
   /// Records a group's queued operation (see lastOp_).
   void noteQueued(const std::shared_ptr<OperationState>& op);
+  /// Records `op` (noteQueued) and submits it to the engine; its Work.
+  Work enqueue(const std::shared_ptr<OperationState>& op, bool eager = false);
   /// A group's last queued operation: its transport must outlive it.
   std::shared_ptr<OperationState> lastOp_;  // guarded by submitMu_
   core::Config config_;
@@ -187,8 +189,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   topology::WaitPolicy wait_;  ///< GRADCOMM_WAIT resolved for this host
   algorithms::Selector selector_;
   std::shared_ptr<core::ProgressEngine> engine_;
-  Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
-                        const CollectiveOptions& options);
   /// What compressedOperation chose: the algorithm that moves the payloads
   /// and the tensor's error feedback (null: none).
   struct CompressedChoice {

@@ -162,9 +162,7 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
     op->staged = staged;
     op->deviceDone = staged;
     op->stagedChunk = i;
-    noteQueued(op);
-    engine_->submit(op);
-    last = Work(op);
+    last = enqueue(op);
   }
   return last;
 }

@@ -365,9 +365,7 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
     if (!e) return;
     if (auto c = weak.lock()) c->abort();
   });
-  noteQueued(op);
-  engine_->submit(op);
-  return Work(op);
+  return enqueue(op);
 }
 
 }  // namespace gradcomm::detail

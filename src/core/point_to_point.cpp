@@ -451,8 +451,7 @@ Work CommunicatorImpl::submitTransfers(std::vector<P2pTransfer> transfers, size_
   run->addCallback([channel](std::exception_ptr e) {
     if (e) channel->fail(e);
   });
-  noteQueued(run);
-  engine_->submit(run);
+  enqueue(run);
   p2pChannel_ = channel;
   {
     std::lock_guard<std::mutex> contextLock(context_->channelsMu);
