@@ -51,6 +51,7 @@
 #include <queue>
 #include <random>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -162,14 +163,8 @@ struct AddrInfoDeleter {
 };
 using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
-// strerror_r comes in a GNU (returns char*) and an XSI (returns int) flavour.
-[[maybe_unused]] const char* strerrorResult(const char* r, const char*) { return r; }
-[[maybe_unused]] const char* strerrorResult(int r, const char* buf) { return r == 0 ? buf : "unknown error"; }
-
-std::string errnoText(int err) {
-  char buf[256] = {};
-  return strerrorResult(strerror_r(err, buf, sizeof buf), buf);
-}
+// Thread-safe, unlike strerror (the server thread and clients report at once).
+std::string errnoText(int err) { return std::generic_category().message(err); }
 
 std::string endpointText(const std::string& host, uint16_t port) {
   std::string h = host.empty() ? "*" : host;
