@@ -367,6 +367,12 @@ void CommunicatorImpl::noteQueued(const std::shared_ptr<OperationState>& op) {
   lastOp_ = op;
 }
 
+Work CommunicatorImpl::enqueue(const std::shared_ptr<OperationState>& op, bool eager) {
+  noteQueued(op);
+  engine_->submit(op, eager);
+  return Work(op);
+}
+
 // ---- groups ------------------------------------------------------------------------
 
 CommunicatorImpl::CommunicatorImpl(Member, CommunicatorImpl& parent, std::shared_ptr<transport::Transport> transport,
@@ -708,7 +714,7 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
     try {
       validate(call);
       const compression::Spec spec = compressionFor(call, options);
-      if (spec.kind != compression::Kind::kNone) return submitCompressed(call, spec, options);
+      if (spec.kind != compression::Kind::kNone) return enqueue(compressedOperation(call, spec, options, false));
       choice = selector_.select(call, {*transport_, view_}, options.algorithm);
     } catch (const Error& err) {
       reject(err, call);
@@ -751,18 +757,18 @@ Work CommunicatorImpl::submit(const CollectiveCall& call, const CollectiveOption
       return Work(std::move(out.op));
     }
   }
-  auto op = OperationState::forCall(e.algorithm, call, e.ctx, e.signature, e.bytes);
-  noteQueued(op);
-  engine_->submit(op, op->bytes <= kEagerMaxBytes);
-  return Work(op);
+  return enqueue(OperationState::forCall(e.algorithm, call, e.ctx, e.signature, e.bytes), e.bytes <= kEagerMaxBytes);
 }
 
-Work CommunicatorImpl::submitCompressed(const CollectiveCall& call, const compression::Spec& spec,
-                                        const CollectiveOptions& options) {
-  auto op = compressedOperation(call, spec, options, false);
-  noteQueued(op);
-  engine_->submit(op);
-  return Work(op);
+transport::Tag CommunicatorImpl::numberCall(transport::CallSignature& signature) {
+  {
+    std::lock_guard<std::mutex> lock(submitMu_);
+    signature.seq = nextSeq_++;
+  }
+  transport::Tag tag;
+  tag.seq = signature.seq;
+  tag.fingerprint = signature.fingerprint();
+  return tag;
 }
 
 compression::Residual* CommunicatorImpl::residualFor(const compression::Spec& spec, const CollectiveOptions& options,
@@ -807,18 +813,12 @@ std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const Coll
   op->algorithm = spec.toString() + "+" + algo->name();
   op->signature = callSignature(call, algo->name(), spec.toString());
   op->signature.memory = onDevice ? 1 : 0;
-  op->fingerprint = op->signature.fingerprint();
+  const transport::Tag tag = numberCall(op->signature);
+  op->seq = tag.seq;
+  op->fingerprint = tag.fingerprint;
   op->bytes = algorithms::Selector::callBytes(call, size_);
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    op->seq = nextSeq_++;
-  }
-  op->signature.seq = op->seq;
   logChoice(call, op->seq, op->algorithm,
             "GRADCOMM_COMPRESSION or the call's compression; the payload moves by " + choice.why);
-  transport::Tag tag;
-  tag.seq = op->seq;
-  tag.fingerprint = op->fingerprint;
   op->ctx = runContext(call, tag);
   op->call = call;
   op->custom = [call, spec, residual, algo](const algorithms::RunContext& ctx) {
@@ -827,31 +827,6 @@ std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const Coll
   op->customWhat = "allreduce[" + spec.toString() + "]";
   if (chosen) *chosen = {algo, residual};
   return op;
-}
-
-Work CommunicatorImpl::submitPointToPoint(const std::string& what, size_t bytes,
-                                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make) {
-  checkUsable(what);
-  auto op = OperationState::create();
-  op->algorithm = "p2p";
-  op->fingerprint = kPointToPointFingerprint;
-  op->bytes = bytes;
-  op->pointToPoint = true;
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    op->seq = nextSeq_;
-  }
-  transport::Tag tag;
-  tag.seq = op->seq;
-  tag.fingerprint = kPointToPointFingerprint;
-  CollectiveCall none;
-  none.collective = Collective::kBarrier;
-  op->ctx = runContext(none, tag);
-  op->custom = [make = std::move(make)](const algorithms::RunContext& ctx) { return make(ctx); };
-  op->customWhat = what;
-  noteQueued(op);
-  engine_->submit(op);
-  return Work(op);
 }
 
 }  // namespace gradcomm::detail

@@ -105,12 +105,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   /// Validates, selects an algorithm, and queues the call. Invalid
   /// arguments throw here and abort the communicator on every rank.
   Work submit(const algorithms::CollectiveCall& call, const CollectiveOptions& options);
-  /// Queues point-to-point transfers (the NCCL frontend's send/recv). Only
-  /// the ranks that exchange messages call it, so it consumes no sequence
-  /// number: its messages carry the number of the next collective and
-  /// kPointToPointFingerprint, and the schedule numbers them per peer.
-  Work submitPointToPoint(const std::string& what, size_t bytes,
-                          std::function<algorithms::SchedulePtr(const algorithms::RunContext&)> make);
   /// Communicator::send, recv and pointToPoint (core/point_to_point.cpp):
   /// numbers the checked transfers per peer and tag and adds them to the
   /// open channel, or queues a new one; the Work completes with them.
@@ -180,6 +174,8 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   std::string tuningName_;
   /// Records a group's queued operation (see lastOp_).
   void noteQueued(const std::shared_ptr<OperationState>& op);
+  /// Records `op` (noteQueued) and submits it to the engine; its Work.
+  Work enqueue(const std::shared_ptr<OperationState>& op, bool eager = false);
   /// A group's last queued operation: its transport must outlive it.
   std::shared_ptr<OperationState> lastOp_;  // guarded by submitMu_
   core::Config config_;
@@ -193,8 +189,6 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   topology::WaitPolicy wait_;  ///< GRADCOMM_WAIT resolved for this host
   algorithms::Selector selector_;
   std::shared_ptr<core::ProgressEngine> engine_;
-  Work submitCompressed(const algorithms::CollectiveCall& call, const compression::Spec& spec,
-                        const CollectiveOptions& options);
   /// What compressedOperation chose: the algorithm that moves the payloads
   /// and the tensor's error feedback (null: none).
   struct CompressedChoice {
@@ -296,6 +290,8 @@ class CommunicatorImpl : public std::enable_shared_from_this<CommunicatorImpl> {
   compression::Spec defaultCompression_;
   std::mutex submitMu_;
   uint64_t nextSeq_ = 0;  // guarded by submitMu_
+  /// Gives `signature` the next sequence number; the tag of its messages.
+  transport::Tag numberCall(transport::CallSignature& signature);
   std::atomic<bool> destroyed_{false};
   std::mutex deviceEngineMu_;
   bool deviceEngineChosen_ = false;                  // guarded by deviceEngineMu_

@@ -153,24 +153,16 @@ Work CommunicatorImpl::submitDevice(const CollectiveCall& call, const Collective
     const CollectiveCall& hc = hostCalls[i];
     transport::CallSignature signature = callSignature(hc, algos[i]->name(), {});
     signature.memory = 1;
-    algorithms::RunContext ctx = runContext(hc, {});
-    uint64_t seq = 0;
-    {
-      std::lock_guard<std::mutex> lock(submitMu_);
-      seq = nextSeq_++;
+    const algorithms::RunContext ctx = runContext(hc, numberCall(signature));
+    if (i == 0) {
+      logChoice(call, signature.seq, algos[i]->name(),
+                "device buffers, " + std::to_string(hostCalls.size()) + " staged chunk(s)");
     }
-    signature.seq = seq;
-    ctx.tag.seq = seq;
-    ctx.tag.fingerprint = signature.fingerprint();
-    if (i == 0) logChoice(call, seq, algos[i]->name(), "device buffers, " + std::to_string(hostCalls.size()) +
-                                                           " staged chunk(s)");
     auto op = OperationState::forCall(algos[i], hc, ctx, signature, algorithms::Selector::callBytes(hc, size_));
     op->staged = staged;
     op->deviceDone = staged;
     op->stagedChunk = i;
-    noteQueued(op);
-    engine_->submit(op);
-    last = Work(op);
+    last = enqueue(op);
   }
   return last;
 }

@@ -138,9 +138,7 @@ Work CommunicatorImpl::submitDeviceCompressed(const CollectiveCall& call, const 
   op->staged = staged;
   op->deviceDone = staged;
   op->stagedChunk = 0;
-  noteQueued(op);
-  engine_->submit(op);
-  return Work(op);
+  return enqueue(op);
 }
 
 Work CommunicatorImpl::submitDirectCompressed(const std::shared_ptr<device::DeviceComm>& comm,

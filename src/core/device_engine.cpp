@@ -168,13 +168,7 @@ std::vector<char> CommunicatorImpl::exchangeForDeviceCall(const CollectiveCall& 
   // another count) fails here with the difference named.
   transport::CallSignature signature = callSignature(call, what, {});
   signature.memory = 1;
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    signature.seq = nextSeq_++;
-  }
-  transport::Tag tag;
-  tag.seq = signature.seq;
-  tag.fingerprint = signature.fingerprint();
+  const transport::Tag tag = numberCall(signature);
   internalAllgather(all.data() + bytes * static_cast<size_t>(rank_), all.data(), bytes, signature, tag, nullptr);
   return all;
 }
@@ -331,13 +325,10 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
   op->algorithm = algorithm;
   op->signature = callSignature(call, "nccl", label);
   op->signature.memory = 1;
-  op->fingerprint = op->signature.fingerprint();
+  const transport::Tag tag = numberCall(op->signature);
+  op->seq = tag.seq;
+  op->fingerprint = tag.fingerprint;
   op->bytes = algorithms::Selector::callBytes(call, size_);
-  {
-    std::lock_guard<std::mutex> lock(submitMu_);
-    op->seq = nextSeq_++;
-  }
-  op->signature.seq = op->seq;
   const std::string what = std::string(toString(call.collective)) + (label.empty() ? "" : "[" + label + "]") + " on NCCL";
   device::Event event = nullptr;
   std::function<void()> check;
@@ -356,9 +347,6 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
     throw;
   }
   logChoice(call, op->seq, algorithm, "device buffers, GRADCOMM_DEVICE_ENGINE=" + config_.deviceEngine);
-  transport::Tag tag;
-  tag.seq = op->seq;
-  tag.fingerprint = op->fingerprint;
   CollectiveCall none;
   none.collective = Collective::kBarrier;
   op->ctx = runContext(none, tag);
@@ -377,9 +365,7 @@ Work CommunicatorImpl::submitDirectOperation(const std::shared_ptr<device::Devic
     if (!e) return;
     if (auto c = weak.lock()) c->abort();
   });
-  noteQueued(op);
-  engine_->submit(op);
-  return Work(op);
+  return enqueue(op);
 }
 
 }  // namespace gradcomm::detail

@@ -40,28 +40,35 @@ DeviceStaging::~DeviceStaging() {
   runtime_->destroyStream(toDevice_);
 }
 
-void* DeviceStaging::takeCached(Blocks& blocks, size_t bytes, size_t* capacity) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = blocks.lower_bound(bytes);
-  if (it == blocks.end() || it->first > 2 * bytes + 4096) return nullptr;
-  void* block = it->second;
-  *capacity = it->first;
-  blocks.erase(it);
-  return block;
-}
-
-void* DeviceStaging::acquire(size_t bytes, size_t* capacity) {
+void* DeviceStaging::take(Blocks& blocks, size_t bytes, size_t* capacity) {
   reap();
-  if (void* block = takeCached(pinned_, bytes, capacity)) return block;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks.lower_bound(bytes);
+    if (it != blocks.end() && it->first <= 2 * bytes + 4096) {
+      void* block = it->second;
+      *capacity = it->first;
+      blocks.erase(it);
+      return block;
+    }
+  }
   *capacity = bytes;
-  return runtime_->allocatePinned(bytes);
+  return &blocks == &pinned_ ? runtime_->allocatePinned(bytes) : runtime_->allocateDevice(device_, bytes);
 }
 
-void DeviceStaging::release(void* block, size_t capacity) {
+void DeviceStaging::give(Blocks& blocks, void* block, size_t capacity) {
   if (!block) return;
   std::lock_guard<std::mutex> lock(mu_);
-  cache(pinned_, capacity, block);
+  cache(blocks, capacity, block);
 }
+
+void* DeviceStaging::acquire(size_t bytes, size_t* capacity) { return take(pinned_, bytes, capacity); }
+
+void DeviceStaging::release(void* block, size_t capacity) { give(pinned_, block, capacity); }
+
+void* DeviceStaging::acquireDevice(size_t bytes, size_t* capacity) { return take(deviceBlocks_, bytes, capacity); }
+
+void DeviceStaging::releaseDevice(void* block, size_t capacity) { give(deviceBlocks_, block, capacity); }
 
 void DeviceStaging::cache(Blocks& blocks, size_t capacity, void* block) {
   blocks.emplace(capacity, block);
@@ -109,19 +116,6 @@ void DeviceStaging::reap() {
     retired_[i] = std::move(retired_.back());
     retired_.pop_back();
   }
-}
-
-void* DeviceStaging::acquireDevice(size_t bytes, size_t* capacity) {
-  reap();
-  if (void* block = takeCached(deviceBlocks_, bytes, capacity)) return block;
-  *capacity = bytes;
-  return runtime_->allocateDevice(device_, bytes);
-}
-
-void DeviceStaging::releaseDevice(void* block, size_t capacity) {
-  if (!block) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  cache(deviceBlocks_, capacity, block);
 }
 
 device::Event DeviceStaging::takeEvent() {

@@ -61,9 +61,12 @@ class DeviceStaging {
 
  private:
   using Blocks = std::multimap<size_t, void*>;  // capacity -> block
-  /// The smallest cached block that holds `bytes` (not one more than about
-  /// twice as large: a small call would hold a large block), or null.
-  void* takeCached(Blocks& blocks, size_t bytes, size_t* capacity);
+  /// The smallest cached block of `blocks` (pinned_ or deviceBlocks_) that
+  /// holds `bytes` (not one more than about twice as large: a small call
+  /// would hold a large block), or a new one of that kind.
+  void* take(Blocks& blocks, size_t bytes, size_t* capacity);
+  /// Caches `block` (null: nothing) in `blocks`.
+  void give(Blocks& blocks, void* block, size_t capacity);
   /// Gives back what retired calls held, where their events completed.
   void reap();
   /// Puts `block` into `blocks` (requires mu_), freeing the smallest

@@ -112,14 +112,9 @@ void OperationState::addCallback(std::function<void(std::exception_ptr)> callbac
   runCallback(callback);
 }
 
-std::exception_ptr OperationState::error() const {
-  if (status.load(std::memory_order_acquire) != kFailed) return nullptr;
-  return makeErrorPtr(errorCode, errorMessage);
-}
-
 void OperationState::runCallback(const std::function<void(std::exception_ptr)>& cb) const {
   try {
-    cb(error());
+    cb(status.load(std::memory_order_acquire) == kFailed ? makeErrorPtr(errorCode, errorMessage) : nullptr);
   } catch (const std::exception& e) {
     core::log(core::LogLevel::kWarn, -1, "a Work::onComplete callback threw (ignored): " + std::string(e.what()));
   } catch (...) {

@@ -94,11 +94,10 @@ struct OperationState {
   /// Work::onComplete: runs `callback` when the operation finishes, or at
   /// once (on this thread) when it already did.
   void addCallback(std::function<void(std::exception_ptr)> callback);
-  /// The operation's error as a fresh exception_ptr; null unless it failed.
-  std::exception_ptr error() const;
 
  private:
-  /// Runs `cb` with the outcome, swallowing (and logging) what it throws.
+  /// Runs `cb` with the outcome (the error as a fresh exception_ptr, or
+  /// null), swallowing (and logging) what it throws.
   void runCallback(const std::function<void(std::exception_ptr)>& cb) const;
   std::mutex callbackMu_;
   std::vector<std::function<void(std::exception_ptr)>> callbacks_;  // guarded by callbackMu_

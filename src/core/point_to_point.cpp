@@ -425,14 +425,33 @@ Work CommunicatorImpl::submitTransfers(std::vector<P2pTransfer> transfers, size_
   if (p2pChannel_ && p2pChannel_->add(transfers)) return Work(op);
   auto channel = std::make_shared<P2pChannel>();
   channel->add(transfers);
-  Work w = submitPointToPoint("send/recv", bytes, [channel](const algorithms::RunContext& ctx) {
-    return channel->makeSchedule(ctx);
-  });
+  // The channel's operation. Only the ranks that exchange messages queue
+  // it, so it consumes no sequence number: its messages carry the number of
+  // the next collective and kPointToPointFingerprint, and the schedule
+  // numbers them per peer.
+  auto run = OperationState::create();
+  run->algorithm = "p2p";
+  run->fingerprint = kPointToPointFingerprint;
+  run->bytes = bytes;
+  run->pointToPoint = true;
+  {
+    std::lock_guard<std::mutex> seqLock(submitMu_);
+    run->seq = nextSeq_;
+  }
+  transport::Tag tag;
+  tag.seq = run->seq;
+  tag.fingerprint = kPointToPointFingerprint;
+  algorithms::CollectiveCall none;
+  none.collective = Collective::kBarrier;
+  run->ctx = runContext(none, tag);
+  run->custom = [channel](const algorithms::RunContext& ctx) { return channel->makeSchedule(ctx); };
+  run->customWhat = "send/recv";
   // A failed channel fails the Works of its transfers (the engine fails the
   // channel's operation on a timeout, a peer's abort or a mismatch).
-  w.state_->addCallback([channel](std::exception_ptr e) {
+  run->addCallback([channel](std::exception_ptr e) {
     if (e) channel->fail(e);
   });
+  enqueue(run);
   p2pChannel_ = channel;
   {
     std::lock_guard<std::mutex> contextLock(context_->channelsMu);
@@ -542,19 +561,15 @@ Work Communicator::pointToPoint(const std::vector<Transfer>& transfers) {
     out.push_back(p);
   }
   for (auto& [tag, sends] : selfSends) {
-    auto& recvs = selfRecvs[tag];
-    bool ok = sends.size() == recvs.size();
-    for (size_t k = 0; ok && k < sends.size(); ++k) ok = sends[k] == recvs[k];
-    if (!ok) {
+    if (sends != selfRecvs[tag]) {
       impl.abortAndThrow(InvalidArgument("pointToPoint: the sends to this rank itself (tag " + std::to_string(tag) +
                                          ") need receives from itself of the same type and count, one for one, "
                                          "in the same batch"),
                          "rejected its pointToPoint call");
     }
-    recvs.clear();
   }
   for (auto& [tag, recvs] : selfRecvs) {
-    if (!recvs.empty()) {
+    if (!selfSends.count(tag)) {
       impl.abortAndThrow(InvalidArgument("pointToPoint: a recv from this rank itself (tag " + std::to_string(tag) +
                                          ") needs a send to itself of the same type and count in the same batch"),
                          "rejected its pointToPoint call");

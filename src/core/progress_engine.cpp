@@ -217,12 +217,6 @@ ProgressEngine::InlineOutcome ProgressEngine::submitInline(const algorithms::Alg
         this->drive();
       }
     }
-  } catch (const algorithms::SignedCallMismatch& m) {
-    // As drive() names it: this rank's operation against the peer's call.
-    if (!out.op) out.op = makeOperation();
-    active_ = out.op;
-    busy_.store(true);
-    failActive(std::make_exception_ptr(signedMismatch(*out.op, m)));
   } catch (...) {
     if (!out.op) out.op = makeOperation();
     active_ = out.op;
@@ -298,6 +292,13 @@ void ProgressEngine::failActive(std::exception_ptr e) {
   bool remote = false;
   try {
     std::rethrow_exception(e);
+  } catch (const algorithms::SignedCallMismatch& m) {
+    // A signed message's check found the peer's call: named here, inline
+    // and in drive() alike, as this rank's operation against that call.
+    reason = transport::mismatchMessage(active_->ctx.transport->rank(), active_->describe(), active_->signature,
+                                        m.peer, &m.theirs);
+    code = ErrorCode::kMismatch;
+    e = std::make_exception_ptr(MismatchError(reason));
   } catch (const Error& err) {
     reason = err.what();
     code = err.code();
@@ -454,10 +455,8 @@ bool ProgressEngine::drive() {
           throw RemoteError(active_->describe() + " cannot run because " + *remote);
         }
       }
-    } catch (const algorithms::SignedCallMismatch& m) {
-      throw signedMismatch(*active_, m);
     } catch (const MismatchError&) {
-      nameMismatch();
+      nameMismatch();  // returns at once for a signed message's mismatch: its call runs no check
       throw;
     }
     if (active_->schedule->done() && check_.done()) {
@@ -514,12 +513,6 @@ void ProgressEngine::throwPeerFailed(int peer) {
   if (auto notice = awaitNotice()) throw RemoteError(active_->describe() + " cannot run because " + *notice);
   throw RemoteError(active_->describe() + " cannot run because rank " + std::to_string(peer) +
                     " on this host failed (its reason did not arrive)");
-}
-
-MismatchError ProgressEngine::signedMismatch(const detail::OperationState& op,
-                                            const algorithms::SignedCallMismatch& m) const {
-  return MismatchError(
-      transport::mismatchMessage(op.ctx.transport->rank(), op.describe(), op.signature, m.peer, &m.theirs));
 }
 
 void ProgressEngine::nameMismatch() {

@@ -19,10 +19,6 @@
 #include "gradcomm/error.hpp"
 #include "transport/transport.hpp"
 
-namespace gradcomm::algorithms {
-class SignedCallMismatch;
-}
-
 namespace gradcomm::core {
 
 struct EngineSettings {
@@ -199,9 +195,6 @@ class ProgressEngine : public std::enable_shared_from_this<ProgressEngine> {
   void driveOrBackOff(Backoff& backoff);
   void checkHealth(detail::Clock::time_point now);
   void nameMismatch();  // throws the call check's named MismatchError if it comes in time
-  /// `op` failed a signed message's check: the error naming the operation
-  /// and the peer's call (inline and in drive() alike).
-  MismatchError signedMismatch(const detail::OperationState& op, const algorithms::SignedCallMismatch& m) const;
   std::string waitingFor() const;
   void failActive(std::exception_ptr e);
   /// Marks the engine failed (queueMu_ held, not failed yet).

@@ -51,6 +51,7 @@
 #include <queue>
 #include <random>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -162,14 +163,8 @@ struct AddrInfoDeleter {
 };
 using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
-// strerror_r comes in a GNU (returns char*) and an XSI (returns int) flavour.
-[[maybe_unused]] const char* strerrorResult(const char* r, const char*) { return r; }
-[[maybe_unused]] const char* strerrorResult(int r, const char* buf) { return r == 0 ? buf : "unknown error"; }
-
-std::string errnoText(int err) {
-  char buf[256] = {};
-  return strerrorResult(strerror_r(err, buf, sizeof buf), buf);
-}
+// Thread-safe, unlike strerror (the server thread and clients report at once).
+std::string errnoText(int err) { return std::generic_category().message(err); }
 
 std::string endpointText(const std::string& host, uint16_t port) {
   std::string h = host.empty() ? "*" : host;
@@ -909,36 +904,33 @@ class Server {
   }
 
   void add(Connection& c, const std::string& key, int64_t delta, uint64_t sequence) {
-    if (c.channel != 0 && sequence != 0) {
-      auto done = lastAdd_.find(c.channel);
-      if (done != lastAdd_.end() && done->second.sequence == sequence) {
-        Bytes payload;
-        putU64(payload, static_cast<uint64_t>(done->second.result));
-        reply(c, payload);
+    const bool recorded = c.channel != 0 && sequence != 0;
+    const auto done = recorded ? lastAdd_.find(c.channel) : lastAdd_.end();
+    int64_t result = 0;
+    if (done != lastAdd_.end() && done->second.sequence == sequence) {
+      result = done->second.result;  // a resend: added already
+    } else {
+      int64_t current = 0;
+      auto it = values_.find(key);
+      if (it != values_.end() && !parseInt64(*it->second, &current)) {
+        replyError(c, ErrorCode::kInvalidArgument,
+                   "add to key " + quoteKey(key) + ", which holds a value that is not a decimal integer");
         return;
       }
+      if (__builtin_add_overflow(current, delta, &result)) {
+        replyError(c, ErrorCode::kInvalidArgument,
+                   "add of " + std::to_string(delta) + " to key " + quoteKey(key) + " (" + std::to_string(current) +
+                       ") overflows int64");
+        return;
+      }
+      std::string text = std::to_string(result);
+      values_[key] = std::make_shared<const Bytes>(text.begin(), text.end());
+      if (recorded) lastAdd_[c.channel] = AddRecord{sequence, result};
+      wakeWaiters(key);
     }
-    int64_t current = 0;
-    auto it = values_.find(key);
-    if (it != values_.end() && !parseInt64(*it->second, &current)) {
-      replyError(c, ErrorCode::kInvalidArgument,
-                 "add to key " + quoteKey(key) + ", which holds a value that is not a decimal integer");
-      return;
-    }
-    int64_t result = 0;
-    if (__builtin_add_overflow(current, delta, &result)) {
-      replyError(c, ErrorCode::kInvalidArgument,
-                 "add of " + std::to_string(delta) + " to key " + quoteKey(key) + " (" + std::to_string(current) +
-                     ") overflows int64");
-      return;
-    }
-    std::string text = std::to_string(result);
-    values_[key] = std::make_shared<const Bytes>(text.begin(), text.end());
-    if (c.channel != 0 && sequence != 0) lastAdd_[c.channel] = AddRecord{sequence, result};
     Bytes payload;
     putU64(payload, static_cast<uint64_t>(result));
     reply(c, payload);
-    wakeWaiters(key);
   }
 
   void wakeWaiters(const std::string& key) {
