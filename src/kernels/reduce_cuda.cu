@@ -114,7 +114,7 @@ int deviceCount(std::string* why) {
 void reduce(void* dst, const void* a, const void* b, size_t n, DataType type, ReduceOp op, void* stream) {
   checkSupported(type, op);
   if (n == 0) return;
-  const int o = op == ReduceOp::kAvg ? 0 : op == ReduceOp::kSum ? 0 : op == ReduceOp::kProd ? 1 : op == ReduceOp::kMin ? 2 : 3;
+  const int o = opIndex(op);
   auto s = static_cast<cudaStream_t>(stream);
   switch (type) {
     case DataType::kFloat32: launch<float>(dst, a, b, n, o, s); break;
