@@ -15,14 +15,13 @@
 // input and reduces the whole vector itself, in rank order, so every rank
 // still computes identical bits.
 #include <immintrin.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <string>
 
 #include "algorithms/catalog.hpp"
 #include "algorithms/hier_phases.hpp"
+#include "algorithms/patterns/partition.hpp"
 #include "gradcomm/error.hpp"
 #include "transport/shm_group.hpp"
 
@@ -84,9 +83,8 @@ class ShmAllreduceSchedule final : public Schedule {
     return b >= call_.count ? 0 : std::min(roundElems_, call_.count - b);
   }
   Slice slice(size_t k, int q) const {
-    const size_t n = roundCount(k), parts = static_cast<size_t>(p_), i = static_cast<size_t>(q);
-    const size_t base = n / parts, extra = n % parts;
-    return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+    const patterns::Partition slices{roundCount(k), static_cast<size_t>(p_)};
+    return {slices.offsetOf(static_cast<size_t>(q)), slices.sizeOf(static_cast<size_t>(q))};
   }
   uint64_t id(size_t k) const { return firstRound_ + k; }
   int buf(size_t k) const { return static_cast<int>(id(k) & 1); }
@@ -291,15 +289,7 @@ class ShmAllreduce final : public Algorithm {
     ShmGroup* g = ctx.transport->sharedMemory();
     if (!g || !runsInline(call, ctx)) return false;
     ShmAllreduceSchedule s(call, ctx, *g);  // takes this call's round: no way back from here
-    for (int i = 0; i < patience.polls && s.direct(); ++i) {
-      s.advance();
-      if (s.done()) return true;
-      if (patience.yield) {
-        sched_yield();
-      } else {
-        _mm_pause();
-      }
-    }
+    if (s.direct() && pollInline(s, patience)) return true;
     *rest = makeSchedule<ShmAllreduceSchedule>(ctx.workspace, std::move(s));
     return false;
   }
