@@ -14,7 +14,6 @@
 #include "algorithms/compressed.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "compression/compressor.hpp"

@@ -7,15 +7,9 @@
 #include "transport/mpi_native.hpp"
 
 #include <algorithm>
-#include <climits>
-#include <cstdio>
-#include <cstring>
 #include <utility>
 
-#include <unistd.h>
-
 #include "gradcomm/error.hpp"
-#include "kernels/reduce.hpp"
 
 namespace gradcomm::transport {
 namespace {
@@ -43,17 +37,6 @@ int controlTagOf(const Tag& tag) {
 // MPI counts are int: messages above this are sent as several parts, which
 // MPI's non-overtaking rule keeps in order.
 constexpr size_t kMaxPartBytes = size_t{1} << 30;
-
-}  // namespace
-
-std::string mpiErrorText(int rc) {
-  char text[MPI_MAX_ERROR_STRING] = {0};
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  return std::string(text, static_cast<size_t>(len));
-}
-
-namespace {
 
 /// Cancels the receives among `requests`, frees the sends, and tests what
 /// is left a bounded number of times: a cancelled receive completes at once
