@@ -26,9 +26,6 @@ constexpr int kCallCheckTag = 8;
 constexpr int kGossipTagBase = 16;
 constexpr uint64_t kGossipSteps = 16384;
 
-bool onControl(const Tag& tag) {
-  return tag.message == Tag::kCallCheck || tag.message == Tag::kGossip || tag.message == Tag::kAbort;
-}
 int controlTagOf(const Tag& tag) {
   if (tag.message == Tag::kCallCheck) return kCallCheckTag;
   if (tag.message == Tag::kAbort) return kControlTag;
@@ -420,7 +417,7 @@ RequestPtr MpiTransport::post(bool recv, int peer, void* data, size_t bytes, con
   checkGroup(tag);
   const bool upTo = recv && (tag.message == Tag::kCallCheck || peer == MPI_ANY_SOURCE);
   auto req = std::make_unique<MpiRequest>(recv, peer, rank_, *graveyard_, progress_, upTo);
-  const bool check = onControl(tag);
+  const bool check = tag.control();
   const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
   MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;
