@@ -142,32 +142,11 @@ class ShmAllreduceSchedule final : public Schedule {
   bool tryGather() {
     const size_t k = gatherNext_;
     if (k >= reduceNext_) return false;
-    const uint64_t rid = id(k);
-    const int b = buf(k);
     const size_t begin = roundBegin(k);
-    bool moved = false;
-    for (int q = 0; q < p_; ++q) {
-      const uint64_t bit = uint64_t{1} << (q % 64);
-      if (q == me_ || (gathered_ & bit)) continue;
-      if (g_.block(q).reduced[b].load(std::memory_order_acquire) < rid) {
-        stall_.set(q, "reduce its slice");
-        continue;
-      }
+    return gather_.look(g_, id(k), stall_, "reduce its slice", &gatherNext_, [&](int q, int b) {
       const Slice s = slice(k, q);
       if (s.count) std::memcpy(out_ + (begin + s.offset) * elem_, g_.buffer(q, b) + s.offset * elem_, s.count * elem_);
-      gathered_ |= bit;
-      ++gatheredCount_;
-      moved = true;
-    }
-    if (gatheredCount_ == p_ - 1) {
-      g_.block(me_).consumed.store(rid, std::memory_order_release);
-      ++gatherNext_;
-      gathered_ = 0;
-      gatheredCount_ = 0;
-      stall_.rank = -1;
-      return true;
-    }
-    return moved;
+    });
   }
 
   // Small messages: stage everything, then reduce everything. Up to
@@ -242,8 +221,7 @@ class ShmAllreduceSchedule final : public Schedule {
   const char* in_ = nullptr;
   char* out_ = nullptr;
   size_t stageNext_ = 0, reduceNext_ = 0, gatherNext_ = 0;
-  uint64_t gathered_ = 0;  // peers gathered in the current round (bit q % 64)
-  int gatheredCount_ = 0;
+  hier::ShmGather gather_;
   bool direct_ = false;
   hier::ShmStall stall_;
 };
