@@ -190,6 +190,13 @@ class Algorithm {
   }
 };
 
+/// The small-call fast path's polling (Algorithm::runInline): advances `s`
+/// in the calling thread for at most `patience.polls` looks; a look that
+/// moved something (a stage posted, a transfer found complete) looks again
+/// at once, as the engine's loop does, the others pause. True when `s`
+/// completed.
+bool pollInline(Schedule& s, Algorithm::InlinePatience patience);
+
 /// Algorithms written in the plan vocabulary: a pure planner plus the
 /// generic executor.
 class PlannedAlgorithm : public Algorithm {

@@ -6,8 +6,6 @@
 //      link works at once, and each block crosses each host's link once.
 //   2. In each host, every rank fans out through shared memory its own
 //      block and the blocks it received.
-#include <cstring>
-
 #include "algorithms/catalog.hpp"
 #include "algorithms/hier_phases.hpp"
 #include "gradcomm/error.hpp"

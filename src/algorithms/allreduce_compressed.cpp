@@ -14,7 +14,6 @@
 #include "algorithms/compressed.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "compression/compressor.hpp"
@@ -27,6 +26,23 @@ using Clock = std::chrono::steady_clock;
 
 void recordPhase(const RunContext& ctx, const char* name, Clock::time_point start) {
   if (ctx.phases) ctx.phases->push_back({name, {start, Clock::now()}});
+}
+
+/// The call that moves `compressor`'s payloads of `count` elements (its
+/// buffers left to fill): an allreduce of summable payloads, else an
+/// allgather of payload slots.
+CollectiveCall innerCallOf(const compression::Compressor& compressor, size_t count) {
+  CollectiveCall c;
+  c.type = compressor.payloadType();
+  c.count = compressor.payloadBytes(count) / dataTypeSize(c.type);
+  c.inPlace = true;
+  if (compressor.summable()) {
+    c.collective = Collective::kAllreduce;
+    c.op = ReduceOp::kSum;
+  } else {
+    c.collective = Collective::kAllgather;
+  }
+  return c;
 }
 
 /// Compress, run an ordinary algorithm on the payloads, decompress.
@@ -77,28 +93,21 @@ class CompressedSchedule final : public Schedule {
     const int p = ctx_.transport->size();
     const int r = ctx_.transport->rank();
     slotBytes_ = compressor_->payloadBytes(n);
-    const DataType type = compressor_->payloadType();
     const auto args = compression::CompressArgs::forCall(prescale_, p, ctx_.tag.seq, r);
     const auto* in = static_cast<const float*>(call_.input);
     float* residual = residual_ ? residual_->data(n) : nullptr;
-    CollectiveCall innerCall;
-    innerCall.type = type;
-    innerCall.count = slotBytes_ / dataTypeSize(type);
-    innerCall.inPlace = true;
+    CollectiveCall innerCall = innerCallOf(*compressor_, n);
     RunContext innerCtx = ctx_;
     if (compressor_->summable()) {
-      payloads_ = ctx_.workspace->buffer(0, std::max<size_t>(slotBytes_, dataTypeSize(type)));
+      payloads_ = ctx_.workspace->buffer(0, std::max<size_t>(slotBytes_, dataTypeSize(innerCall.type)));
       compressor_->compress(in, residual, n, payloads_, args);
-      innerCall.collective = Collective::kAllreduce;
-      innerCall.op = ReduceOp::kSum;
       innerCall.input = payloads_;
       innerCall.output = payloads_;
-      innerCtx.reduce = kernels::reduceFunction(type, ReduceOp::kSum, ctx_.simd);
+      innerCtx.reduce = kernels::reduceFunction(innerCall.type, ReduceOp::kSum, ctx_.simd);
     } else {
       payloads_ = ctx_.workspace->buffer(1, slotBytes_ * static_cast<size_t>(p));
       char* mine = payloads_ + static_cast<size_t>(r) * slotBytes_;
       compressor_->compress(in, residual, n, mine, args);
-      innerCall.collective = Collective::kAllgather;
       innerCall.input = mine;
       innerCall.output = payloads_;
     }
@@ -141,20 +150,9 @@ SchedulePtr compressedAllreduce(const CollectiveCall& call, const RunContext& ct
 }
 
 CollectiveCall compressedInnerCall(const CollectiveCall& call, const compression::Spec& spec, int size) {
-  // Only the payload's shape matters here, which no kernel level changes.
-  const auto compressor = compression::makeCompressor(spec, compression::MemoryKind::kHost);
-  CollectiveCall c;
-  c.type = compressor->payloadType();
-  c.count = compressor->payloadBytes(call.count) / dataTypeSize(c.type);
-  c.inPlace = true;
-  if (compressor->summable()) {
-    c.collective = Collective::kAllreduce;
-    c.op = ReduceOp::kSum;
-  } else {
-    c.collective = Collective::kAllgather;
-  }
   (void)size;
-  return c;
+  // Only the payload's shape matters here, which no kernel level changes.
+  return innerCallOf(*compression::makeCompressor(spec, compression::MemoryKind::kHost), call.count);
 }
 
 }  // namespace gradcomm::algorithms

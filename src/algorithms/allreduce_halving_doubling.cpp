@@ -35,15 +35,17 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
     SlotPool slots(b, depth, seg);
     uint32_t msg = 0;  // identical sequence on both sides of every exchange
 
-    // Segmented transfer of [off, off+count) helpers.
-    auto sendRange = [&](int peer, Span src, uint32_t base, std::vector<Id> deps) {
-      Window w(depth);
+    // Segmented transfer of `span` to (send) or from `peer`, segment s as
+    // message base + s; at most depth sends or 2 * depth receives in flight.
+    auto moveRange = [&](bool send, int peer, Span span, uint32_t base, std::vector<Id> deps) {
+      Window w(send ? depth : 2 * depth);
       std::vector<Id> ids;
-      Segments segs{src.count, seg};
+      Segments segs{span.count, seg};
       Id gate = b.nop(deps);
       for (size_t s = 0; s < segs.number(); ++s) {
-        Span part{src.buf, src.offset + segs.offsetOf(s), segs.sizeOf(s)};
-        Id id = b.send(peer, part, base + static_cast<uint32_t>(s), {gate, w.gate()});
+        Span part{span.buf, span.offset + segs.offsetOf(s), segs.sizeOf(s)};
+        const uint32_t m = base + static_cast<uint32_t>(s);
+        Id id = send ? b.send(peer, part, m, {gate, w.gate()}) : b.recv(peer, part, m, {gate, w.gate()});
         w.push(id);
         ids.push_back(id);
       }
@@ -67,19 +69,6 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
       }
       return ids;
     };
-    auto recvRange = [&](int peer, Span dst, uint32_t base, std::vector<Id> deps) {
-      Window w(2 * depth);
-      std::vector<Id> ids;
-      Segments segs{dst.count, seg};
-      Id gate = b.nop(deps);
-      for (size_t s = 0; s < segs.number(); ++s) {
-        Span part{dst.buf, dst.offset + segs.offsetOf(s), segs.sizeOf(s)};
-        Id id = b.recv(peer, part, base + static_cast<uint32_t>(s), {gate, w.gate()});
-        w.push(id);
-        ids.push_back(id);
-      }
-      return ids;
-    };
     const uint32_t stride = static_cast<uint32_t>(Segments{n, seg}.number() + 1);
 
     // Phase 0: fold. Even ranks of the first 2*extra hand their vector to r+1.
@@ -95,9 +84,9 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
       round.clear();
     };
     if (r < 2 * f.extra && r % 2 == 0) {
-      auto sends = sendRange(r + 1, in(0, n), 0, {});
+      auto sends = moveRange(true, r + 1, in(0, n), 0, {});
       // In place, the result overwrites the input we are still sending.
-      recvRange(r + 1, out(0, n), stride, call.inPlace ? sends : std::vector<Id>{});
+      moveRange(false, r + 1, out(0, n), stride, call.inPlace ? sends : std::vector<Id>{});
       return b.finish();
     }
     if (r < 2 * f.extra) {
@@ -126,7 +115,7 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
       const size_t sendCnt = chunks.offsetOf(static_cast<size_t>(sendHi)) - sendOff;
       Span cur = haveOut ? out(sendOff, sendCnt) : in(sendOff, sendCnt);
       Span keepCur = haveOut ? out(keepOff, keepCnt) : in(keepOff, keepCnt);
-      join(sendRange(partner, cur, msg, {barrier}));
+      join(moveRange(true, partner, cur, msg, {barrier}));
       join(recvReduceRange(partner, out(keepOff, keepCnt), keepCur, partner < r, msg, {barrier}));
       closeRound();
       msg += stride;
@@ -155,8 +144,8 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
       const size_t myCnt = chunks.offsetOf(static_cast<size_t>(hi)) - myOff;
       const size_t pOff = chunks.offsetOf(static_cast<size_t>(pLo));
       const size_t pCnt = chunks.offsetOf(static_cast<size_t>(pHi)) - pOff;
-      join(sendRange(partner, out(myOff, myCnt), msg, {barrier}));
-      join(recvRange(partner, out(pOff, pCnt), msg, {barrier}));
+      join(moveRange(true, partner, out(myOff, myCnt), msg, {barrier}));
+      join(moveRange(false, partner, out(pOff, pCnt), msg, {barrier}));
       closeRound();
       msg += stride;
       lo = std::min(lo, pLo);
@@ -164,7 +153,7 @@ class HalvingDoublingAllreduce final : public PlannedAlgorithm {
     }
 
     // Phase 3: unfold: odd ranks of the first 2*extra return the result.
-    if (r < 2 * f.extra) sendRange(r - 1, out(0, n), stride, {barrier});
+    if (r < 2 * f.extra) moveRange(true, r - 1, out(0, n), stride, {barrier});
     return b.finish();
   }
 };

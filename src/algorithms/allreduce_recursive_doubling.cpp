@@ -3,9 +3,6 @@
 // one bit. Non-power-of-two sizes fold the first 2(p - p2) ranks in pairs
 // before and unfold after. Both partners compute every element, so operands
 // are always ordered lower rank first: every rank gets identical bits.
-#include <immintrin.h>
-#include <sched.h>
-
 #include <cstring>
 
 #include "algorithms/catalog.hpp"
@@ -209,18 +206,7 @@ class RecursiveDoublingAllreduce final : public PlannedAlgorithm {
                  SchedulePtr* rest) const override {
     if (!ctx.signature || !runsInline(call, ctx)) return false;
     SignedRdSchedule s(call, ctx);
-    for (int i = 0; i < patience.polls; ++i) {
-      const bool moved = s.advance();
-      if (s.done()) return true;
-      // A look that moved something (a stage posted, a transfer found
-      // complete) looks again at once, as the engine's loop does.
-      if (moved) continue;
-      if (patience.yield) {
-        sched_yield();
-      } else {
-        _mm_pause();
-      }
-    }
+    if (pollInline(s, patience)) return true;
     *rest = makeSchedule<SignedRdSchedule>(ctx.workspace, std::move(s));
     return false;
   }

@@ -15,14 +15,13 @@
 // input and reduces the whole vector itself, in rank order, so every rank
 // still computes identical bits.
 #include <immintrin.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <string>
 
 #include "algorithms/catalog.hpp"
 #include "algorithms/hier_phases.hpp"
+#include "algorithms/patterns/partition.hpp"
 #include "gradcomm/error.hpp"
 #include "transport/shm_group.hpp"
 
@@ -84,9 +83,8 @@ class ShmAllreduceSchedule final : public Schedule {
     return b >= call_.count ? 0 : std::min(roundElems_, call_.count - b);
   }
   Slice slice(size_t k, int q) const {
-    const size_t n = roundCount(k), parts = static_cast<size_t>(p_), i = static_cast<size_t>(q);
-    const size_t base = n / parts, extra = n % parts;
-    return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+    const patterns::Partition slices{roundCount(k), static_cast<size_t>(p_)};
+    return {slices.offsetOf(static_cast<size_t>(q)), slices.sizeOf(static_cast<size_t>(q))};
   }
   uint64_t id(size_t k) const { return firstRound_ + k; }
   int buf(size_t k) const { return static_cast<int>(id(k) & 1); }
@@ -144,32 +142,11 @@ class ShmAllreduceSchedule final : public Schedule {
   bool tryGather() {
     const size_t k = gatherNext_;
     if (k >= reduceNext_) return false;
-    const uint64_t rid = id(k);
-    const int b = buf(k);
     const size_t begin = roundBegin(k);
-    bool moved = false;
-    for (int q = 0; q < p_; ++q) {
-      const uint64_t bit = uint64_t{1} << (q % 64);
-      if (q == me_ || (gathered_ & bit)) continue;
-      if (g_.block(q).reduced[b].load(std::memory_order_acquire) < rid) {
-        stall_.set(q, "reduce its slice");
-        continue;
-      }
+    return gather_.look(g_, id(k), stall_, "reduce its slice", &gatherNext_, [&](int q, int b) {
       const Slice s = slice(k, q);
       if (s.count) std::memcpy(out_ + (begin + s.offset) * elem_, g_.buffer(q, b) + s.offset * elem_, s.count * elem_);
-      gathered_ |= bit;
-      ++gatheredCount_;
-      moved = true;
-    }
-    if (gatheredCount_ == p_ - 1) {
-      g_.block(me_).consumed.store(rid, std::memory_order_release);
-      ++gatherNext_;
-      gathered_ = 0;
-      gatheredCount_ = 0;
-      stall_.rank = -1;
-      return true;
-    }
-    return moved;
+    });
   }
 
   // Small messages: stage everything, then reduce everything. Up to
@@ -244,8 +221,7 @@ class ShmAllreduceSchedule final : public Schedule {
   const char* in_ = nullptr;
   char* out_ = nullptr;
   size_t stageNext_ = 0, reduceNext_ = 0, gatherNext_ = 0;
-  uint64_t gathered_ = 0;  // peers gathered in the current round (bit q % 64)
-  int gatheredCount_ = 0;
+  hier::ShmGather gather_;
   bool direct_ = false;
   hier::ShmStall stall_;
 };
@@ -291,15 +267,7 @@ class ShmAllreduce final : public Algorithm {
     ShmGroup* g = ctx.transport->sharedMemory();
     if (!g || !runsInline(call, ctx)) return false;
     ShmAllreduceSchedule s(call, ctx, *g);  // takes this call's round: no way back from here
-    for (int i = 0; i < patience.polls && s.direct(); ++i) {
-      s.advance();
-      if (s.done()) return true;
-      if (patience.yield) {
-        sched_yield();
-      } else {
-        _mm_pause();
-      }
-    }
+    if (s.direct() && pollInline(s, patience)) return true;
     *rest = makeSchedule<ShmAllreduceSchedule>(ctx.workspace, std::move(s));
     return false;
   }

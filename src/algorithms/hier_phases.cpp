@@ -176,16 +176,7 @@ bool ShmFanOut::tryPublish() {
 bool ShmFanOut::tryGather() {
   const size_t k = gatherNext_;
   if (k >= publishNext_) return false;
-  const uint64_t rid = firstRound_ + k;
-  const int b = static_cast<int>(rid & 1);
-  bool moved = false;
-  for (int q = 0; q < p_; ++q) {
-    const uint64_t bit = uint64_t{1} << q;
-    if (q == me_ || (gathered_ & bit)) continue;
-    if (g_->block(q).reduced[b].load(std::memory_order_acquire) < rid) {
-      stall_.set(q, "publish its data");
-      continue;
-    }
+  return gather_.look(*g_, firstRound_ + k, stall_, "publish its data", &gatherNext_, [&](int q, int b) {
     if (g_->block(q).mailbox[b].fingerprint != ctx_->tag.fingerprint) throwShmMismatch(*ctx_, *g_, q, what_);
     for (size_t i = 0; i < items_.size(); ++i) {
       const FanOutItem& it = items_[i];
@@ -193,19 +184,7 @@ bool ShmFanOut::tryGather() {
       const size_t begin = k * chunk_, n = std::min(chunk_, it.count - begin);
       std::memcpy(out_ + (it.dst + begin) * elem_, slot(q, b, ordinal_[i]), n * elem_);
     }
-    gathered_ |= bit;
-    ++gatheredCount_;
-    moved = true;
-  }
-  if (gatheredCount_ == p_ - 1) {
-    g_->block(me_).consumed.store(rid, std::memory_order_release);
-    ++gatherNext_;
-    gathered_ = 0;
-    gatheredCount_ = 0;
-    stall_.rank = -1;
-    return true;
-  }
-  return moved;
+  });
 }
 
 std::string ShmFanOut::waitingFor() const {

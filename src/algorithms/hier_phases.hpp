@@ -31,6 +31,46 @@ struct ShmStall {
   std::string describe(const transport::ShmGroup* g) const;
 };
 
+/// The reading side of a round that every host-local peer publishes in its
+/// `reduced` flag (the `shm` allreduce's gather, ShmFanOut's): peers are
+/// taken as each one's data is there, in any order.
+class ShmGather {
+ public:
+  /// One look at round `rid` (buffer rid & 1): take(q, buffer) for each peer
+  /// not taken yet whose `reduced` reached it, else records in `stall` that
+  /// it waits for q to `why`. Once every peer is taken, tells them this rank
+  /// finished reading the round, starts over and advances `*next`. True when
+  /// anything moved.
+  template <class Take>
+  bool look(transport::ShmGroup& g, uint64_t rid, ShmStall& stall, const char* why, size_t* next, Take take) {
+    const int b = static_cast<int>(rid & 1), me = g.localRank();
+    bool moved = false;
+    for (int q = 0; q < g.localSize(); ++q) {
+      const uint64_t bit = uint64_t{1} << q;
+      if (q == me || (taken_ & bit)) continue;
+      if (g.block(q).reduced[b].load(std::memory_order_acquire) < rid) {
+        stall.set(q, why);
+        continue;
+      }
+      take(q, b);
+      taken_ |= bit;
+      ++count_;
+      moved = true;
+    }
+    if (count_ < g.localSize() - 1) return moved;
+    g.block(me).consumed.store(rid, std::memory_order_release);
+    ++*next;
+    taken_ = 0;
+    count_ = 0;
+    stall.rank = -1;
+    return true;
+  }
+
+ private:
+  uint64_t taken_ = 0;  // peers taken in the current round (bit q; at most 64 local ranks)
+  int count_ = 0;
+};
+
 /// Where this rank sits among the hosts.
 struct Layout {
   std::vector<std::vector<int>> hosts;  ///< every host's ranks, ascending
@@ -115,8 +155,7 @@ class ShmFanOut {
   int me_ = 0;
   int p_ = 1;
   size_t publishNext_ = 0, gatherNext_ = 0;
-  uint64_t gathered_ = 0;
-  int gatheredCount_ = 0;
+  ShmGather gather_;
   ShmStall stall_;
 };
 

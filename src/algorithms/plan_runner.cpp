@@ -1,5 +1,8 @@
 #include "algorithms/plan_runner.hpp"
 
+#include <immintrin.h>
+#include <sched.h>
+
 #include <cstring>
 
 #include "gradcomm/error.hpp"
@@ -223,6 +226,20 @@ std::vector<int> PlanRunner::awaitedPeers() const {
     if (!seen) peers.push_back(s.peer);
   }
   return peers;
+}
+
+bool pollInline(Schedule& s, Algorithm::InlinePatience patience) {
+  for (int i = 0; i < patience.polls; ++i) {
+    const bool moved = s.advance();
+    if (s.done()) return true;
+    if (moved) continue;
+    if (patience.yield) {
+      sched_yield();
+    } else {
+      _mm_pause();
+    }
+  }
+  return false;
 }
 
 PlanKey planKey(const Algorithm* algorithm, const CollectiveCall& call, const RunContext& ctx) {

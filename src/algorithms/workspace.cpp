@@ -1,5 +1,6 @@
 #include "algorithms/workspace.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -68,35 +69,27 @@ void keepForever(std::vector<char> memory) {
 }
 
 bool Workspace::ownsBlock(void* block) const {
-  for (void* b : allBlocks_) {
-    if (b == block) return true;
-  }
-  return false;
+  return std::find(allBlocks_.begin(), allBlocks_.end(), block) != allBlocks_.end();
 }
 
-char* Workspace::scratch(size_t bytes) {
-  if (bytes <= scratchSize_) return scratch_;
-  std::free(scratch_);
-  scratch_ = nullptr;
-  scratchSize_ = 0;
+namespace {
+/// `memory` (of `size` bytes) grown to at least `bytes`, 64-byte aligned.
+char* grow(char*& memory, size_t& size, size_t bytes) {
+  if (bytes <= size) return memory;
+  std::free(memory);
+  memory = nullptr;
+  size = 0;
   const size_t rounded = (bytes + 63) / 64 * 64;
-  scratch_ = static_cast<char*>(std::aligned_alloc(64, rounded));
-  if (!scratch_) throw std::bad_alloc();
-  scratchSize_ = rounded;
-  return scratch_;
+  memory = static_cast<char*>(std::aligned_alloc(64, rounded));
+  if (!memory) throw std::bad_alloc();
+  size = rounded;
+  return memory;
 }
+}  // namespace
 
-char* Workspace::buffer(int slot, size_t bytes) {
-  if (bytes <= bufferSizes_[slot]) return buffers_[slot];
-  std::free(buffers_[slot]);
-  buffers_[slot] = nullptr;
-  bufferSizes_[slot] = 0;
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  buffers_[slot] = static_cast<char*>(std::aligned_alloc(64, rounded));
-  if (!buffers_[slot]) throw std::bad_alloc();
-  bufferSizes_[slot] = rounded;
-  return buffers_[slot];
-}
+char* Workspace::scratch(size_t bytes) { return grow(scratch_, scratchSize_, bytes); }
+
+char* Workspace::buffer(int slot, size_t bytes) { return grow(buffers_[slot], bufferSizes_[slot], bytes); }
 
 std::shared_ptr<const CompiledPlan> Workspace::findPlan(const PlanKey& key) const {
   auto it = plans_.find(key);

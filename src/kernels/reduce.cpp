@@ -18,17 +18,6 @@ const ReduceTable* tableOrNull(SimdLevel level) {
   return scalarTable();
 }
 
-int opIndex(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return 0;
-    case ReduceOp::kProd: return 1;
-    case ReduceOp::kMin: return 2;
-    case ReduceOp::kMax: return 3;
-  }
-  throw InvalidArgument("invalid ReduceOp value " + std::to_string(static_cast<int>(op)));
-}
-
 struct Tables {
   ReduceTable level[3];
 };
@@ -57,6 +46,17 @@ const Tables& tables() {
 }
 
 }  // namespace
+
+int opIndex(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return 0;
+    case ReduceOp::kProd: return 1;
+    case ReduceOp::kMin: return 2;
+    case ReduceOp::kMax: return 3;
+  }
+  throw InvalidArgument("invalid ReduceOp value " + std::to_string(static_cast<int>(op)));
+}
 
 const ReduceTable& reduceTable(SimdLevel level) {
   int index = static_cast<int>(level);

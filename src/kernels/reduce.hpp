@@ -13,7 +13,7 @@ using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t n);
 using DivideFn = void (*)(void* data, size_t n, double divisor);
 
 struct ReduceTable {
-  ReduceFn reduce[kNumDataTypes][4];  // op index: sum, prod, min, max
+  ReduceFn reduce[kNumDataTypes][4];  // by opIndex: sum, prod, min, max
   DivideFn divide[kNumDataTypes];     // null for integer types
 };
 
@@ -26,6 +26,11 @@ const ReduceTable& reduceTable(SimdLevel level);
 /// separate step); throws UnsupportedError for kAvg on integer types.
 ReduceFn reduceFunction(DataType type, ReduceOp op, SimdLevel level);
 DivideFn divideFunction(DataType type, SimdLevel level);
+
+/// The column of `op` in ReduceTable::reduce: sum, prod, min, max (kAvg
+/// runs the sum kernel; the division is a separate step). Throws
+/// InvalidArgument for a value outside the enum.
+int opIndex(ReduceOp op);
 
 /// Throws UnsupportedError (a message that says what to do) when the pair is
 /// not supported, e.g. kAvg on an integer type.

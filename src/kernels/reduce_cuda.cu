@@ -57,25 +57,12 @@ __global__ void reduceKernel(T* dst, const T* a, const T* b, size_t n) {
   }
 }
 
-template <typename T>
-__global__ void divideKernel(T* data, size_t n, float divisor) {
+// data[i] / value, or data[i] * value.
+template <bool Divide>
+__global__ void scaleKernelF32(float* data, size_t n, float value) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    data[i] = store<T>(load(data[i]) / divisor);
-  }
-}
-
-__global__ void multiplyKernelF32(float* data, size_t n, float factor) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    data[i] = data[i] * factor;
-  }
-}
-
-__global__ void divideKernelF64(double* data, size_t n, double divisor) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    data[i] = data[i] / divisor;
+    data[i] = Divide ? data[i] / value : data[i] * value;
   }
 }
 
@@ -114,7 +101,7 @@ int deviceCount(std::string* why) {
 void reduce(void* dst, const void* a, const void* b, size_t n, DataType type, ReduceOp op, void* stream) {
   checkSupported(type, op);
   if (n == 0) return;
-  const int o = op == ReduceOp::kAvg ? 0 : op == ReduceOp::kSum ? 0 : op == ReduceOp::kProd ? 1 : op == ReduceOp::kMin ? 2 : 3;
+  const int o = opIndex(op);
   auto s = static_cast<cudaStream_t>(stream);
   switch (type) {
     case DataType::kFloat32: launch<float>(dst, a, b, n, o, s); break;
@@ -130,21 +117,16 @@ void reduce(void* dst, const void* a, const void* b, size_t n, DataType type, Re
 }
 
 void divide(void* data, size_t n, DataType type, double divisor, void* stream) {
+  if (type != DataType::kFloat32) throw UnsupportedError(std::string("no device division for ") + toString(type));
   if (n == 0) return;
-  auto s = static_cast<cudaStream_t>(stream);
-  switch (type) {
-    case DataType::kFloat32: divideKernel<float><<<blocksFor(n), 256, 0, s>>>(static_cast<float*>(data), n, static_cast<float>(divisor)); break;
-    case DataType::kFloat16: divideKernel<__half><<<blocksFor(n), 256, 0, s>>>(static_cast<__half*>(data), n, static_cast<float>(divisor)); break;
-    case DataType::kBFloat16: divideKernel<__nv_bfloat16><<<blocksFor(n), 256, 0, s>>>(static_cast<__nv_bfloat16*>(data), n, static_cast<float>(divisor)); break;
-    case DataType::kFloat64: divideKernelF64<<<blocksFor(n), 256, 0, s>>>(static_cast<double*>(data), n, divisor); break;
-    default: throw UnsupportedError(std::string("division is not defined for ") + toString(type));
-  }
+  const float d = static_cast<float>(divisor);
+  scaleKernelF32<true><<<blocksFor(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<float*>(data), n, d);
   check(cudaGetLastError(), "division kernel launch");
 }
 
 void multiply(float* data, size_t n, float factor, void* stream) {
   if (n == 0) return;
-  multiplyKernelF32<<<blocksFor(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(data, n, factor);
+  scaleKernelF32<false><<<blocksFor(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(data, n, factor);
   check(cudaGetLastError(), "multiplication kernel launch");
 }
 

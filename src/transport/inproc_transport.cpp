@@ -48,7 +48,7 @@ class InProcRequest : public Request {
   }
   bool test() override {
     if (complete_) return true;
-    complete_ = world_->test(transfer_, isSend_);
+    complete_ = world_->test(transfer_);
     return complete_;
   }
   size_t received() const override { return !isSend_ && complete_ ? transfer_->sendBytes : 0; }
@@ -81,8 +81,7 @@ class InProcTransport : public Transport {
   bool probeMismatch(int peer, const Tag& expected) override {
     std::lock_guard<std::mutex> lock(world_->mu_);
     for (const auto& t : world_->unmatchedSends_[rank_]) {
-      if (t->src == peer && t->tag.comm == expected.comm && t->tag.seq == expected.seq && t->tag.message != Tag::kCallCheck && t->tag.message != Tag::kGossip &&
-          t->tag.message != Tag::kAbort &&
+      if (t->src == peer && t->tag.comm == expected.comm && t->tag.seq == expected.seq && !t->tag.control() &&
           t->tag.fingerprint != expected.fingerprint) {
         return true;
       }
@@ -137,27 +136,19 @@ InProcWorld::InProcWorld(int size, Settings settings)
       unmatchedSends_(size),
       unmatchedRecvs_(size),
       shmMemory_(size) {
-  if (!settings.hostOfRank.empty()) {
-    hosts_ = groupHosts(std::vector<long long>(settings.hostOfRank.begin(), settings.hostOfRank.end()));
-    hostOf_.assign(static_cast<size_t>(size), 0);
-    for (size_t h = 0; h < hosts_.size(); ++h) {
-      for (int r : hosts_[h]) hostOf_[static_cast<size_t>(r)] = static_cast<int>(h);
+  std::vector<long long> hostOf(settings.hostOfRank.begin(), settings.hostOfRank.end());
+  if (hostOf.empty()) {
+    std::vector<int> sizes = settings.hostSizes;
+    if (sizes.empty()) {
+      const int per = settings.ranksPerHost > 0 ? settings.ranksPerHost : size;
+      for (int first = 0; first < size; first += per) sizes.push_back(std::min(per, size - first));
     }
-    return;
-  }
-  std::vector<int> sizes = settings.hostSizes;
-  if (sizes.empty()) {
-    const int per = settings.ranksPerHost > 0 ? settings.ranksPerHost : size;
-    for (int first = 0; first < size; first += per) sizes.push_back(std::min(per, size - first));
-  }
-  int next = 0;
-  for (int n : sizes) {
-    hosts_.emplace_back();
-    for (int i = 0; i < n; ++i) {
-      hosts_.back().push_back(next++);
-      hostOf_.push_back(static_cast<int>(hosts_.size()) - 1);
+    for (size_t h = 0; h < sizes.size(); ++h) {
+      hostOf.insert(hostOf.end(), static_cast<size_t>(sizes[h]), static_cast<long long>(h));
     }
   }
+  hosts_ = groupHosts(hostOf);
+  for (long long h : hostIndex(hosts_)) hostOf_.push_back(static_cast<int>(h));
 }
 
 std::shared_ptr<InProcWorld> InProcWorld::create(int size, Settings settings) {
@@ -227,7 +218,7 @@ std::shared_ptr<InProcWorld::Transfer> InProcWorld::post(int src, int dst, bool 
   return t;
 }
 
-bool InProcWorld::test(const std::shared_ptr<Transfer>& t, bool /*isSend*/) {
+bool InProcWorld::test(const std::shared_ptr<Transfer>& t) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!t->error.empty()) throw MismatchError(t->error);  // only size mismatches set it
   if (t->done) return true;
@@ -259,12 +250,7 @@ void InProcWorld::cancel(const std::shared_ptr<Transfer>& t, bool isSend) {
   }
   if (!t->matched) {
     auto& q = isSend ? unmatchedSends_[t->dst] : unmatchedRecvs_[t->dst];
-    for (auto it = q.begin(); it != q.end(); ++it) {
-      if (*it == t) {
-        q.erase(it);
-        break;
-      }
-    }
+    if (const auto it = std::find(q.begin(), q.end(), t); it != q.end()) q.erase(it);
   }
   t->cancelled = true;
 }

@@ -50,7 +50,7 @@ class InProcWorld : public std::enable_shared_from_this<InProcWorld> {
 
   InProcWorld(int size, Settings settings);
   std::shared_ptr<Transfer> post(int src, int dst, bool isSend, void* data, size_t bytes, const Tag& tag);
-  bool test(const std::shared_ptr<Transfer>& t, bool isSend);
+  bool test(const std::shared_ptr<Transfer>& t);
   void cancel(const std::shared_ptr<Transfer>& t, bool isSend);
 
   int size_;

@@ -12,12 +12,15 @@
 
 namespace gradcomm::transport {
 
-void checkMpi(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
+std::string mpiErrorText(int rc) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw TransportError(std::string(what) + " failed: " + std::string(text, static_cast<size_t>(len)));
+  return std::string(text, static_cast<size_t>(len));
+}
+
+void checkMpi(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw TransportError(std::string(what) + " failed: " + mpiErrorText(rc));
 }
 
 bool MpiEnvironment::usable() {

@@ -36,6 +36,9 @@ class MpiEnvironment {
 /// Exit status of a process whose gradcomm-owned MPI job broke (MPI_Abort's errorcode).
 constexpr int kBrokenJobExitCode = 1;
 
+/// MPI's text for an error code.
+std::string mpiErrorText(int rc);
+
 /// Throws TransportError naming `what` when rc is not MPI_SUCCESS.
 void checkMpi(int rc, const char* what);
 

@@ -5,15 +5,11 @@
 #include <mpi.h>
 
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "transport/mpi_env.hpp"
 
 namespace gradcomm::transport {
-
-/// MPI's text for an error code.
-std::string mpiErrorText(int rc);
 
 /// Requests abandoned while still in flight because their operation failed.
 /// Nothing here is ever waited on: a receive already matched with a peer that

@@ -5,6 +5,7 @@
 #include <climits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gradcomm/error.hpp"
@@ -85,12 +86,15 @@ void userReduce(void* in, void* inout, int* len, MPI_Datatype*) {
   fn(inout, in, inout, static_cast<size_t>(*len));
 }
 
-template <int Type>
-void createUserOps(MPI_Op ops[kNumDataTypes][4]) {
-  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kSum)>, 1, &ops[Type][0]);
-  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kProd)>, 1, &ops[Type][1]);
-  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kMin)>, 1, &ops[Type][2]);
-  MPI_Op_create(&userReduce<Type, static_cast<int>(ReduceOp::kMax)>, 1, &ops[Type][3]);
+// ops[type][op] for every type and every op but avg (kernels::opIndex: the
+// columns are ReduceOp's sum, prod, min and max in order).
+template <int Type, int... Op>
+void createTypeOps(MPI_Op (&ops)[kNumDataTypes][4], std::integer_sequence<int, Op...>) {
+  (MPI_Op_create(&userReduce<Type, Op>, 1, &ops[Type][Op]), ...);
+}
+template <int... Type>
+void createUserOps(MPI_Op (&ops)[kNumDataTypes][4], std::integer_sequence<int, Type...>) {
+  (createTypeOps<Type>(ops, std::make_integer_sequence<int, 4>{}), ...);
 }
 
 class MpiNative : public NativeCollectives {
@@ -102,14 +106,7 @@ class MpiNative : public NativeCollectives {
     // int8 sum saturates). The native algorithm therefore has exactly the
     // semantics of the others; the benchmark's MPI baseline calls
     // MPI_Allreduce with MPI's built-in operations instead.
-    createUserOps<static_cast<int>(DataType::kFloat32)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kFloat64)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kFloat16)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kBFloat16)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kInt8)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kUInt8)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kInt32)>(userOps_);
-    createUserOps<static_cast<int>(DataType::kInt64)>(userOps_);
+    createUserOps(userOps_, std::make_integer_sequence<int, kNumDataTypes>{});
     int size = 1;
     MPI_Comm_size(comm_, &size);
     char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
@@ -257,17 +254,7 @@ class MpiNative : public NativeCollectives {
                              "count); got " + std::to_string(count) + ": use the ring algorithm");
     }
   }
-  MPI_Op mpiOp(DataType type, ReduceOp op) const {
-    const int k = static_cast<int>(type);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg: return userOps_[k][0];
-      case ReduceOp::kProd: return userOps_[k][1];
-      case ReduceOp::kMin: return userOps_[k][2];
-      case ReduceOp::kMax: return userOps_[k][3];
-    }
-    return userOps_[k][0];
-  }
+  MPI_Op mpiOp(DataType type, ReduceOp op) const { return userOps_[static_cast<int>(type)][kernels::opIndex(op)]; }
 
   /// libnbc's size threshold for its ring and reduce-scatter/allgather.
   static constexpr size_t kStagedInPlaceBytes = 64 * 1024;

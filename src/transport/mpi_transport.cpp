@@ -7,15 +7,9 @@
 #include "transport/mpi_native.hpp"
 
 #include <algorithm>
-#include <climits>
-#include <cstdio>
-#include <cstring>
 #include <utility>
 
-#include <unistd.h>
-
 #include "gradcomm/error.hpp"
-#include "kernels/reduce.hpp"
 
 namespace gradcomm::transport {
 namespace {
@@ -32,9 +26,6 @@ constexpr int kCallCheckTag = 8;
 constexpr int kGossipTagBase = 16;
 constexpr uint64_t kGossipSteps = 16384;
 
-bool onControl(const Tag& tag) {
-  return tag.message == Tag::kCallCheck || tag.message == Tag::kGossip || tag.message == Tag::kAbort;
-}
 int controlTagOf(const Tag& tag) {
   if (tag.message == Tag::kCallCheck) return kCallCheckTag;
   if (tag.message == Tag::kAbort) return kControlTag;
@@ -43,17 +34,6 @@ int controlTagOf(const Tag& tag) {
 // MPI counts are int: messages above this are sent as several parts, which
 // MPI's non-overtaking rule keeps in order.
 constexpr size_t kMaxPartBytes = size_t{1} << 30;
-
-}  // namespace
-
-std::string mpiErrorText(int rc) {
-  char text[MPI_MAX_ERROR_STRING] = {0};
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  return std::string(text, static_cast<size_t>(len));
-}
-
-namespace {
 
 /// Cancels the receives among `requests`, frees the sends, and tests what
 /// is left a bounded number of times: a cancelled receive completes at once
@@ -437,7 +417,7 @@ RequestPtr MpiTransport::post(bool recv, int peer, void* data, size_t bytes, con
   checkGroup(tag);
   const bool upTo = recv && (tag.message == Tag::kCallCheck || peer == MPI_ANY_SOURCE);
   auto req = std::make_unique<MpiRequest>(recv, peer, rank_, *graveyard_, progress_, upTo);
-  const bool check = onControl(tag);
+  const bool check = tag.control();
   const int mpiTag = check ? controlTagOf(tag) : layout_.encode(tag);
   MPI_Comm comm = check ? control_ : data_;
   size_t offset = 0;

@@ -45,6 +45,8 @@ struct Tag {
   /// and fingerprint take no part. Transports keep them apart from every
   /// other message.
   static constexpr uint32_t kAbort = UINT32_MAX - 2;
+  /// A call check, gossip push or abort notice: never a data message.
+  bool control() const { return message == kCallCheck || message == kGossip || message == kAbort; }
 };
 
 /// An asynchronous send or receive. Dropping an incomplete request cancels

@@ -7,12 +7,10 @@
 #include <cerrno>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -33,14 +31,12 @@ static_assert(kRankShift + UcxTagLayout::kRankBits == 63, "the tag layout must f
 }  // namespace
 
 uint64_t UcxTagLayout::data(int source, const Tag& tag) {
-  if (tag.message == Tag::kCallCheck) {
-    // The engine's call check: apart from every data message, matched on
-    // source and sequence alone (its fingerprint takes no part).
-    return control(source, kCallCheck) | commBits(tag) | (tag.seq & mask(kSeqBits)) << kSeqShift;
-  }
-  if (tag.message == Tag::kGossip) {
-    // Gossip pushes: control space too, matched on source and step alone.
-    return control(source, kGossip) | commBits(tag) | (tag.seq & mask(kSeqBits)) << kSeqShift;
+  if (tag.message == Tag::kCallCheck || tag.message == Tag::kGossip) {
+    // The engine's call check and gossip pushes: apart from every data
+    // message, matched on source and sequence (gossip: step) alone; the
+    // fingerprint takes no part.
+    const uint32_t kind = tag.message == Tag::kCallCheck ? kCallCheck : kGossip;
+    return control(source, kind) | commBits(tag) | (tag.seq & mask(kSeqBits)) << kSeqShift;
   }
   if (tag.message == Tag::kAbort) return control(source, kAbort) | commBits(tag);
   return (static_cast<uint64_t>(source) & mask(kRankBits)) << kRankShift | commBits(tag) |
@@ -292,6 +288,25 @@ class UcxRequest : public Request {
   bool done_ = false;
 };
 
+/// A send of `bytes` to `peer` under the UCX tag `tag`.
+RequestPtr postSend(const std::shared_ptr<UcxTransport::State>& st, int peer, const void* data, size_t bytes,
+                    uint64_t tag) {
+  auto req = std::make_unique<UcxRequest>(st, false, peer, bytes);
+  ucp_request_param_t p = req->params();
+  req->start(ucp_tag_send_nbx(st->eps[static_cast<size_t>(peer)], data, bytes, tag, &p));
+  return req;
+}
+
+/// A receive into `bytes` of a message whose UCX tag matches `tag` under
+/// `mask`, from `peer` (-1: any); `upTo`: it may be shorter.
+RequestPtr postRecv(const std::shared_ptr<UcxTransport::State>& st, int peer, void* data, size_t bytes, uint64_t tag,
+                    uint64_t mask, bool upTo) {
+  auto req = std::make_unique<UcxRequest>(st, true, peer, bytes, upTo);
+  ucp_request_param_t p = req->params();
+  req->start(ucp_tag_recv_nbx(st->worker, data, bytes, tag, mask, &p));
+  return req;
+}
+
 /// Initialises a UCX context for tag matching, naming UCX_TLS when it fails.
 ucp_context_h createContext(int size) {
   ucp_config_t* config = nullptr;
@@ -326,29 +341,19 @@ namespace {
 /// an error naming it.
 void connectAll(const std::shared_ptr<UcxTransport::State>& state, std::chrono::milliseconds timeout) {
   UcxTransport::State& st = *state;
-  std::vector<std::unique_ptr<Request>> pending;
-  std::vector<int> peers;
+  std::vector<std::pair<int, RequestPtr>> pending;  // (peer, hello to or from it)
   for (int r = 0; r < st.size; ++r) {
     if (r == st.rank) continue;
-    auto recv = std::make_unique<UcxRequest>(state, true, r, 0);
-    ucp_request_param_t p = recv->params();
-    recv->start(ucp_tag_recv_nbx(st.worker, nullptr, 0, UcxTagLayout::control(r, UcxTagLayout::kHello),
-                                 UcxTagLayout::kFullMask, &p));
-    auto send = std::make_unique<UcxRequest>(state, false, r, 0);
-    ucp_request_param_t q = send->params();
-    send->start(ucp_tag_send_nbx(st.eps[static_cast<size_t>(r)], nullptr, 0,
-                                 UcxTagLayout::control(st.rank, UcxTagLayout::kHello), &q));
-    pending.push_back(std::move(recv));
-    peers.push_back(r);
-    pending.push_back(std::move(send));
-    peers.push_back(r);
+    const uint64_t theirs = UcxTagLayout::control(r, UcxTagLayout::kHello);
+    pending.emplace_back(r, postRecv(state, r, nullptr, 0, theirs, UcxTagLayout::kFullMask, false));
+    pending.emplace_back(r, postSend(state, r, nullptr, 0, UcxTagLayout::control(st.rank, UcxTagLayout::kHello)));
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (size_t i = 0; i < pending.size(); ++i) {
-    while (!pending[i]->test()) {
+  for (const auto& [peer, request] : pending) {
+    while (!request->test()) {
       if (std::chrono::steady_clock::now() >= deadline) {
         throw TimeoutError("rank " + std::to_string(st.rank) + ": UCX could not connect to rank " +
-                           std::to_string(peers[i]) + " within " + std::to_string(timeout.count()) + " ms (" +
+                           std::to_string(peer) + " within " + std::to_string(timeout.count()) + " ms (" +
                            ucxSettings() + "): check that the transports in UCX_TLS reach that host");
       }
     }
@@ -478,28 +483,17 @@ bool UcxTransport::abandonedTransfersPending() {
 }
 
 RequestPtr UcxTransport::isend(int peer, const void* data, size_t bytes, const Tag& tag) {
-  auto req = std::make_unique<UcxRequest>(state_, false, peer, bytes);
   state_->checkPeer(peer, "send to");
-  ucp_request_param_t p = req->params();
-  req->start(ucp_tag_send_nbx(state_->eps[static_cast<size_t>(peer)], data, bytes,
-                              UcxTagLayout::data(state_->rank, tag), &p));
-  return req;
+  return postSend(state_, peer, data, bytes, UcxTagLayout::data(state_->rank, tag));
 }
 
 RequestPtr UcxTransport::irecv(int peer, void* data, size_t bytes, const Tag& tag) {
-  auto req = std::make_unique<UcxRequest>(state_, true, peer, bytes, tag.message == Tag::kCallCheck);
-  ucp_request_param_t p = req->params();
-  req->start(ucp_tag_recv_nbx(state_->worker, data, bytes, UcxTagLayout::data(peer, tag), UcxTagLayout::kFullMask,
-                              &p));
-  return req;
+  return postRecv(state_, peer, data, bytes, UcxTagLayout::data(peer, tag), UcxTagLayout::kFullMask,
+                  tag.message == Tag::kCallCheck);
 }
 
 RequestPtr UcxTransport::irecvAny(void* data, size_t capacity, const Tag& tag) {
-  auto req = std::make_unique<UcxRequest>(state_, true, -1, capacity, true);
-  ucp_request_param_t p = req->params();
-  req->start(ucp_tag_recv_nbx(state_->worker, data, capacity, UcxTagLayout::data(0, tag), UcxTagLayout::anySourceMask(),
-                              &p));
-  return req;
+  return postRecv(state_, -1, data, capacity, UcxTagLayout::data(0, tag), UcxTagLayout::anySourceMask(), true);
 }
 
 bool UcxTransport::probeMismatch(int peer, const Tag& expected) {
