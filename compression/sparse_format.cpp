@@ -35,19 +35,23 @@ std::string hex(uint64_t v) {
 
 uint8_t indexWidthFor(uint64_t denseCount) { return denseCount >= kWideIndexThreshold ? 8 : 4; }
 
+uint64_t indexAt(const unsigned char* indices, size_t i, uint8_t width) {
+  if (width == 4) {
+    uint32_t v;
+    std::memcpy(&v, indices + i * 4, 4);
+    return v;
+  }
+  uint64_t v;
+  std::memcpy(&v, indices + i * 8, 8);
+  return v;
+}
+
 // Checks the indices at p (strictly increasing, each < denseCount) without
 // trusting anything: p holds nnz indices of `width` bytes.
 void checkIndices(const unsigned char* p, size_t nnz, uint8_t width, uint64_t denseCount, const char* what) {
   uint64_t previous = 0;
   for (size_t i = 0; i < nnz; ++i) {
-    uint64_t index;
-    if (width == 4) {
-      uint32_t v;
-      std::memcpy(&v, p + i * 4, 4);
-      index = v;
-    } else {
-      std::memcpy(&index, p + i * 8, 8);
-    }
+    const uint64_t index = indexAt(p, i, width);
     if (index >= denseCount) {
       throw InvalidArgument(std::string(what) + ": index " + std::to_string(index) + " at position " +
                             std::to_string(i) + " is out of range for " + std::to_string(denseCount) + " elements");
@@ -65,17 +69,6 @@ float valueAt(const unsigned char* values, size_t i) {
   float f;
   std::memcpy(&f, values + i * 4, 4);
   return f;
-}
-
-uint64_t indexAt(const unsigned char* indices, size_t i, uint8_t width) {
-  if (width == 4) {
-    uint32_t v;
-    std::memcpy(&v, indices + i * 4, 4);
-    return v;
-  }
-  uint64_t v;
-  std::memcpy(&v, indices + i * 8, 8);
-  return v;
 }
 
 }  // namespace

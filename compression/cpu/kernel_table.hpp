@@ -32,10 +32,9 @@ using ResidualCastFn = void (*)(const float* in, float* residual, uint16_t* out,
 /// Appends (i, t[i]) for i in [begin, end) whose magnitude key
 /// (bits & 0x7FFFFFFF) is >= lo, in index order, to idx/val at *count.
 /// Stops before running past `cap` entries; returns where it stopped.
-using Filter32Fn = size_t (*)(const ScanSource& src, size_t begin, size_t end, uint32_t lo, uint32_t* idx,
-                              float* val, size_t* count, size_t cap);
-using Filter64Fn = size_t (*)(const ScanSource& src, size_t begin, size_t end, uint32_t lo, uint64_t* idx,
-                              float* val, size_t* count, size_t cap);
+template <typename IndexT>
+using FilterFn = size_t (*)(const ScanSource& src, size_t begin, size_t end, uint32_t lo, IndexT* idx, float* val,
+                            size_t* count, size_t cap);
 /// Adds the magnitude histogram of t[0, n) to hist[kHistogramBuckets].
 using HistogramFn = void (*)(const ScanSource& src, size_t n, size_t* hist);
 
@@ -43,8 +42,8 @@ struct KernelTable {
   CastFn cast[2];
   DecodeFn decode[2];
   ResidualCastFn residualCast[2];
-  Filter32Fn filter32;
-  Filter64Fn filter64;
+  FilterFn<uint32_t> filter32;
+  FilterFn<uint64_t> filter64;
   HistogramFn histogram;
 };
 

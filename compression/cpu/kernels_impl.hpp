@@ -378,6 +378,35 @@ void residualVec(const float* in, float* res, uint16_t* out, size_t n, float sca
   residualTail<typename Fmt::Scalar, kScaled>(in, res, out, i, n, scale);
 }
 
+using Fp16 = VFp16;
+using Bf16 = VBf16;
+#else
+// The scalar level: the element code over the whole range.
+template <class S, bool kScaled>
+void castVec(const float* in, uint16_t* out, size_t n, float scale) {
+  castTail<S, kScaled>(in, out, 0, n, scale);
+}
+
+template <class S>
+void decodeVec(const uint16_t* in, float* out, size_t n) {
+  decodeTail<S>(in, out, 0, n);
+}
+
+template <class S, bool kScaled>
+void residualVec(const float* in, float* res, uint16_t* out, size_t n, float scale) {
+  residualTail<S, kScaled>(in, res, out, 0, n, scale);
+}
+
+template <bool kAdd, bool kStore, class IndexT>
+size_t filterVec(const ScanSource& src, size_t i, size_t end, uint32_t lo, IndexT* idx, float* val, size_t* count,
+                 size_t cap) {
+  return filterTail<kAdd, kStore>(src, i, end, lo, idx, val, count, cap);
+}
+
+using Fp16 = ScalarFp16;
+using Bf16 = ScalarBf16;
+#endif
+
 template <class Fmt>
 void castEntry(const float* in, uint16_t* out, size_t n, float scale) {
   if (scale == 1.0f) castVec<Fmt, false>(in, out, n, scale);
@@ -390,42 +419,12 @@ void residualEntry(const float* in, float* res, uint16_t* out, size_t n, float s
   else residualVec<Fmt, true>(in, res, out, n, scale);
 }
 
-template <bool kAdd, bool kStore, class IndexT>
-size_t filterLevel(const ScanSource& src, size_t i, size_t end, uint32_t lo, IndexT* idx, float* val, size_t* count,
-                   size_t cap) {
-  return filterVec<kAdd, kStore>(src, i, end, lo, idx, val, count, cap);
-}
-#else
-template <class S>
-void castEntry(const float* in, uint16_t* out, size_t n, float scale) {
-  if (scale == 1.0f) castTail<S, false>(in, out, 0, n, scale);
-  else castTail<S, true>(in, out, 0, n, scale);
-}
-
-template <class S>
-void decodeVec(const uint16_t* in, float* out, size_t n) {
-  decodeTail<S>(in, out, 0, n);
-}
-
-template <class S>
-void residualEntry(const float* in, float* res, uint16_t* out, size_t n, float scale) {
-  if (scale == 1.0f) residualTail<S, false>(in, res, out, 0, n, scale);
-  else residualTail<S, true>(in, res, out, 0, n, scale);
-}
-
-template <bool kAdd, bool kStore, class IndexT>
-size_t filterLevel(const ScanSource& src, size_t i, size_t end, uint32_t lo, IndexT* idx, float* val, size_t* count,
-                   size_t cap) {
-  return filterTail<kAdd, kStore>(src, i, end, lo, idx, val, count, cap);
-}
-#endif
-
 template <class IndexT>
 size_t filterEntry(const ScanSource& src, size_t begin, size_t end, uint32_t lo, IndexT* idx, float* val,
                    size_t* count, size_t cap) {
-  if (src.b && src.store) return filterLevel<true, true>(src, begin, end, lo, idx, val, count, cap);
-  if (src.b) return filterLevel<true, false>(src, begin, end, lo, idx, val, count, cap);
-  return filterLevel<false, false>(src, begin, end, lo, idx, val, count, cap);
+  if (src.b && src.store) return filterVec<true, true>(src, begin, end, lo, idx, val, count, cap);
+  if (src.b) return filterVec<true, false>(src, begin, end, lo, idx, val, count, cap);
+  return filterVec<false, false>(src, begin, end, lo, idx, val, count, cap);
 }
 
 // Four sub-histograms so that runs of equal buckets do not serialise on one
@@ -475,21 +474,12 @@ void histogramEntry(const ScanSource& src, size_t n, size_t* hist) {
 
 KernelTable buildTable() {
   KernelTable t{};
-#if defined(__AVX2__) || defined(__AVX512F__)
-  t.cast[kFp16] = &castEntry<VFp16>;
-  t.cast[kBf16] = &castEntry<VBf16>;
-  t.decode[kFp16] = &decodeVec<VFp16>;
-  t.decode[kBf16] = &decodeVec<VBf16>;
-  t.residualCast[kFp16] = &residualEntry<VFp16>;
-  t.residualCast[kBf16] = &residualEntry<VBf16>;
-#else
-  t.cast[kFp16] = &castEntry<ScalarFp16>;
-  t.cast[kBf16] = &castEntry<ScalarBf16>;
-  t.decode[kFp16] = &decodeVec<ScalarFp16>;
-  t.decode[kBf16] = &decodeVec<ScalarBf16>;
-  t.residualCast[kFp16] = &residualEntry<ScalarFp16>;
-  t.residualCast[kBf16] = &residualEntry<ScalarBf16>;
-#endif
+  t.cast[kFp16] = &castEntry<Fp16>;
+  t.cast[kBf16] = &castEntry<Bf16>;
+  t.decode[kFp16] = &decodeVec<Fp16>;
+  t.decode[kBf16] = &decodeVec<Bf16>;
+  t.residualCast[kFp16] = &residualEntry<Fp16>;
+  t.residualCast[kBf16] = &residualEntry<Bf16>;
   t.filter32 = &filterEntry<uint32_t>;
   t.filter64 = &filterEntry<uint64_t>;
   t.histogram = &histogramEntry;

@@ -139,23 +139,15 @@ uint32_t sampleThreshold(const float* a, const float* b, size_t n, size_t m, siz
   return keys[j - 1];
 }
 
-template <typename IndexT>
-struct Filter;
-template <>
-struct Filter<uint32_t> {
-  static detail::Filter32Fn get(const detail::KernelTable& t) { return t.filter32; }
-};
-template <>
-struct Filter<uint64_t> {
-  static detail::Filter64Fn get(const detail::KernelTable& t) { return t.filter64; }
-};
-
 // One filter pass from `lo` up, compacting to the running top-k whenever the
 // buffer fills; each compaction raises the threshold to just above the k-th.
 template <typename IndexT>
 void scan(const detail::KernelTable& table, const ScanSource& src, size_t n, uint32_t lo, size_t k, IndexT* idx,
           float* val, size_t& count, size_t capacity, TopKStats& stats) {
-  const auto filter = Filter<IndexT>::get(table);
+  const auto filter = [&] {
+    if constexpr (std::is_same_v<IndexT, uint32_t>) return table.filter32;
+    else return table.filter64;
+  }();
   size_t i = 0;
   while (true) {
     i = filter(src, i, n, lo, idx, val, &count, capacity);
@@ -268,17 +260,14 @@ void topk(const float* in, float* residual, size_t n, const TopKOptions& options
   out.values.resize(capacity);
   size_t count = 0;
   try {
-    if (needsWideIndices(n)) {
-      out.indices32.clear();
-      out.indices64.resize(capacity);
-      count = selectTopK(in, residual, n, options, out.indices64.data(), out.values.data(), capacity, stats);
-      out.indices64.resize(count);
-    } else {
-      out.indices64.clear();
-      out.indices32.resize(capacity);
-      count = selectTopK(in, residual, n, options, out.indices32.data(), out.values.data(), capacity, stats);
-      out.indices32.resize(count);
-    }
+    auto select = [&](auto& indices, auto& unused) {
+      unused.clear();
+      indices.resize(capacity);
+      count = selectTopK(in, residual, n, options, indices.data(), out.values.data(), capacity, stats);
+      indices.resize(count);
+    };
+    if (needsWideIndices(n)) select(out.indices64, out.indices32);
+    else select(out.indices32, out.indices64);
   } catch (...) {
     // Leave a consistent, empty tensor rather than buffers of scratch.
     out.indices32.clear();

@@ -32,53 +32,43 @@ struct ParamDef {
   Show show;
 };
 
-ParamDef bytesParam(const char* name, const char* def, size_t Config::*field, size_t minimum,
-                    const char* doc) {
-  return ParamDef{name, def, "bytes (K/M/G suffix)", doc,
-                  [field, minimum](Config& c, const std::string& v, const std::string& n) {
-                    size_t b = parseBytes(v, n);
-                    if (b < minimum) {
-                      throw ConfigError(n + "='" + v + "' is too small: the minimum is " +
-                                        formatBytes(minimum));
-                    }
-                    c.*field = b;
-                  },
-                  [field](const Config& c) { return formatBytes(c.*field); }};
+/// A parameter kept in `field`: parse(value, name) reads it, format(field) shows it.
+template <typename T, typename Parse, typename Format>
+ParamDef fieldParam(const char* name, const char* def, const char* units, T Config::*field, const char* doc,
+                    Parse parse, Format format) {
+  return ParamDef{name, def, units, doc,
+                  [field, parse](Config& c, const std::string& v, const std::string& n) { c.*field = parse(v, n); },
+                  [field, format](const Config& c) { return std::string(format(c.*field)); }};
 }
 
-ParamDef durationParam(const char* name, const char* def, std::chrono::nanoseconds Config::*field,
-                       const char* doc) {
-  return ParamDef{name, def, "duration (s/ms/us/m/h)", doc,
-                  [field](Config& c, const std::string& v, const std::string& n) {
-                    c.*field = parseDuration(v, n);
-                  },
-                  [field](const Config& c) { return formatDuration(c.*field); }};
+ParamDef bytesParam(const char* name, const char* def, size_t Config::*field, size_t minimum, const char* doc) {
+  auto parse = [minimum](const std::string& v, const std::string& n) {
+    const size_t b = parseBytes(v, n);
+    if (b < minimum) throw ConfigError(n + "='" + v + "' is too small: the minimum is " + formatBytes(minimum));
+    return b;
+  };
+  return fieldParam(name, def, "bytes (K/M/G suffix)", field, doc, parse, formatBytes);
 }
 
-ParamDef intParam(const char* name, const char* def, int Config::*field, int lo, int hi,
-                  const char* doc) {
-  return ParamDef{name, def, "integer", doc,
-                  [field, lo, hi](Config& c, const std::string& v, const std::string& n) {
-                    c.*field = static_cast<int>(parseInteger(v, n, lo, hi));
-                  },
-                  [field](const Config& c) { return std::to_string(c.*field); }};
+ParamDef durationParam(const char* name, const char* def, std::chrono::nanoseconds Config::*field, const char* doc) {
+  return fieldParam(name, def, "duration (s/ms/us/m/h)", field, doc, parseDuration, formatDuration);
+}
+
+ParamDef intParam(const char* name, const char* def, int Config::*field, int lo, int hi, const char* doc) {
+  auto parse = [lo, hi](const std::string& v, const std::string& n) {
+    return static_cast<int>(parseInteger(v, n, lo, hi));
+  };
+  return fieldParam(name, def, "integer", field, doc, parse, [](int v) { return std::to_string(v); });
 }
 
 ParamDef boolParam(const char* name, const char* def, bool Config::*field, const char* doc) {
-  return ParamDef{name, def, "boolean (1/0)", doc,
-                  [field](Config& c, const std::string& v, const std::string& n) {
-                    c.*field = parseBool(v, n);
-                  },
-                  [field](const Config& c) { return std::string(c.*field ? "1" : "0"); }};
+  return fieldParam(name, def, "boolean (1/0)", field, doc, parseBool, [](bool v) { return v ? "1" : "0"; });
 }
 
 ParamDef stringParam(const char* name, const char* def, const char* units, std::string Config::*field,
                      const char* doc) {
-  return ParamDef{name, def, units, doc,
-                  [field](Config& c, const std::string& v, const std::string&) {
-                    c.*field = std::string(trim(v));
-                  },
-                  [field](const Config& c) { return c.*field; }};
+  auto parse = [](const std::string& v, const std::string&) { return std::string(trim(v)); };
+  return fieldParam(name, def, units, field, doc, parse, [](const std::string& v) { return v; });
 }
 
 ParamDef choiceParam(const char* name, const char* def, std::string Config::*field,
@@ -87,18 +77,14 @@ ParamDef choiceParam(const char* name, const char* def, std::string Config::*fie
   for (size_t i = 0; i < choices.size(); ++i) units += (i ? "|" : "") + choices[i];
   static std::deque<std::string> keepAlive;  // ParamDef holds const char*; a deque never moves its elements
   keepAlive.push_back(units);
-  return ParamDef{name, def, keepAlive.back().c_str(), doc,
-                  [field, choices, units](Config& c, const std::string& v, const std::string& n) {
-                    std::string s = toLower(trim(v));
-                    for (const auto& choice : choices) {
-                      if (s == choice) {
-                        c.*field = s;
-                        return;
-                      }
-                    }
-                    throw ConfigError(n + "='" + v + "' is not valid: expected " + units);
-                  },
-                  [field](const Config& c) { return c.*field; }};
+  auto parse = [choices, units](const std::string& v, const std::string& n) {
+    std::string s = toLower(trim(v));
+    if (std::find(choices.begin(), choices.end(), s) == choices.end()) {
+      throw ConfigError(n + "='" + v + "' is not valid: expected " + units);
+    }
+    return s;
+  };
+  return fieldParam(name, def, keepAlive.back().c_str(), field, doc, parse, [](const std::string& v) { return v; });
 }
 
 const std::vector<ParamDef>& registry() {
@@ -135,15 +121,14 @@ const std::vector<ParamDef>& registry() {
                            "Pipeline segment of ring and halving-doubling (allreduce, reduce-scatter, "
                            "allgather) when the communicator spans hosts: fewer, larger messages between "
                            "hosts (tree and the hierarchy's waves keep GRADCOMM_SEGMENT_SIZE)"));
-    d.push_back(ParamDef{"GRADCOMM_NET_RATE", "0", "link rate (bit/kbit/mbit/gbit/tbit)",
-                         "The link rate between hosts the static cost model prices: 0 takes the fastest speed "
-                         "a NIC of rank 0's host reports in /sys/class/net (10gbit where none does: virtual "
-                         "interfaces); set it where that is not the rate a rank gets (shaped, shared or "
-                         "virtual links). Rank 0's value counts",
-                         [](Config& c, const std::string& v, const std::string& n) {
-                           c.netBitsPerSecond = parseBitRate(trim(v), n);
-                         },
-                         [](const Config& c) { return formatBitRate(c.netBitsPerSecond); }});
+    d.push_back(fieldParam("GRADCOMM_NET_RATE", "0", "link rate (bit/kbit/mbit/gbit/tbit)",
+                           &Config::netBitsPerSecond,
+                           "The link rate between hosts the static cost model prices: 0 takes the fastest speed "
+                           "a NIC of rank 0's host reports in /sys/class/net (10gbit where none does: virtual "
+                           "interfaces); set it where that is not the rate a rank gets (shaped, shared or "
+                           "virtual links). Rank 0's value counts",
+                           [](const std::string& v, const std::string& n) { return parseBitRate(trim(v), n); },
+                           formatBitRate));
     d.push_back(bytesParam("GRADCOMM_HIER_RD_SIZE", "16K", &Config::hierRdSliceBytes, 0,
                            "Hierarchical allreduce: slices (the call's bytes / ranks per host) of at most "
                            "this size are summed between hosts by recursive doubling (log2 of the hosts "

@@ -119,15 +119,4 @@ bool servedByRealNccl(ncclComm_t comm, const char* function) {
   return false;
 }
 
-ncclResult_t deviceComm(ncclComm_t comm, const char* function, ncclComm_t* real) {
-  if (!comm->real) {
-    return fail(ncclInvalidUsage, std::string(function) + ": on device memory this needs the real NCCL, but this "
-                                                          "communicator has none: " + comm->realWhy);
-  }
-  noteOnce(comm->rank,
-                std::string("NCCL shim: ") + function + " on device memory forwarded to the real NCCL");
-  *real = comm->real;
-  return ncclSuccess;
-}
-
 }  // namespace gradcomm::capi

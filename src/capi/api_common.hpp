@@ -56,9 +56,5 @@ bool onDevice(const void* a, const void* b);
 /// serves it (false: this communicator has no real one). Logs the first of
 /// each at info.
 bool servedByRealNccl(ncclComm_t comm, const char* function);
-/// The real NCCL's communicator for a call that only the real NCCL serves
-/// (ncclMemAlloc, buffer registration, ...), or an ncclInvalidUsage saying
-/// why there is none. Logs the first forwarding at info.
-ncclResult_t deviceComm(ncclComm_t comm, const char* function, ncclComm_t* real);
 
 }  // namespace gradcomm::capi

@@ -10,11 +10,20 @@ using namespace gradcomm::capi;
 
 namespace {
 
-/// The real communicator behind `comm` for a device-only function.
-ncclResult_t realComm(ncclComm_t comm, const char* fn, ncclComm_t* real) {
-  if (!comm) return invalidArgument(fn, "comm", "the communicator is NULL");
-  if (comm->magic != ncclComm::kMagic) return invalidArgument(fn, "comm", "not a live gradcomm communicator");
-  return deviceComm(comm, fn, real);
+/// Runs `call` with the real NCCL's communicator behind `comm`, for a
+/// function that only the real NCCL serves, or an ncclInvalidUsage saying
+/// why there is none. Logs the first forwarding at info.
+template <typename Call>
+ncclResult_t withRealComm(const char* fn, ncclComm_t comm, Call call) {
+  return guarded(fn, [&]() -> ncclResult_t {
+    if (auto r = checkHandle(comm, fn)) return r;
+    if (!comm->real) {
+      return fail(ncclInvalidUsage, std::string(fn) + ": on device memory this needs the real NCCL, but this "
+                                                      "communicator has none: " + comm->realWhy);
+    }
+    noteOnce(comm->rank, std::string("NCCL shim: ") + fn + " on device memory forwarded to the real NCCL");
+    return call(comm->real);
+  });
 }
 
 }  // namespace
@@ -38,36 +47,28 @@ ncclResult_t ncclMemFree(void* ptr) {
 
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   static const char* fn = "ncclCommRegister";
-  return guarded(fn, [&]() -> ncclResult_t {
-    ncclComm_t real;
-    if (auto r = realComm(comm, fn, &real)) return r;
+  return withRealComm(fn, comm, [&](ncclComm_t real) {
     return callReal(fn, GRADCOMM_REAL(ncclCommRegister), real, buff, size, handle);
   });
 }
 
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   static const char* fn = "ncclCommDeregister";
-  return guarded(fn, [&]() -> ncclResult_t {
-    ncclComm_t real;
-    if (auto r = realComm(comm, fn, &real)) return r;
+  return withRealComm(fn, comm, [&](ncclComm_t real) {
     return callReal(fn, GRADCOMM_REAL(ncclCommDeregister), real, handle);
   });
 }
 
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int winFlags) {
   static const char* fn = "ncclCommWindowRegister";
-  return guarded(fn, [&]() -> ncclResult_t {
-    ncclComm_t real;
-    if (auto r = realComm(comm, fn, &real)) return r;
+  return withRealComm(fn, comm, [&](ncclComm_t real) {
     return callReal(fn, GRADCOMM_REAL(ncclCommWindowRegister), real, buff, size, win, winFlags);
   });
 }
 
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   static const char* fn = "ncclCommWindowDeregister";
-  return guarded(fn, [&]() -> ncclResult_t {
-    ncclComm_t real;
-    if (auto r = realComm(comm, fn, &real)) return r;
+  return withRealComm(fn, comm, [&](ncclComm_t real) {
     return callReal(fn, GRADCOMM_REAL(ncclCommWindowDeregister), real, win);
   });
 }
@@ -75,18 +76,14 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                       ncclScalarResidence_t residence, ncclComm_t comm) {
   static const char* fn = "ncclRedOpCreatePreMulSum";
-  return guarded(fn, [&]() -> ncclResult_t {
-    ncclComm_t real;
-    if (auto r = realComm(comm, fn, &real)) return r;
+  return withRealComm(fn, comm, [&](ncclComm_t real) {
     return callReal(fn, GRADCOMM_REAL(ncclRedOpCreatePreMulSum), op, scalar, datatype, residence, real);
   });
 }
 
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   static const char* fn = "ncclRedOpDestroy";
-  return guarded(fn, [&]() -> ncclResult_t {
-    ncclComm_t real;
-    if (auto r = realComm(comm, fn, &real)) return r;
+  return withRealComm(fn, comm, [&](ncclComm_t real) {
     return callReal(fn, GRADCOMM_REAL(ncclRedOpDestroy), op, real);
   });
 }

@@ -71,6 +71,14 @@ ncclRedOp_t ncclOp(ReduceOp op) {
   throw InvalidArgument("NCCL engine: unknown reduction");
 }
 
+/// "`what` failed: " and NCCL's string for `rc`, with `comm`'s last error.
+std::string describeFailure(const NcclApi& api, ncclComm_t comm, ncclResult_t rc, const char* what) {
+  std::string out = std::string(what) + " failed: " + api.errorString(rc);
+  const char* last = api.lastError ? api.lastError(comm) : nullptr;
+  if (last && *last) out += " (" + std::string(last) + ")";
+  return out;
+}
+
 /// One NCCL communicator. Calls come from the caller's threads; abort()
 /// may come from the progress thread when the gradcomm communicator fails,
 /// so the handle is used under a lock, never after it was aborted.
@@ -115,10 +123,10 @@ class NcclComm final : public DeviceComm {
     if (aborted_) return "the NCCL group was aborted (the communicator failed)";
     ncclResult_t state = ncclSuccess;
     const ncclResult_t rc = api_.getAsyncError(comm_, &state);
-    if (rc != ncclSuccess) return describe(rc, "ncclCommGetAsyncError");
+    if (rc != ncclSuccess) return describeFailure(api_, comm_, rc, "ncclCommGetAsyncError");
     if (state != ncclSuccess && state != ncclInProgress) {
       failed_ = true;
-      return describe(state, "an earlier NCCL call");
+      return describeFailure(api_, comm_, state, "an earlier NCCL call");
     }
     return "";
   }
@@ -131,12 +139,6 @@ class NcclComm final : public DeviceComm {
 
  private:
   static cudaStream_t cuda(Stream s) { return static_cast<cudaStream_t>(s); }
-  std::string describe(ncclResult_t rc, const char* what) const {
-    std::string out = std::string(what) + " failed: " + api_.errorString(rc);
-    const char* last = api_.lastError ? api_.lastError(comm_) : nullptr;
-    if (last && *last) out += " (" + std::string(last) + ")";
-    return out;
-  }
   /// Runs one NCCL call. The group is non-blocking (so that forming it can
   /// be cancelled): a call may return while NCCL still queues it, and the
   /// next may only start once that settled.
@@ -168,7 +170,7 @@ class NcclComm final : public DeviceComm {
     }
     if (rc != ncclSuccess) {
       failed_ = true;
-      throw DeviceError(describe(rc, what));
+      throw DeviceError(describeFailure(api_, comm_, rc, what));
     }
   }
   const NcclApi api_;
@@ -227,9 +229,7 @@ class Nccl final : public CollectiveLibrary {
       if (rc == ncclSuccess) rc = state;
     }
     if (rc != ncclSuccess) {
-      std::string what = std::string("ncclCommInitRankConfig failed: ") + api_.errorString(rc);
-      const char* last = api_.lastError ? api_.lastError(comm) : nullptr;
-      if (last && *last) what += " (" + std::string(last) + ")";
+      const std::string what = describeFailure(api_, comm, rc, "ncclCommInitRankConfig");
       if (comm) api_.abort(comm);
       throw DeviceError(what);
     }
