@@ -58,20 +58,24 @@ __global__ void castKernel(const float* __restrict__ in, uint16_t* __restrict__ 
   }
 }
 
-template <class F>
+// out[i] = float(in[i]), or out[i] += float(in[i]) with the CPU's bits.
+template <class F, bool kAdd>
 __global__ void decodeKernel(const uint16_t* __restrict__ in, float* __restrict__ out, size_t n) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    out[i] = F::decode(in[i]);
+    out[i] = kAdd ? addLikeCpu(out[i], F::decode(in[i])) : F::decode(in[i]);
   }
 }
 
-template <class F>
-__global__ void decodeAddKernel(const uint16_t* __restrict__ in, float* __restrict__ out, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    out[i] = addLikeCpu(out[i], F::decode(in[i]));
-  }
+template <bool kAdd>
+void launchDecode(const uint16_t* in, float* out, size_t n, DataType type, void* stream, const char* what) {
+  const bool fp16 = compression::detail::castTargetIsFp16(type, what);
+  if (n == 0) return;
+  auto s = static_cast<cudaStream_t>(stream);
+  const unsigned grid = detail::gridFor(n, kThreads);
+  if (fp16) decodeKernel<Fp16, kAdd><<<grid, kThreads, 0, s>>>(in, out, n);
+  else decodeKernel<Bf16, kAdd><<<grid, kThreads, 0, s>>>(in, out, n);
+  detail::check(cudaGetLastError(), what);
 }
 
 template <class F>
@@ -102,23 +106,11 @@ void castToHalf(const float* in, uint16_t* out, size_t n, DataType type, float s
 }
 
 void decodeHalf(const uint16_t* in, float* out, size_t n, DataType type, void* stream) {
-  const bool fp16 = compression::detail::castTargetIsFp16(type, "cuda::decodeHalf");
-  if (n == 0) return;
-  auto s = static_cast<cudaStream_t>(stream);
-  const unsigned grid = detail::gridFor(n, kThreads);
-  if (fp16) decodeKernel<Fp16><<<grid, kThreads, 0, s>>>(in, out, n);
-  else decodeKernel<Bf16><<<grid, kThreads, 0, s>>>(in, out, n);
-  detail::check(cudaGetLastError(), "compression decode kernel launch");
+  launchDecode<false>(in, out, n, type, stream, "cuda::decodeHalf");
 }
 
 void decodeAddHalf(const uint16_t* in, float* out, size_t n, DataType type, void* stream) {
-  const bool fp16 = compression::detail::castTargetIsFp16(type, "cuda::decodeAddHalf");
-  if (n == 0) return;
-  auto s = static_cast<cudaStream_t>(stream);
-  const unsigned grid = detail::gridFor(n, kThreads);
-  if (fp16) decodeAddKernel<Fp16><<<grid, kThreads, 0, s>>>(in, out, n);
-  else decodeAddKernel<Bf16><<<grid, kThreads, 0, s>>>(in, out, n);
-  detail::check(cudaGetLastError(), "compression decode-add kernel launch");
+  launchDecode<true>(in, out, n, type, stream, "cuda::decodeAddHalf");
 }
 
 void castWithResidual(const float* in, float* residual, uint16_t* out, size_t n, DataType type, float scale,
