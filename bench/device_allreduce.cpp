@@ -12,7 +12,10 @@
 // made of: device-to-device cudaMemcpy of the same bytes, and a
 // device-to-host plus host-to-device copy through pinned memory. Ratios:
 // call / D2D and (D2H + H2D) / call (the staged path's bound: 1.0 means
-// the call runs at the pinned copy rate). With one rank (--ranks 1) the
+// the call runs at the pinned copy rate). With several ranks, host_us is the
+// same communicator's allreduce of pinned host buffers of the same bytes:
+// the staged path's host part, so call - host_us is what staging adds.
+// With one rank (--ranks 1) the
 // communicator's device calls run on NCCL (GRADCOMM_DEVICE_ENGINE=auto),
 // and, in a build with NCCL, rank 0 also times ncclAllReduce itself on the
 // same buffers and stream: the columns nccl_us and call-nccl_us are the
@@ -107,8 +110,8 @@ int runRank(const Args& a, int rank, uint16_t port) {
 #endif
   if (rank == 0) {
     std::printf("# gradcomm-device-bench: %d processes sharing one GPU, float32 sum, out of place\n", a.ranks);
-    std::printf("%12s %12s %10s %12s %14s %10s %12s %10s %13s  %s\n", "bytes", "call_us", "algbw_GB/s", "d2d_us",
-                "d2h+h2d_us", "call/d2d", "copies/call", "nccl_us", "call-nccl_us", "engine");
+    std::printf("%12s %12s %10s %10s %12s %14s %10s %12s %10s %13s  %s\n", "bytes", "call_us", "algbw_GB/s",
+                "host_us", "d2d_us", "d2h+h2d_us", "call/d2d", "copies/call", "nccl_us", "call-nccl_us", "engine");
   }
   for (size_t bytes : a.sizes) {
     const size_t n = std::max<size_t>(1, bytes / 4);
@@ -136,6 +139,18 @@ int runRank(const Args& a, int rank, uint16_t port) {
         return 1;
       }
     }
+    // The host part of the staged path: the same call on pinned host memory.
+    double hostCall = -1;
+    if (a.ranks > 1) {
+      float *hin = nullptr, *hout = nullptr;
+      ok(cudaMallocHost(reinterpret_cast<void**>(&hin), n * 4), "cudaMallocHost");
+      ok(cudaMallocHost(reinterpret_cast<void**>(&hout), n * 4), "cudaMallocHost");
+      std::copy(host.begin(), host.end(), hin);
+      comm.barrier().wait();
+      hostCall = timeIt(a.iters, [&] { comm.allreduce(hin, hout, n, DataType::kFloat32, ReduceOp::kSum).wait(); });
+      cudaFreeHost(hin);
+      cudaFreeHost(hout);
+    }
     // The bounds, timed by rank 0 alone (the others wait in the barrier).
     double d2d = 0, staged = 0;
     comm.barrier().wait();
@@ -161,21 +176,22 @@ int runRank(const Args& a, int rank, uint16_t port) {
         });
       }
 #endif
-      char ncclText[32] = "-", overText[32] = "-";
+      char ncclText[32] = "-", overText[32] = "-", hostText[32] = "-";
+      if (hostCall >= 0) std::snprintf(hostText, sizeof hostText, "%.1f", hostCall * 1e6);
       if (ncclCall >= 0) {
         std::snprintf(ncclText, sizeof ncclText, "%.1f", ncclCall * 1e6);
         std::snprintf(overText, sizeof overText, "%.1f", (call - ncclCall) * 1e6);
       }
-      std::printf("%12zu %12.1f %10.2f %12.1f %14.1f %10.2f %12.2f %10s %13s  %s\n", n * 4, call * 1e6,
-                  n * 4 / call / 1e9, d2d * 1e6, staged * 1e6, call / d2d, staged / call, ncclText, overText,
-                  engine.c_str());
+      std::printf("%12zu %12.1f %10.2f %10s %12.1f %14.1f %10.2f %12.2f %10s %13s  %s\n", n * 4, call * 1e6,
+                  n * 4 / call / 1e9, hostText, d2d * 1e6, staged * 1e6, call / d2d, staged / call, ncclText,
+                  overText, engine.c_str());
       std::fflush(stdout);
       char row[320];
       std::snprintf(row, sizeof row,
-                    "%s{\"bytes\": %zu, \"call_us\": %.2f, \"d2d_us\": %.2f, \"d2h_h2d_us\": %.2f, "
-                    "\"nccl_us\": %s, \"engine\": \"%s\"}",
-                    rows.empty() ? "" : ", ", n * 4, call * 1e6, d2d * 1e6, staged * 1e6,
-                    ncclCall >= 0 ? ncclText : "null", engine.c_str());
+                    "%s{\"bytes\": %zu, \"call_us\": %.2f, \"host_us\": %s, \"d2d_us\": %.2f, "
+                    "\"d2h_h2d_us\": %.2f, \"nccl_us\": %s, \"engine\": \"%s\"}",
+                    rows.empty() ? "" : ", ", n * 4, call * 1e6, hostCall >= 0 ? hostText : "null", d2d * 1e6,
+                    staged * 1e6, ncclCall >= 0 ? ncclText : "null", engine.c_str());
       rows += row;
     }
     comm.barrier().wait();
