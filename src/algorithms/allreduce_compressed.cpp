@@ -149,8 +149,7 @@ SchedulePtr compressedAllreduce(const CollectiveCall& call, const RunContext& ct
   return makeSchedule<CompressedSchedule>(ctx.workspace, call, ctx, spec, residual, inner);
 }
 
-CollectiveCall compressedInnerCall(const CollectiveCall& call, const compression::Spec& spec, int size) {
-  (void)size;
+CollectiveCall compressedInnerCall(const CollectiveCall& call, const compression::Spec& spec) {
   // Only the payload's shape matters here, which no kernel level changes.
   return innerCallOf(*compression::makeCompressor(spec, compression::MemoryKind::kHost), call.count);
 }

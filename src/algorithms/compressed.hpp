@@ -14,6 +14,6 @@ SchedulePtr compressedAllreduce(const CollectiveCall& call, const RunContext& ct
 
 /// The call the inner algorithm runs, for choosing that algorithm (buffers
 /// are filled in by the schedule).
-CollectiveCall compressedInnerCall(const CollectiveCall& call, const compression::Spec& spec, int size);
+CollectiveCall compressedInnerCall(const CollectiveCall& call, const compression::Spec& spec);
 
 }  // namespace gradcomm::algorithms

@@ -1,8 +1,8 @@
 #include "base/timeline.hpp"
 
 #include <cerrno>
-#include <cstring>
 
+#include "base/units.hpp"
 #include "gradcomm/error.hpp"
 
 namespace gradcomm {
@@ -13,7 +13,7 @@ constexpr const char* kClose = "\n]}\n";
 Timeline::Timeline(std::string path, int rank) : path_(std::move(path)), rank_(rank), origin_(Clock::now()) {
   file_ = std::fopen(path_.c_str(), "w");
   if (!file_) {
-    throw ConfigError("GRADCOMM_TIMELINE: cannot write '" + path_ + "': " + std::strerror(errno) +
+    throw ConfigError("GRADCOMM_TIMELINE: cannot write '" + path_ + "': " + core::errnoText(errno) +
                       " (does its directory exist?)");
   }
   const std::string pid = std::to_string(rank_);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <system_error>
 
 #include "gradcomm/error.hpp"
 
@@ -188,5 +189,7 @@ std::string formatDuration(std::chrono::nanoseconds d) {
   if (ns != 0 && ns % 1000LL == 0) return std::to_string(ns / 1000LL) + "us";
   return std::to_string(ns) + "ns";
 }
+
+std::string errnoText(int err) { return std::generic_category().message(err); }
 
 }  // namespace gradcomm::core

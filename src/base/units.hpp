@@ -28,6 +28,8 @@ std::string formatDuration(std::chrono::nanoseconds d);
 std::string formatSeconds(std::chrono::nanoseconds d);
 
 std::string toLower(std::string_view s);
+/// An errno's text; thread-safe, unlike strerror.
+std::string errnoText(int err);
 std::string_view trim(std::string_view s);
 
 }  // namespace gradcomm::core

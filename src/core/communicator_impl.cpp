@@ -797,7 +797,7 @@ std::shared_ptr<OperationState> CommunicatorImpl::compressedOperation(const Coll
                                                                       const compression::Spec& spec,
                                                                       const CollectiveOptions& options,
                                                                       bool onDevice, CompressedChoice* chosen) {
-  const CollectiveCall inner = algorithms::compressedInnerCall(call, spec, size_);
+  const CollectiveCall inner = algorithms::compressedInnerCall(call, spec);
   std::string forced = options.algorithm;
   if (!forced.empty() && !algorithms::findAlgorithm(inner.collective, forced)) {
     core::logOnce(core::LogLevel::kWarn, rank_,

@@ -163,8 +163,7 @@ struct AddrInfoDeleter {
 };
 using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
-// Thread-safe, unlike strerror (the server thread and clients report at once).
-std::string errnoText(int err) { return std::generic_category().message(err); }
+using core::errnoText;
 
 std::string endpointText(const std::string& host, uint16_t port) {
   std::string h = host.empty() ? "*" : host;

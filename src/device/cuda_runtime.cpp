@@ -203,7 +203,7 @@ class CudaRuntime final : public Runtime {
   // progress thread).
   void divide(float* data, size_t n, float divisor, Stream s) override {
     DeviceScope scope(streamDevice(s));
-    kernels::cuda::divide(data, n, DataType::kFloat32, divisor, s);
+    kernels::cuda::divide(data, n, divisor, s);
   }
   void multiply(float* data, size_t n, float factor, Stream s) override {
     DeviceScope scope(streamDevice(s));

@@ -116,11 +116,9 @@ void reduce(void* dst, const void* a, const void* b, size_t n, DataType type, Re
   check(cudaGetLastError(), "reduction kernel launch");
 }
 
-void divide(void* data, size_t n, DataType type, double divisor, void* stream) {
-  if (type != DataType::kFloat32) throw UnsupportedError(std::string("no device division for ") + toString(type));
+void divide(float* data, size_t n, float divisor, void* stream) {
   if (n == 0) return;
-  const float d = static_cast<float>(divisor);
-  scaleKernelF32<true><<<blocksFor(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<float*>(data), n, d);
+  scaleKernelF32<true><<<blocksFor(n), 256, 0, static_cast<cudaStream_t>(stream)>>>(data, n, divisor);
   check(cudaGetLastError(), "division kernel launch");
 }
 

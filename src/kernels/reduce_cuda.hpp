@@ -15,9 +15,8 @@ int deviceCount(std::string* why = nullptr);
 /// stream). Same semantics as the CPU kernels (NaN-propagating min/max,
 /// float32 arithmetic for float16/bfloat16, wrapping integers).
 void reduce(void* dst, const void* a, const void* b, size_t n, DataType type, ReduceOp op, void* stream);
-/// data[i] /= divisor on `stream`: float32 only (what the device path
-/// divides; UnsupportedError for other types).
-void divide(void* data, size_t n, DataType type, double divisor, void* stream);
+/// data[i] /= divisor (float32) on `stream`.
+void divide(float* data, size_t n, float divisor, void* stream);
 /// data[i] *= factor (float32) on `stream`.
 void multiply(float* data, size_t n, float factor, void* stream);
 

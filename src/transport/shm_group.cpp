@@ -27,7 +27,7 @@ namespace {
 constexpr const char* kPrefix = "gradcomm-";
 constexpr const char* kShmDir = "/dev/shm";
 
-std::string errnoText(int e) { return std::strerror(e); }
+using core::errnoText;
 
 uint64_t pidNamespaceInode() {
   struct stat st {};
