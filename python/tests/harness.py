@@ -27,6 +27,14 @@ def free_port():
     return module.free_port()
 
 
+def torchrun(tmp_path, script, *args):
+    """The command that runs `script` on 2 processes under torch's launcher
+    (its logs under tmp_path, not a torchelastic_* folder left in /tmp)."""
+    return [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
+            "--log_dir", str(tmp_path / "torchrun-logs"), "--master_addr", "127.0.0.1", "--master_port",
+            str(free_port()), script, *args]
+
+
 class RankResult:
     def __init__(self, rank, returncode, stdout, stderr, seconds, killed):
         self.rank = rank

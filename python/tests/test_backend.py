@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from harness import HERE, PYTHON, assert_all_ok, base_env, free_port, require_cuda, run_job
+from harness import HERE, assert_all_ok, base_env, require_cuda, run_job, torchrun
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -41,10 +41,7 @@ def test_init_process_group_through_init_method_takes_its_timeout(tmp_path, init
 
 
 def test_init_process_group_under_torchrun(tmp_path):
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
-           "--log_dir", str(tmp_path / "torchrun-logs"),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           os.path.join(HERE, "workers.py"), "init", "0", "0", "env://", str(tmp_path)]
+    cmd = torchrun(tmp_path, os.path.join(HERE, "workers.py"), "init", "0", "0", "env://", str(tmp_path))
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env(), cwd=str(tmp_path))
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     found = [json.loads(line.split("RESULT ", 1)[1]) for line in (p.stdout + p.stderr).splitlines()
@@ -261,10 +258,7 @@ def test_compression_hooks_with_error_feedback_converge_like_uncompressed_traini
 
 def test_example_script_runs_under_torchrun_with_a_hook(tmp_path):
     example = os.path.join(HERE, "..", "..", "examples", "pytorch_ddp.py")
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
-           "--log_dir", str(tmp_path / "torchrun-logs"),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), example, "--steps", "5", "--hook",
-           "topk:0.01"]
+    cmd = torchrun(tmp_path, example, "--steps", "5", "--hook", "topk:0.01")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env({"GRADCOMM_STATS": "1"}),
                        cwd=str(tmp_path))
     out = p.stdout + p.stderr
@@ -287,10 +281,7 @@ def test_wrapper_gives_ddps_gradients_including_no_sync(tmp_path):
 ])
 def test_benchmark_scripts_write_their_json_rows(tmp_path, script, args):
     out = tmp_path / "rows.json"
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
-           "--log_dir", str(tmp_path / "torchrun-logs"),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
-           os.path.join(HERE, "..", "..", "bench", script), *args, "--json", str(out)]
+    cmd = torchrun(tmp_path, os.path.join(HERE, "..", "..", "bench", script), *args, "--json", str(out))
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env(), cwd=str(tmp_path))
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     rows = json.loads(out.read_text())["results"]

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from harness import HERE, PYTHON, assert_all_ok, base_env, free_port, require_cuda, run_job
+from harness import HERE, assert_all_ok, base_env, require_cuda, run_job, torchrun
 
 
 def test_gossip_averager_reaches_consensus_and_synchronize_gives_the_exact_mean(tmp_path):
@@ -106,10 +106,7 @@ def test_gossip_refuses_tensors_whose_storage_moved(tmp_path, kind):
 
 def test_example_script_runs_in_gossip_mode_under_torchrun(tmp_path):
     example = os.path.join(HERE, "..", "..", "examples", "pytorch_ddp.py")
-    cmd = [PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1", "--nproc_per_node", "2",
-           "--log_dir", str(tmp_path / "torchrun-logs"),
-           "--master_addr", "127.0.0.1", "--master_port", str(free_port()), example, "--steps", "5", "--mode",
-           "gossip"]
+    cmd = torchrun(tmp_path, example, "--steps", "5", "--mode", "gossip")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=base_env(), cwd=str(tmp_path))
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-4000:]

@@ -51,7 +51,6 @@
 #include <queue>
 #include <random>
 #include <stdexcept>
-#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
